@@ -1,0 +1,43 @@
+# Two commands for a newcomer: `make demo` and `make test`. Both install what they need into .venv.
+# An installed torch is never replaced: .venv sees the system's packages, and torch is installed only when no
+# torch imports at all (TORCH_SPEC, default the CPU build torch==2.13.0; override e.g. TORCH_SPEC="torch==2.5.1").
+PYTHON ?= python3
+VENV ?= .venv
+TORCH_SPEC ?= torch==2.13.0
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip --disable-pip-version-check -q
+PYTEST_ARGS ?=
+
+.PHONY: demo test install install-test bench golden protos clean
+
+$(PY):
+	$(PYTHON) -m venv --system-site-packages $(VENV)
+
+# torch first (only if missing), then the package pinned to the torch that is there, so pip never swaps it.
+install: $(PY)
+	@$(PY) -c "import torch" 2>/dev/null || { echo "installing $(TORCH_SPEC)"; $(PIP) install "$(TORCH_SPEC)"; }
+	@$(PY) -c "import torch; print(f'torch=={torch.__version__}')" > $(VENV)/torch-constraint.txt
+	$(PIP) install -c $(VENV)/torch-constraint.txt -e .
+
+install-test: install
+	$(PIP) install -c $(VENV)/torch-constraint.txt -e ".[test]"
+
+demo: install
+	$(PY) examples/quickstart.py
+
+test: install-test
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+bench: install-test
+	$(PY) benchmarks/run.py
+
+# Regenerate tfr_torch/format/_proto/*_pb2.py from protos/ (needs grpcio-tools, installed by install-test).
+protos: install-test
+	$(PY) protos/generate.py
+
+# Golden files need real TensorFlow, in a separate virtualenv (about 1.6 GB): see tests/data/make_golden.py.
+golden:
+	@echo "run: <venv with tensorflow-cpu==2.21.0>/bin/python tests/data/make_golden.py"
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .hypothesis

@@ -1,0 +1,78 @@
+"""tfr_torch: TensorFlow's TFRecord files, Examples and tensors for PyTorch, without TensorFlow.
+
+Names resolve lazily, so `import tfr_torch` stays light and the format functions (reading, writing,
+Examples, indexes) never import torch; `serialize_tensor` / `parse_tensor` load it on first use.
+
+>>> import tfr_torch
+>>> with tfr_torch.TFRecordWriter("data.tfrecord") as writer:  # doctest: +SKIP
+...     writer.write_example({"label": 1, "text": "hello"})
+>>> [tfr_torch.decode_example(r) for r in tfr_torch.read_records("data.tfrecord")]  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from tfr_torch._version import __version__
+
+_EXPORTS = {
+    # format layer (no torch)
+    "TFRecordWriter": "tfr_torch.format.writer",
+    "RecordReader": "tfr_torch.format.reader",
+    "read_records": "tfr_torch.format.reader",
+    "encode_example": "tfr_torch.format.example",
+    "decode_example": "tfr_torch.format.example",
+    "encode_sequence_example": "tfr_torch.format.example",
+    "decode_sequence_example": "tfr_torch.format.example",
+    "build_index": "tfr_torch.format.index",
+    "read_index": "tfr_torch.format.index",
+    "check_index": "tfr_torch.format.index",
+    "expand_paths": "tfr_torch.format.paths",
+    "TFRecordError": "tfr_torch.errors",
+    "CorruptRecordError": "tfr_torch.errors",
+    "TruncatedRecordError": "tfr_torch.errors",
+    "DecodeError": "tfr_torch.errors",
+    "IndexMismatchError": "tfr_torch.errors",
+    "SkippedRecordWarning": "tfr_torch.errors",
+    # torch edge
+    "serialize_tensor": "tfr_torch.tensors",
+    "parse_tensor": "tfr_torch.tensors",
+    "string": "tfr_torch.tensors",
+}
+
+__all__ = ["__version__", *sorted(_EXPORTS)]
+
+if TYPE_CHECKING:  # pragma: no cover
+    from tfr_torch.errors import (
+        CorruptRecordError,
+        DecodeError,
+        IndexMismatchError,
+        SkippedRecordWarning,
+        TFRecordError,
+        TruncatedRecordError,
+    )
+    from tfr_torch.format.example import (
+        decode_example,
+        decode_sequence_example,
+        encode_example,
+        encode_sequence_example,
+    )
+    from tfr_torch.format.index import build_index, check_index, read_index
+    from tfr_torch.format.paths import expand_paths
+    from tfr_torch.format.reader import RecordReader, read_records
+    from tfr_torch.format.writer import TFRecordWriter
+    from tfr_torch.tensors import parse_tensor, serialize_tensor, string
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tfr_torch' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

@@ -1,0 +1,76 @@
+"""The exceptions tfr_torch raises.
+
+Every error about data says where it is (`.path`, `.offset` in bytes) and what was expected and found.
+Errors about arguments are plain `ValueError`/`TypeError`.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "TFRecordError",
+    "CorruptRecordError",
+    "TruncatedRecordError",
+    "DecodeError",
+    "IndexMismatchError",
+    "SkippedRecordWarning",
+]
+
+
+class TFRecordError(Exception):
+    """Base class of every data error raised by tfr_torch.
+
+    `path` is the file (or None for bytes given directly) and `offset` the byte offset of the record
+    concerned (for compressed files: the offset in the decompressed stream), or None when unknown.
+    """
+
+    def __init__(self, message: str, path: str | None = None, offset: int | None = None) -> None:
+        self.message = message
+        self.path = path
+        self.offset = offset
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        where = ""
+        if self.path is not None:
+            where = f"{self.path}:{self.offset}: " if self.offset is not None else f"{self.path}: "
+        elif self.offset is not None:
+            where = f"offset {self.offset}: "
+        return where + self.message
+
+    def __reduce__(self):  # keep path/offset when pickled across DataLoader workers
+        return (_rebuild, (type(self), self.message, self.path, self.offset, self.__dict__))
+
+
+def _rebuild(cls, message, path, offset, state):
+    err = cls.__new__(cls)
+    TFRecordError.__init__(err, message, path, offset)
+    err.__dict__.update(state)
+    return err
+
+
+class CorruptRecordError(TFRecordError):
+    """A record whose header or data does not match its CRC, or a compressed stream that cannot be inflated."""
+
+
+class TruncatedRecordError(TFRecordError):
+    """A file that ends inside a record (or with trailing bytes too short to be a record header)."""
+
+
+class DecodeError(TFRecordError, ValueError):
+    """Bytes that are not a valid tf.train.Example, SequenceExample or TensorProto, or a value that does not
+    fit what was asked for."""
+
+
+class IndexMismatchError(TFRecordError):
+    """An index file that does not describe its TFRecord file (stale, truncated, or made for another file).
+
+    `path` is the TFRecord file and `index_path` the index.
+    """
+
+    def __init__(self, message: str, path: str | None = None, offset: int | None = None, index_path: str | None = None) -> None:
+        self.index_path = index_path
+        super().__init__(message, path, offset)
+
+
+class SkippedRecordWarning(UserWarning):
+    """Warned when a bad record is skipped under `on_error="skip"`; the message is the error's."""

@@ -1,0 +1,1 @@
+"""Generated protobuf modules (by protos/generate.py; do not edit)."""

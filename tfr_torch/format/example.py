@@ -1,0 +1,236 @@
+"""tf.train.Example and tf.train.SequenceExample: encoding Python/numpy/torch values and decoding to numpy.
+
+Encoding rules (the feature kind follows the value's type):
+- bool, int, numpy bool/int*/uint* -> int64_list (a uint64 above 2**63 - 1 is an error, never a wrap);
+- float, numpy float16/32/64, bfloat16 -> float_list (stored as float32, as TensorFlow does);
+- bytes, str (UTF-8) -> bytes_list.
+Arrays and tensors of any shape are flattened row-major. Torch tensors are accepted without this module
+importing torch. Anything else raises TypeError naming the key and the type.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any, Union
+
+import numpy as np
+from google.protobuf.message import DecodeError as _ProtoDecodeError
+
+from tfr_torch.errors import DecodeError
+from tfr_torch.format._proto import example_pb2, feature_pb2
+
+__all__ = [
+    "FeatureValue",
+    "encode_example",
+    "decode_example",
+    "encode_sequence_example",
+    "decode_sequence_example",
+    "to_feature",
+    "from_feature",
+]
+
+FeatureValue = Union[np.ndarray, list]  # float32/int64 arrays, or lists of bytes
+
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+def _torch_like(value: Any) -> bool:
+    """True if `value` is a torch.Tensor (checked only when torch is already imported: never imports it)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(value, torch.Tensor)
+
+
+def _torch_to_numpy(value: Any) -> np.ndarray:
+    torch = sys.modules["torch"]
+    value = value.detach().cpu()
+    if value.dtype == torch.bfloat16:
+        value = value.to(torch.float32)
+    return value.contiguous().numpy()
+
+
+def _array_feature(key: str, array: np.ndarray, feature: feature_pb2.Feature) -> None:
+    kind = array.dtype.kind
+    if kind in "biu":
+        if kind == "u" and array.dtype.itemsize == 8 and array.size and int(array.max()) > _INT64_MAX:
+            raise ValueError(
+                f"feature {key!r}: uint64 value {int(array.max())} does not fit in int64_list (max 2**63 - 1)")
+        feature.int64_list.value.extend(array.astype(np.int64, copy=False).ravel().tolist())
+    elif kind == "f" or array.dtype.name == "bfloat16":
+        feature.float_list.value.extend(array.astype(np.float32).ravel().tolist())
+    elif kind == "S":
+        feature.bytes_list.value.extend(array.ravel().tolist())
+    elif kind == "U":
+        feature.bytes_list.value.extend(s.encode("utf-8") for s in array.ravel().tolist())
+    elif kind == "O":
+        items = array.ravel().tolist()
+        _list_feature(key, items, feature, nested_ok=False)
+    else:
+        raise TypeError(f"feature {key!r}: cannot encode values of dtype {array.dtype} (TFRecord features hold "
+                        "int64, float32 or bytes: expected bool, int, uint, float, bytes or str values)")
+
+
+def _list_feature(key: str, items: list, feature: feature_pb2.Feature, nested_ok: bool = True) -> None:
+    if not items:
+        raise TypeError(f"feature {key!r}: an empty list has no type; pass a typed empty array such as "
+                        "np.array([], dtype=np.int64), np.array([], dtype=np.float32) or np.array([], dtype=bytes)")
+    kinds = set()
+    for item in items:
+        if isinstance(item, (bytes, bytearray, memoryview, str)):
+            kinds.add("bytes")
+        elif isinstance(item, (bool, int, np.bool_, np.integer)):
+            kinds.add("int")
+        elif isinstance(item, (float, np.floating)):
+            kinds.add("float")
+        elif nested_ok and isinstance(item, (list, tuple, np.ndarray)) or _torch_like(item):
+            kinds.add("nested")
+        else:
+            raise TypeError(f"feature {key!r}: cannot encode a list element of type {type(item).__name__} "
+                            "(expected int, float, bytes or str)")
+    if kinds == {"bytes"}:
+        feature.bytes_list.value.extend(
+            item.encode("utf-8") if isinstance(item, str) else bytes(item) for item in items)
+    elif kinds == {"int"}:
+        values = [int(item) for item in items]
+        if min(values) < _INT64_MIN or max(values) > _INT64_MAX:
+            bad = next(v for v in values if not _INT64_MIN <= v <= _INT64_MAX)
+            raise ValueError(f"feature {key!r}: integer {bad} does not fit in int64_list")
+        feature.int64_list.value.extend(values)
+    elif kinds <= {"int", "float"}:
+        feature.float_list.value.extend(float(item) for item in items)
+    elif kinds == {"nested"}:
+        try:
+            array = np.asarray([np.asarray(_torch_to_numpy(i) if _torch_like(i) else i) for i in items])
+        except ValueError:
+            raise TypeError(f"feature {key!r}: nested lists must be rectangular (ragged nested lists cannot be "
+                            "flattened into one feature)") from None
+        if array.dtype.kind == "O":
+            raise TypeError(f"feature {key!r}: nested lists must be rectangular and of one type")
+        _array_feature(key, array, feature)
+    else:
+        raise TypeError(f"feature {key!r}: a list mixes {' and '.join(sorted(kinds))} values; one feature holds one kind")
+
+
+def to_feature(key: str, value: Any, feature: feature_pb2.Feature | None = None) -> feature_pb2.Feature:
+    """Fill (or make) a tf.train.Feature from one value; `key` is only used in error messages."""
+    if feature is None:
+        feature = feature_pb2.Feature()
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        feature.bytes_list.value.append(bytes(value))
+    elif isinstance(value, str):
+        feature.bytes_list.value.append(value.encode("utf-8"))
+    elif isinstance(value, (bool, int, float)):
+        _list_feature(key, [value], feature)
+    elif isinstance(value, (np.ndarray, np.generic)):
+        _array_feature(key, np.asarray(value), feature)
+    elif isinstance(value, (list, tuple)):
+        _list_feature(key, list(value), feature)
+    elif isinstance(value, feature_pb2.Feature):
+        feature.CopyFrom(value)
+    elif _torch_like(value):
+        _array_feature(key, _torch_to_numpy(value), feature)
+    else:
+        raise TypeError(f"feature {key!r}: cannot encode a value of type {type(value).__name__} (expected int, "
+                        "float, bytes, str, a list of them, a numpy array or a torch tensor)")
+    return feature
+
+
+def _fill_features(features_msg: feature_pb2.Features, features: Mapping[str, Any]) -> None:
+    if not isinstance(features, Mapping):
+        raise TypeError(f"features must be a mapping of names to values, got {type(features).__name__}")
+    target = features_msg.feature
+    for key, value in features.items():
+        if not isinstance(key, str):
+            raise TypeError(f"feature names must be str, got {type(key).__name__}: {key!r}")
+        to_feature(key, value, target[key])
+
+
+def encode_example(features: Mapping[str, Any]) -> bytes:
+    """Serialize a mapping of feature names to values as a tf.train.Example.
+
+    >>> import numpy as np
+    >>> record = encode_example({"label": 3, "score": [0.5, 1.0], "name": "cat", "emb": np.zeros((2, 2))})
+    >>> decode_example(record)["label"]
+    array([3])
+    """
+    example = example_pb2.Example()
+    _fill_features(example.features, features)
+    return example.SerializeToString()
+
+
+def from_feature(feature: feature_pb2.Feature) -> FeatureValue | None:
+    """Return a Feature's values: float32 array, int64 array, list of bytes, or None when no kind is set."""
+    kind = feature.WhichOneof("kind")
+    if kind == "int64_list":
+        return np.array(feature.int64_list.value, dtype=np.int64)
+    if kind == "float_list":
+        return np.array(feature.float_list.value, dtype=np.float32)
+    if kind == "bytes_list":
+        return list(feature.bytes_list.value)
+    return None
+
+
+def _features_dict(features_msg: feature_pb2.Features) -> dict[str, FeatureValue]:
+    out = {}
+    for key, feature in features_msg.feature.items():
+        value = from_feature(feature)
+        if value is not None:  # a Feature with no kind set counts as missing, as in TensorFlow
+            out[key] = value
+    return out
+
+
+def _parse(message_type, data, what: str):
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise TypeError(f"expected the serialized {what} as bytes, got {type(data).__name__}")
+    try:
+        return message_type.FromString(bytes(data))
+    except _ProtoDecodeError as exc:
+        raise DecodeError(f"cannot parse {len(data)} bytes as a {what}: {exc}") from None
+
+
+def decode_example(data: bytes) -> dict[str, FeatureValue]:
+    """Parse a serialized tf.train.Example into {name: float32 array | int64 array | list of bytes}.
+
+    Features whose kind is not set are left out (TensorFlow treats them as missing); empty lists are kept.
+    Garbage raises DecodeError.
+    """
+    return _features_dict(_parse(example_pb2.Example, data, "tf.train.Example").features)
+
+
+def encode_sequence_example(
+    context: Mapping[str, Any] | None = None, feature_lists: Mapping[str, Sequence[Any]] | None = None
+) -> bytes:
+    """Serialize a tf.train.SequenceExample: `context` as in encode_example, and `feature_lists` mapping each
+    name to a sequence of steps, each step a value encoded like a feature.
+
+    >>> record = encode_sequence_example({"id": 7}, {"tokens": [[1, 2], [3]], "words": [b"a", b"bc"]})
+    >>> decode_sequence_example(record)[1]["tokens"]
+    [array([1, 2]), array([3])]
+    """
+    message = example_pb2.SequenceExample()
+    if context:
+        _fill_features(message.context, context)
+    if feature_lists:
+        if not isinstance(feature_lists, Mapping):
+            raise TypeError(f"feature_lists must be a mapping of names to sequences, got {type(feature_lists).__name__}")
+        target = message.feature_lists.feature_list
+        for key, steps in feature_lists.items():
+            if not isinstance(key, str):
+                raise TypeError(f"feature list names must be str, got {type(key).__name__}: {key!r}")
+            if isinstance(steps, (str, bytes)) or not isinstance(steps, (Sequence, np.ndarray)) and not _torch_like(steps):
+                raise TypeError(f"feature list {key!r}: expected a sequence of steps, got {type(steps).__name__}")
+            flist = target[key]
+            for step, value in enumerate(steps):
+                to_feature(f"{key}[{step}]", value, flist.feature.add())
+    return message.SerializeToString()
+
+
+def decode_sequence_example(data: bytes) -> tuple[dict[str, FeatureValue], dict[str, list[FeatureValue | None]]]:
+    """Parse a serialized tf.train.SequenceExample into (context, feature_lists).
+
+    `context` is as decode_example returns; `feature_lists` maps each name to a list with one value per step
+    (None for a step whose Feature has no kind set).
+    """
+    message = _parse(example_pb2.SequenceExample, data, "tf.train.SequenceExample")
+    lists = {key: [from_feature(f) for f in flist.feature] for key, flist in message.feature_lists.feature_list.items()}
+    return _features_dict(message.context), lists

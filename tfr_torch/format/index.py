@@ -1,0 +1,165 @@
+"""Index files: one text line `"<offset> <size>\\n"` per record, the format DALI and the `tfrecord` package use.
+
+`offset` is where the record's header starts and `size` its framed size (12 + length + 4). For GZIP/ZLIB files
+the offsets are positions in the decompressed stream: a reader reaches them with one decompression pass
+(`read_records(path, start=..., end=...)`), never one per record.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+
+from tfr_torch.errors import IndexMismatchError
+from tfr_torch.format.compression import NONE
+from tfr_torch.format.crc import masked_crc32c
+from tfr_torch.format.paths import PathLike, as_path, atomic_output, file_size, open_input
+from tfr_torch.format.reader import HEADER_SIZE, RecordReader
+
+__all__ = ["build_index", "read_index", "scan_index", "check_index", "index_path_for"]
+
+_OVERHEAD = 16
+
+
+def index_path_for(path: PathLike) -> str:
+    """The default index path of a TFRecord file: `<file>.idx` beside it."""
+    return as_path(path) + ".idx"
+
+
+def scan_index(path: PathLike, compression: str | None = "auto", verify: bool = False) -> np.ndarray:
+    """Scan a TFRecord file and return its index as an int64 array of shape (n, 2): (offset, size) per record.
+
+    With `verify=False` only the header CRCs are checked (data CRCs are checked when `verify=True`).
+    """
+    reader = RecordReader(path, compression, verify)
+    offsets: list[int] = []
+    sizes: list[int] = []
+    with reader:
+        previous = 0
+        for record in reader:
+            offsets.append(previous)
+            sizes.append(len(record) + _OVERHEAD)
+            previous = reader.offset
+    return np.array([offsets, sizes], dtype=np.int64).T.reshape(-1, 2)
+
+
+def build_index(path: PathLike, index_path: PathLike | None = None, compression: str | None = "auto") -> str:
+    """Write the index of a TFRecord file (default `<file>.idx`) and return the index's path.
+
+    The file is byte-identical to what DALI's `tfrecord2idx` and the `tfrecord` package write for uncompressed
+    files; empty files give an empty index. Written atomically.
+
+    >>> build_index("train.tfrecord")  # doctest: +SKIP
+    'train.tfrecord.idx'
+    """
+    index = scan_index(path, compression)
+    target = index_path_for(path) if index_path is None else as_path(index_path)
+    text = "".join(f"{offset} {size}\n" for offset, size in index.tolist())
+    with atomic_output(target) as f:
+        f.write(text.encode("ascii"))
+    return target
+
+
+def read_index(path: PathLike, tfrecord_path: PathLike | None = None, compression: str | None = "auto") -> np.ndarray:
+    """Read an index file into an int64 array of shape (n, 2): (offset, size) per record.
+
+    The index must describe consecutive records from offset 0. When `tfrecord_path` is given the index is also
+    checked against that file (see `check_index`). Problems raise IndexMismatchError naming both files.
+
+    >>> read_index("train.tfrecord.idx", "train.tfrecord")  # doctest: +SKIP
+    array([[  0, 120],
+           [120, 118]])
+    """
+    index_path = as_path(path)
+    with open_input(index_path) as f:
+        text = f.read()
+    target = as_path(tfrecord_path) if tfrecord_path is not None else None
+    lines = text.splitlines()
+    tokens = text.split()
+    values = None
+    if len(tokens) == 2 * len(lines):
+        try:
+            values = np.array(tokens, dtype=np.int64)
+        except (ValueError, OverflowError):
+            values = None
+    if values is None:
+        bad = next((n for n, line in enumerate(lines, 1) if not _valid_line(line)), len(lines))
+        raise IndexMismatchError(f"line {bad} of the index is {lines[bad - 1][:80]!r}: expected '<offset> <size>'",
+                                 target, None, index_path)
+    index = values.reshape(-1, 2)
+    _check_layout(index, target, index_path)
+    if target is not None:
+        check_index(index, target, index_path, compression)
+    return index
+
+
+def _valid_line(line: bytes) -> bool:
+    parts = line.split()
+    return len(parts) == 2 and all(p.isdigit() for p in parts)
+
+
+def _check_layout(index: np.ndarray, path: str | None, index_path: str) -> None:
+    if not len(index):
+        return
+    offsets, sizes = index[:, 0], index[:, 1]
+    if offsets[0] != 0:
+        raise IndexMismatchError(f"the index starts at offset {offsets[0]}, expected 0", path, None, index_path)
+    small = np.flatnonzero(sizes < _OVERHEAD)
+    if small.size:
+        i = int(small[0])
+        raise IndexMismatchError(f"line {i + 1} of the index gives a record size of {sizes[i]}, expected at least "
+                                 f"{_OVERHEAD}", path, int(offsets[i]), index_path)
+    gaps = np.flatnonzero(offsets[1:] != offsets[:-1] + sizes[:-1])
+    if gaps.size:
+        i = int(gaps[0])
+        raise IndexMismatchError(
+            f"line {i + 2} of the index says a record starts at {offsets[i + 1]}, but the record before it ends at "
+            f"{offsets[i] + sizes[i]}", path, int(offsets[i + 1]), index_path)
+
+
+def check_index(index: np.ndarray, path: PathLike, index_path: PathLike | None = None,
+                compression: str | None = "auto") -> None:
+    """Check that an index describes a TFRecord file, cheaply (a few small reads, never the whole file).
+
+    Uncompressed files: the records must end exactly at the end of the file, and the headers of the first,
+    middle and last records must be valid and agree with the sizes in the index. Compressed files: the first
+    header is checked; offsets beyond it are checked as they are read. A stale index, a truncated one, or one
+    made for another file raises IndexMismatchError naming both files.
+    """
+    path = as_path(path)
+    index_path = as_path(index_path) if index_path is not None else index_path_for(path)
+    _check_layout(index, path, index_path)
+    with RecordReader(path, compression, verify=False) as reader:
+        if reader.compression != NONE:
+            first = next(reader, None) if len(index) else None
+            if len(index) and (first is None or len(first) + _OVERHEAD != index[0, 1]):
+                found = "no record" if first is None else f"a record of {len(first) + _OVERHEAD} bytes"
+                raise IndexMismatchError(
+                    f"line 1 of the index says a record of {index[0, 1]} bytes starts at offset 0, but the file has "
+                    f"{found} there (stale index, or made for another file?)", path, 0, index_path)
+            return
+    size = file_size(path)
+    end = int(index[-1].sum()) if len(index) else 0
+    if end != size:
+        raise IndexMismatchError(
+            f"the index describes {len(index)} records ending at byte {end}, but the file has {size} bytes "
+            "(stale index, or made for another file?)", path, None, index_path)
+    rows = sorted({0, len(index) // 2, len(index) - 1}) if len(index) else []
+    with open_input(path) as f:
+        for row in rows:
+            f.seek(int(index[row, 0]))
+            _check_header(f.read(HEADER_SIZE), index[row], row, path, index_path)
+
+
+def _check_header(header: bytes, row: np.ndarray, line: int, path: str, index_path: str) -> None:
+    offset, size = int(row[0]), int(row[1])
+    if len(header) < HEADER_SIZE:
+        raise IndexMismatchError(f"line {line + 1} of the index points at offset {offset}, past the end of the file",
+                                 path, offset, index_path)
+    length, crc = struct.unpack("<QI", header)
+    if masked_crc32c(header[:8]) != crc or length + _OVERHEAD != size:
+        found = f"a record of {length + _OVERHEAD} bytes" if masked_crc32c(header[:8]) == crc else "no valid record header"
+        raise IndexMismatchError(
+            f"line {line + 1} of the index says a record of {size} bytes starts at offset {offset}, but the file has "
+            f"{found} there (stale index, or made for another file?)", path, offset, index_path)

@@ -1,0 +1,195 @@
+"""Paths: local files, `pathlib.Path`, and fsspec URLs (s3://, gs://, memory://, ...), with globbing and atomic writes.
+
+fsspec is optional: local paths never import it. A URL whose protocol package is missing gets an error naming
+the package to install.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob as _glob
+import os
+import re
+import tempfile
+import uuid
+from collections.abc import Iterable, Iterator
+from typing import IO, Union
+
+__all__ = ["PathLike", "as_path", "is_url", "expand_paths", "open_input", "file_size", "AtomicOutput", "atomic_output"]
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+_GLOB_CHARS = frozenset("*?[")
+
+
+def as_path(path: PathLike) -> str:
+    """Return `path` as a string; `file://` URLs become local paths."""
+    if isinstance(path, os.PathLike):
+        path = os.fspath(path)
+    if not isinstance(path, str):
+        raise TypeError(f"expected a path (str or os.PathLike), got {type(path).__name__}: {path!r}")
+    if path.startswith("file://"):
+        return path[len("file://") :]
+    return path
+
+
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def is_url(path: str) -> bool:
+    """True for fsspec URLs such as s3://bucket/key (anything with a protocol other than file://)."""
+    return _URL.match(path) is not None and not path.startswith("file://")
+
+
+def _fsspec(path: str):
+    """Return (filesystem, path inside it) for a URL, with a clear error when a package is missing."""
+    try:
+        import fsspec
+    except ImportError as exc:
+        raise ImportError(
+            f"reading or writing {path!r} needs fsspec and the package for its protocol: "
+            "pip install 'tfr_torch[fsspec]' (plus s3fs for s3://, gcsfs for gs://, adlfs for az://)"
+        ) from exc
+    try:
+        return fsspec.core.url_to_fs(path)
+    except ImportError as exc:
+        protocol = path.partition("://")[0]
+        raise ImportError(f"cannot open {path!r}: fsspec has no usable implementation of {protocol}:// ({exc})") from exc
+    except ValueError as exc:
+        protocol = path.partition("://")[0]
+        raise ValueError(f"cannot open {path!r}: unknown protocol {protocol!r} ({exc})") from exc
+
+
+def _has_glob(path: str) -> bool:
+    return any(c in _GLOB_CHARS for c in path)
+
+
+def expand_paths(paths: PathLike | Iterable[PathLike]) -> list[str]:
+    """Expand one path, a glob pattern, or a list of them into a list of file paths.
+
+    Patterns expand in sorted order; a pattern that matches nothing raises FileNotFoundError. Plain paths
+    are returned as given (their existence is checked when they are opened).
+
+    >>> expand_paths(["b.tfrecord", "a.tfrecord"])
+    ['b.tfrecord', 'a.tfrecord']
+    """
+    if isinstance(paths, (str, os.PathLike)):
+        items = [paths]
+    else:
+        try:
+            items = list(paths)
+        except TypeError:
+            raise TypeError(f"expected a path, a glob pattern or a list of them, got {type(paths).__name__}") from None
+    out: list[str] = []
+    for item in items:
+        path = as_path(item)
+        if not _has_glob(path):
+            out.append(path)
+            continue
+        if is_url(path):
+            fs, inner = _fsspec(path)
+            protocol = path.partition("://")[0]
+            matches = sorted(fs.glob(inner))
+            matches = [m if "://" in m else f"{protocol}://{m}" for m in matches]
+        else:
+            matches = sorted(_glob.glob(path))
+        if not matches:
+            raise FileNotFoundError(f"no files match {path!r}")
+        out.extend(matches)
+    return out
+
+
+def open_input(path: PathLike, block_size: int = 8 << 20) -> IO[bytes]:
+    """Open a file for reading bytes. Local files are opened unbuffered (callers read big blocks themselves);
+    URLs through fsspec with `block_size` readahead."""
+    path = as_path(path)
+    if is_url(path):
+        fs, inner = _fsspec(path)
+        try:
+            return fs.open(inner, "rb", block_size=block_size)
+        except FileNotFoundError:
+            raise FileNotFoundError(f"no such file: {path!r}") from None
+    return open(path, "rb", buffering=0)
+
+
+def file_size(path: PathLike) -> int:
+    """Size of a file in bytes."""
+    path = as_path(path)
+    if is_url(path):
+        fs, inner = _fsspec(path)
+        return int(fs.size(inner))
+    return os.path.getsize(path)
+
+
+class AtomicOutput:
+    """A binary file that appears at `path` only when `commit()` is called; `abort()` removes every trace.
+
+    Local files are written under a temporary name in the same folder and renamed (atomic on POSIX); URLs are
+    written under a temporary name and moved with the filesystem's `mv`.
+    """
+
+    def __init__(self, path: PathLike) -> None:
+        self.path = as_path(path)
+        self._fs = None
+        if is_url(self.path):
+            self._fs, self._inner = _fsspec(self.path)
+            self._tmp = f"{self._inner}.tmp-{uuid.uuid4().hex}"
+            self.file: IO[bytes] = self._fs.open(self._tmp, "wb")
+        else:
+            folder = os.path.dirname(os.path.abspath(self.path))
+            fd, self._tmp = tempfile.mkstemp(prefix=f".{os.path.basename(self.path)}.", suffix=".tmp", dir=folder)
+            self.file = os.fdopen(fd, "wb", buffering=1 << 20)
+        self.done = False
+
+    def commit(self) -> None:
+        """Close the temporary file and move it to its final name."""
+        if self.done:
+            return
+        self.done = True
+        try:
+            self.file.close()
+            if self._fs is not None:
+                self._fs.mv(self._tmp, self._inner)
+            else:
+                os.chmod(self._tmp, 0o666 & ~_UMASK)
+                os.replace(self._tmp, self.path)
+        except BaseException:
+            self._remove_tmp()
+            raise
+
+    def abort(self) -> None:
+        """Discard what was written; nothing appears at `path`."""
+        if self.done:
+            return
+        self.done = True
+        with contextlib.suppress(Exception):
+            self.file.close()
+        self._remove_tmp()
+
+    def _remove_tmp(self) -> None:
+        with contextlib.suppress(Exception):
+            if self._fs is not None:
+                self._fs.rm(self._tmp)
+            else:
+                os.unlink(self._tmp)
+
+
+@contextlib.contextmanager
+def atomic_output(path: PathLike) -> Iterator[IO[bytes]]:
+    """Yield a binary file that appears at `path` only if the block exits without an exception."""
+    out = AtomicOutput(path)
+    try:
+        yield out.file
+    except BaseException:
+        out.abort()
+        raise
+    out.commit()
+
+
+def _read_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _read_umask()

@@ -1,0 +1,202 @@
+"""TensorProto (tf.io.serialize_tensor / tf.io.parse_tensor) to and from numpy, without torch.
+
+Numeric tensors are stored as numpy arrays; bfloat16, which numpy lacks, travels as its uint16 bit patterns
+with `dtype == DT_BFLOAT16`. String tensors are nested lists of bytes. The torch conversion lives in
+`tfr_torch.tensors`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import numpy as np
+from google.protobuf.message import DecodeError as _ProtoDecodeError
+
+from tfr_torch.errors import DecodeError
+from tfr_torch.format._proto import tensor_pb2
+
+__all__ = ["DataType", "DTYPES", "TensorData", "encode_tensor_proto", "decode_tensor_proto", "dtype_code_of"]
+
+# Broadcasting one *_val to a huge declared shape is refused above this many bytes, so that a tiny payload cannot
+# make the reader allocate gigabytes (TensorFlow would allocate them).
+MAX_BROADCAST_BYTES = 1 << 31
+
+
+class DataType:
+    """TensorFlow's DataType codes (tensorflow/core/framework/types.proto)."""
+
+    FLOAT, DOUBLE, INT32, UINT8, INT16, INT8, STRING, COMPLEX64, INT64, BOOL = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10
+    BFLOAT16, UINT16, COMPLEX128, HALF, UINT32, UINT64 = 14, 17, 18, 19, 22, 23
+
+
+# code -> (TensorFlow's name, numpy storage dtype, *_val field); bfloat16 is stored as uint16 bits.
+DTYPES: dict[int, tuple[str, np.dtype | None, str]] = {
+    DataType.FLOAT: ("float32", np.dtype("<f4"), "float_val"),
+    DataType.DOUBLE: ("float64", np.dtype("<f8"), "double_val"),
+    DataType.INT32: ("int32", np.dtype("<i4"), "int_val"),
+    DataType.UINT8: ("uint8", np.dtype("u1"), "int_val"),
+    DataType.INT16: ("int16", np.dtype("<i2"), "int_val"),
+    DataType.INT8: ("int8", np.dtype("i1"), "int_val"),
+    DataType.STRING: ("string", None, "string_val"),
+    DataType.COMPLEX64: ("complex64", np.dtype("<c8"), "scomplex_val"),
+    DataType.INT64: ("int64", np.dtype("<i8"), "int64_val"),
+    DataType.BOOL: ("bool", np.dtype("?"), "bool_val"),
+    DataType.BFLOAT16: ("bfloat16", np.dtype("<u2"), "half_val"),
+    DataType.UINT16: ("uint16", np.dtype("<u2"), "int_val"),
+    DataType.COMPLEX128: ("complex128", np.dtype("<c16"), "dcomplex_val"),
+    DataType.HALF: ("float16", np.dtype("<f2"), "half_val"),
+    DataType.UINT32: ("uint32", np.dtype("<u4"), "uint32_val"),
+    DataType.UINT64: ("uint64", np.dtype("<u8"), "uint64_val"),
+}
+_CODE_OF_NUMPY = {np.dtype(storage).newbyteorder("="): code for code, (_, storage, _) in DTYPES.items()
+                  if storage is not None and code != DataType.BFLOAT16}
+
+
+class TensorData(NamedTuple):
+    """A decoded TensorProto: DataType code, shape, and values (a numpy array of that shape, or nested lists
+    of bytes for strings; bfloat16 as uint16 bits)."""
+
+    dtype: int
+    shape: tuple[int, ...]
+    values: Any
+
+
+def dtype_code_of(array: np.ndarray) -> int:
+    """The DataType code for a numpy array (strings and bytes arrays are DT_STRING)."""
+    if array.dtype.kind in "SUO":
+        return DataType.STRING
+    try:
+        return _CODE_OF_NUMPY[array.dtype.newbyteorder("=")]
+    except KeyError:
+        raise TypeError(f"cannot serialize a tensor of dtype {array.dtype}: TensorFlow has no such dtype") from None
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def _field(tag: int, payload: bytes) -> bytes:
+    return bytes((tag,)) + _varint(len(payload)) + payload
+
+
+def encode_tensor_proto(array: np.ndarray | Any, dtype: int | None = None) -> bytes:
+    """Serialize an array as TensorFlow's serialize_tensor does: `dtype`, `tensor_shape`, then `tensor_content`
+    (raw little-endian bytes, absent when empty) or, for strings, one `string_val` per element.
+
+    `dtype` overrides the code taken from the array (used for bfloat16 passed as uint16 bits).
+    """
+    if not isinstance(array, np.ndarray):
+        array = np.asarray(array)
+    code = dtype_code_of(array) if dtype is None else dtype
+    if code not in DTYPES:
+        raise ValueError(f"unknown DataType code {code}")
+    shape = b"".join(_field(0x12, b"\x08" + _varint(d) if d else b"") for d in array.shape)
+    out = [b"\x08", _varint(code), _field(0x12, shape)]
+    if code == DataType.STRING:
+        for item in array.ravel().tolist():
+            if isinstance(item, str):
+                item = item.encode("utf-8")
+            elif not isinstance(item, (bytes, bytearray)):
+                raise TypeError(f"a string tensor holds bytes or str, found {type(item).__name__}")
+            out.append(_field(0x42, bytes(item)))
+    elif array.size:
+        storage = DTYPES[code][1]
+        if array.dtype.itemsize != storage.itemsize:
+            raise TypeError(f"array of dtype {array.dtype} cannot carry DataType {DTYPES[code][0]}")
+        out.append(_field(0x22, np.ascontiguousarray(array).astype(storage.newbyteorder("<"), copy=False).tobytes()))
+    return b"".join(out)
+
+
+def decode_tensor_proto(data: bytes, *, what: str = "TensorProto") -> TensorData:
+    """Parse a serialized TensorProto (tensor_content or any *_val form) as tf.io.parse_tensor reads it.
+
+    *_val lists shorter than the shape are completed with their last value (one value broadcasts to the whole
+    shape); no values at all means zeros (empty strings). Raises DecodeError for anything malformed.
+    """
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise TypeError(f"expected a serialized TensorProto as bytes, got {type(data).__name__}")
+    try:
+        proto = tensor_pb2.TensorProto.FromString(bytes(data))
+    except _ProtoDecodeError as exc:
+        raise DecodeError(f"cannot parse {len(data)} bytes as a {what}: {exc}") from None
+    code = proto.dtype
+    if code not in DTYPES:
+        name = tensor_pb2.DataType.Name(code) if code in tensor_pb2.DataType.values() else str(code)
+        raise DecodeError(f"{what} has dtype {name}, which tfr_torch cannot read (expected one of "
+                          f"{', '.join(n for n, _, _ in DTYPES.values())})")
+    if proto.tensor_shape.unknown_rank:
+        raise DecodeError(f"{what} has an unknown rank: a serialized tensor must have a known shape")
+    shape = tuple(d.size for d in proto.tensor_shape.dim)
+    if any(d < 0 for d in shape):
+        raise DecodeError(f"{what} has a negative dimension in its shape {list(shape)}")
+    count = 1
+    for d in shape:
+        count *= d
+    name, storage, val_field = DTYPES[code]
+
+    if code == DataType.STRING:
+        values = list(proto.string_val)
+        if proto.tensor_content:
+            raise DecodeError(f"{what} of dtype string has tensor_content: expected string_val")
+        if count and values and len(values) < count and count > MAX_BROADCAST_BYTES // 8:
+            raise DecodeError(f"{what} declares shape {list(shape)} ({count} strings) for {len(values)} values: refusing to expand")
+        flat = _complete(values, count, b"")
+        return TensorData(code, shape, _nest(flat, shape))
+
+    nbytes = count * storage.itemsize
+    if proto.tensor_content:
+        content = proto.tensor_content
+        if len(content) != nbytes:
+            raise DecodeError(f"{what} of dtype {name} and shape {list(shape)} needs {nbytes} bytes of "
+                              f"tensor_content, found {len(content)}")
+        array = np.frombuffer(content, dtype=storage.newbyteorder("<")).astype(storage.newbyteorder("="))
+        return TensorData(code, shape, array.reshape(shape))
+
+    raw = list(getattr(proto, val_field))
+    if code in (DataType.COMPLEX64, DataType.COMPLEX128):
+        if len(raw) % 2:
+            raise DecodeError(f"{what} of dtype {name} has an odd number ({len(raw)}) of {val_field} entries: "
+                              "expected (real, imaginary) pairs")
+        raw = [complex(raw[i], raw[i + 1]) for i in range(0, len(raw), 2)]
+    if len(raw) > count:
+        raw = raw[:count]
+    if nbytes > MAX_BROADCAST_BYTES and len(raw) < count:
+        raise DecodeError(f"{what} declares shape {list(shape)} ({nbytes} bytes) but carries {len(raw)} values: "
+                          f"refusing to expand beyond {MAX_BROADCAST_BYTES} bytes")
+    if code in (DataType.HALF, DataType.BFLOAT16):
+        array = np.array([v & 0xFFFF for v in raw], dtype=np.uint16)
+        array = array.view(np.float16) if code == DataType.HALF else array
+    elif code in (DataType.INT8, DataType.INT16, DataType.UINT8, DataType.UINT16):
+        array = np.array(raw, dtype=np.int64).astype(storage)  # int_val holds them widened; TF truncates back
+    else:
+        array = np.array(raw, dtype=storage)
+    out = np.zeros(count, dtype=array.dtype)
+    if len(array):
+        out[: len(array)] = array
+        out[len(array) :] = array[-1]
+    return TensorData(code, shape, out.reshape(shape))
+
+
+def _complete(values: list, count: int, zero: Any) -> list:
+    if len(values) >= count:
+        return values[:count]
+    if not values:
+        return [zero] * count
+    return values + [values[-1]] * (count - len(values))
+
+
+def _nest(flat: list, shape: tuple[int, ...]) -> Any:
+    if not shape:
+        return flat[0]
+    if len(shape) == 1:
+        return list(flat)
+    step = len(flat) // shape[0] if shape[0] else 0
+    return [_nest(flat[i * step : (i + 1) * step], shape[1:]) for i in range(shape[0])]

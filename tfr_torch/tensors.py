@@ -1,0 +1,102 @@
+"""serialize_tensor / parse_tensor for torch tensors (TensorFlow's tf.io.serialize_tensor / tf.io.parse_tensor)."""
+
+from __future__ import annotations
+
+from typing import Any, Union
+
+import numpy as np
+import torch
+
+from tfr_torch.errors import DecodeError
+from tfr_torch.format.tensor import DTYPES, DataType, decode_tensor_proto, encode_tensor_proto
+
+__all__ = ["serialize_tensor", "parse_tensor", "string"]
+
+string = "string"  # the dtype of string tensors and bytes features (TensorFlow's tf.string)
+
+_TORCH_OF_CODE: dict[int, torch.dtype] = {
+    DataType.FLOAT: torch.float32,
+    DataType.DOUBLE: torch.float64,
+    DataType.INT32: torch.int32,
+    DataType.UINT8: torch.uint8,
+    DataType.INT16: torch.int16,
+    DataType.INT8: torch.int8,
+    DataType.COMPLEX64: torch.complex64,
+    DataType.INT64: torch.int64,
+    DataType.BOOL: torch.bool,
+    DataType.BFLOAT16: torch.bfloat16,
+    DataType.UINT16: torch.uint16,
+    DataType.COMPLEX128: torch.complex128,
+    DataType.HALF: torch.float16,
+    DataType.UINT32: torch.uint32,
+    DataType.UINT64: torch.uint64,
+}
+_CODE_OF_TORCH = {v: k for k, v in _TORCH_OF_CODE.items()}
+_CODE_OF_NAME = {name: code for code, (name, _, _) in DTYPES.items()}
+_CODE_OF_NAME.update({"float": DataType.FLOAT, "double": DataType.DOUBLE, "half": DataType.HALF, "bytes": DataType.STRING})
+
+
+def serialize_tensor(x: torch.Tensor | np.ndarray) -> bytes:
+    """Serialize a tensor as TensorFlow's `tf.io.serialize_tensor` does, byte for byte.
+
+    Accepts a torch.Tensor or numpy array of any dtype both frameworks have (float16/32/64, bfloat16,
+    int8/16/32/64, uint8/16/32/64, bool, complex64/128), or a numpy array of bytes/str (a string tensor).
+
+    >>> parse_tensor(serialize_tensor(torch.arange(6).reshape(2, 3)))
+    tensor([[0, 1, 2],
+            [3, 4, 5]])
+    """
+    if isinstance(x, torch.Tensor):
+        x = x.detach().cpu().contiguous()
+        code = _CODE_OF_TORCH.get(x.dtype)
+        if code is None:
+            raise TypeError(f"cannot serialize a tensor of dtype {x.dtype}: TensorFlow has no such dtype")
+        if code == DataType.BFLOAT16:
+            return encode_tensor_proto(x.view(torch.int16).numpy().view(np.uint16), DataType.BFLOAT16)
+        return encode_tensor_proto(x.numpy(), code)
+    if isinstance(x, (np.ndarray, np.generic)):
+        return encode_tensor_proto(np.asarray(x))
+    raise TypeError(f"serialize_tensor expects a torch.Tensor or numpy.ndarray, got {type(x).__name__}")
+
+
+def _dtype_code(dtype: Any) -> int:
+    if isinstance(dtype, torch.dtype):
+        if dtype not in _CODE_OF_TORCH:
+            raise ValueError(f"dtype {dtype} has no TensorFlow equivalent")
+        return _CODE_OF_TORCH[dtype]
+    if isinstance(dtype, str) and dtype.removeprefix("tf.") in _CODE_OF_NAME:
+        return _CODE_OF_NAME[dtype.removeprefix("tf.")]
+    if dtype is bytes or dtype is str:
+        return DataType.STRING
+    try:
+        np_dtype = np.dtype(dtype)
+    except TypeError:
+        np_dtype = None
+    if np_dtype is not None and np_dtype.kind not in "SUO" and np_dtype.name in _CODE_OF_NAME:
+        return _CODE_OF_NAME[np_dtype.name]
+    raise ValueError(f"unknown dtype {dtype!r}: expected a torch dtype, a TensorFlow dtype name such as 'float32', "
+                     "or tfr_torch.string")
+
+
+def parse_tensor(data: bytes, dtype: Any = None) -> Union[torch.Tensor, list, bytes]:
+    """Parse a serialized TensorProto (from `tf.io.serialize_tensor` or `serialize_tensor`) into a torch.Tensor.
+
+    `dtype` (a torch dtype, a name such as "float32", or tfr_torch.string), when given, must match the stored
+    dtype, as in TensorFlow's `parse_tensor(serialized, out_type)`. String tensors come back as nested lists of
+    bytes shaped like the tensor (a scalar as bytes). The `*_val` forms are read as TensorFlow reads them.
+
+    >>> parse_tensor(serialize_tensor(np.array([1.5, -2.0], dtype=np.float32)), dtype=torch.float32)
+    tensor([ 1.5000, -2.0000])
+    """
+    decoded = decode_tensor_proto(data)
+    if dtype is not None:
+        want = _dtype_code(dtype)
+        if want != decoded.dtype:
+            raise DecodeError(f"type mismatch: the serialized tensor is {DTYPES[decoded.dtype][0]}, "
+                              f"but dtype {DTYPES[want][0]} was asked for")
+    if decoded.dtype == DataType.STRING:
+        return decoded.values
+    values = decoded.values
+    if decoded.dtype == DataType.BFLOAT16:
+        return torch.from_numpy(values.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(values)
