@@ -1,0 +1,1 @@
+"""Tools built on the layers below: the command line (and, later, converters)."""
