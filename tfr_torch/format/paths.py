@@ -88,9 +88,7 @@ def expand_paths(paths: PathLike | Iterable[PathLike]) -> list[str]:
             continue
         if is_url(path):
             fs, inner = _fsspec(path)
-            protocol = path.partition("://")[0]
-            matches = sorted(fs.glob(inner))
-            matches = [m if "://" in m else f"{protocol}://{m}" for m in matches]
+            matches = sorted(fs.unstrip_protocol(m) for m in fs.glob(inner))
         else:
             matches = sorted(_glob.glob(path))
         if not matches:

@@ -1,0 +1,56 @@
+"""The layering rules of ../shared/STYLE.md, checked in fresh interpreters."""
+
+import subprocess
+import sys
+
+import pytest
+
+
+def _run(code: str) -> str:
+    return subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout.strip()
+
+
+def test_format_layer_does_not_import_torch():
+    code = (
+        "import sys, tfr_torch, tfr_torch.format, tfr_torch.format.example, tfr_torch.format.index, "
+        "tfr_torch.format.tensor, tfr_torch.format.reader, tfr_torch.format.writer\n"
+        "tfr_torch.encode_example({'a': 1}); tfr_torch.read_records; tfr_torch.TFRecordWriter\n"
+        "print('torch' in sys.modules)"
+    )
+    assert _run(code) == "False"
+
+
+def test_cli_does_not_import_torch_for_format_commands():
+    assert _run("import sys, tfr_torch.tools.cli; print('torch' in sys.modules)") == "False"
+
+
+def test_torch_edge_loads_torch_on_first_use():
+    assert _run("import sys, tfr_torch; tfr_torch.parse_tensor; print('torch' in sys.modules)") == "True"
+
+
+def test_unknown_attribute_is_an_attribute_error():
+    import tfr_torch
+
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        tfr_torch.nope  # noqa: B018
+
+
+def test_public_names_resolve():
+    import tfr_torch
+
+    for name in tfr_torch.__all__:
+        assert getattr(tfr_torch, name) is not None, name
+
+
+def test_coexists_with_tensorflows_descriptors_in_the_default_pool():
+    """TensorFlow registers tensorflow.Example etc. in protobuf's default pool; ours live in a private pool."""
+    code = (
+        "from google.protobuf import descriptor_pb2, descriptor_pool\n"
+        "import tfr_torch\n"
+        "from tfr_torch.format._proto import example_pb2, feature_pb2\n"
+        "for mod in (feature_pb2, example_pb2):\n"
+        "    fd = descriptor_pb2.FileDescriptorProto(); mod.DESCRIPTOR.CopyToProto(fd)\n"
+        "    descriptor_pool.Default().Add(fd)\n"
+        "print(tfr_torch.decode_example(tfr_torch.encode_example({'x': 1}))['x'].tolist())"
+    )
+    assert _run(code) == "[1]"
