@@ -273,8 +273,7 @@ def test_serialize_tensor_matches_tensorflow_bytes(i):
 def test_parse_tensor_with_matching_dtype(i):
     entry, record = TENSORS[i], golden_records("tensors.tfrecord")[i]
     dtype = entry["dtype"]
-    spellings = [dtype, "tf." + dtype]
-    spellings.append(tfr_torch.string if dtype == "string" else TORCH_DTYPES[dtype])
+    spellings = [dtype, tfr_torch.string if dtype == "string" else TORCH_DTYPES[dtype]]
     for spelling in spellings:
         _check_parsed(tfr_torch.parse_tensor(record, dtype=spelling), entry)
 

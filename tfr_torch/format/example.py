@@ -21,6 +21,7 @@ from tfr_torch.errors import DecodeError
 from tfr_torch.format._proto import example_pb2, feature_pb2
 
 __all__ = [
+    "ByteStrings",
     "FeatureValue",
     "encode_example",
     "decode_example",
@@ -29,6 +30,15 @@ __all__ = [
     "to_feature",
     "from_feature",
 ]
+
+
+
+class ByteStrings(list):
+    """The values of a bytes_list feature as decoded: a plain list of bytes that remembers its kind, so that an
+    empty one encodes back to an empty bytes_list (a bare `[]` has no kind and is refused by encode_example)."""
+
+    __slots__ = ()
+
 
 FeatureValue = Union[np.ndarray, list]  # float32/int64 arrays, or lists of bytes
 
@@ -55,12 +65,16 @@ def _array_feature(key: str, array: np.ndarray, feature: feature_pb2.Feature) ->
         if kind == "u" and array.dtype.itemsize == 8 and array.size and int(array.max()) > _INT64_MAX:
             raise ValueError(
                 f"feature {key!r}: uint64 value {int(array.max())} does not fit in int64_list (max 2**63 - 1)")
+        feature.int64_list.SetInParent()  # an empty list is still a present feature
         feature.int64_list.value.extend(array.astype(np.int64, copy=False).ravel().tolist())
     elif kind == "f" or array.dtype.name == "bfloat16":
+        feature.float_list.SetInParent()
         feature.float_list.value.extend(array.astype(np.float32).ravel().tolist())
     elif kind == "S":
+        feature.bytes_list.SetInParent()
         feature.bytes_list.value.extend(array.ravel().tolist())
     elif kind == "U":
+        feature.bytes_list.SetInParent()
         feature.bytes_list.value.extend(s.encode("utf-8") for s in array.ravel().tolist())
     elif kind == "O":
         items = array.ravel().tolist()
@@ -71,6 +85,9 @@ def _array_feature(key: str, array: np.ndarray, feature: feature_pb2.Feature) ->
 
 
 def _list_feature(key: str, items: list, feature: feature_pb2.Feature, nested_ok: bool = True) -> None:
+    if not items and isinstance(items, ByteStrings):
+        feature.bytes_list.SetInParent()
+        return
     if not items:
         raise TypeError(f"feature {key!r}: an empty list has no type; pass a typed empty array such as "
                         "np.array([], dtype=np.int64), np.array([], dtype=np.float32) or np.array([], dtype=bytes)")
@@ -124,7 +141,7 @@ def to_feature(key: str, value: Any, feature: feature_pb2.Feature | None = None)
     elif isinstance(value, (np.ndarray, np.generic)):
         _array_feature(key, np.asarray(value), feature)
     elif isinstance(value, (list, tuple)):
-        _list_feature(key, list(value), feature)
+        _list_feature(key, value if isinstance(value, ByteStrings) else list(value), feature)
     elif isinstance(value, feature_pb2.Feature):
         feature.CopyFrom(value)
     elif _torch_like(value):
@@ -166,7 +183,7 @@ def from_feature(feature: feature_pb2.Feature) -> FeatureValue | None:
     if kind == "float_list":
         return np.array(feature.float_list.value, dtype=np.float32)
     if kind == "bytes_list":
-        return list(feature.bytes_list.value)
+        return ByteStrings(feature.bytes_list.value)
     return None
 
 
