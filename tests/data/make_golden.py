@@ -6,8 +6,8 @@ Run by hand, from the repository root, with a Python that has real TensorFlow
     /work/tfenv/bin/python tests/data/make_golden.py
 
 The script is deterministic (fixed contents, protobuf maps serialized with
-``deterministic=True``, TF's gzip header has mtime 0) and deletes and rewrites
-``tests/data/golden/``. It never imports tfr_torch: everything in the golden
+``deterministic=True``, TF's gzip header has mtime 0) and deletes and rewrites the
+files directly in ``tests/data/golden/`` (not ``golden/parse/``, see make_golden_parse.py). It never imports tfr_torch: everything in the golden
 files is what TensorFlow itself writes and decodes.
 
 Files written (all under tests/data/golden/):
@@ -46,7 +46,6 @@ Value encodings in all JSON files:
 import hashlib
 import json
 import os
-import shutil
 import sys
 from importlib import metadata
 
@@ -605,9 +604,12 @@ def read_all(name, compression_type=""):
 
 
 def main():
+    # Remove only this script's own files: golden/parse/ belongs to make_golden_parse.py.
     if os.path.isdir(OUT):
-        shutil.rmtree(OUT)
-    os.makedirs(OUT)
+        for name in os.listdir(OUT):
+            if os.path.isfile(os.path.join(OUT, name)):
+                os.remove(os.path.join(OUT, name))
+    os.makedirs(OUT, exist_ok=True)
 
     compression = {}  # file name -> (type, level)
     notes = {}
