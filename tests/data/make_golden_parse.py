@@ -10,8 +10,8 @@ The script never imports tfr_torch. It deletes and rewrites
 ``tests/data/golden/parse/`` and is deterministic (protos serialized with
 ``deterministic=True``; TF runs eagerly on CPU).
 
-NOTE: tests/data/make_golden.py deletes the whole ``tests/data/golden/``
-folder, so run this script again after running that one.
+tests/data/make_golden.py rewrites only the files directly in ``tests/data/golden/``,
+so the two scripts can be run in any order.
 
 Files written:
 
