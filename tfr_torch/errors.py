@@ -71,6 +71,10 @@ class IndexMismatchError(TFRecordError):
         self.index_path = index_path
         super().__init__(message, path, offset)
 
+    def _render(self) -> str:
+        text = super()._render()
+        return f"{text} (index file: {self.index_path})" if self.index_path is not None else text
+
 
 class SkippedRecordWarning(UserWarning):
     """Warned when a bad record is skipped under `on_error="skip"`; the message is the error's."""

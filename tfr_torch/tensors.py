@@ -10,9 +10,7 @@ import torch
 from tfr_torch.errors import DecodeError
 from tfr_torch.format.tensor import DTYPES, DataType, decode_tensor_proto, encode_tensor_proto
 
-__all__ = ["serialize_tensor", "parse_tensor", "string"]
-
-string = "string"  # the dtype of string tensors and bytes features (TensorFlow's tf.string)
+__all__ = ["serialize_tensor", "parse_tensor"]
 
 _TORCH_OF_CODE: dict[int, torch.dtype] = {
     DataType.FLOAT: torch.float32,

@@ -89,6 +89,7 @@ class Inflater:
         self._pending = head  # compressed bytes read but not yet given to zlib
         self._z = zlib.decompressobj(_WBITS[compression])
         self._eof = False
+        self._error: Exception | None = None  # raised on the next call, after the bytes before it were returned
         self.position = 0  # decompressed bytes delivered so far
 
     def _fill(self) -> bool:
@@ -97,42 +98,67 @@ class Inflater:
         return bool(self._pending)
 
     def readinto(self, view) -> int:
-        """Fill `view` with decompressed bytes; return how many (0 only at the end of the stream)."""
+        """Fill `view` with decompressed bytes; return how many (0 only at the end of the stream).
+
+        A corrupt or truncated stream raises CorruptRecordError / TruncatedRecordError, but only once every byte
+        inflated before the damage has been returned, so the records before it are still read."""
+        if self._error is not None:
+            err, self._error = self._error, None
+            self._eof = True
+            raise err
         view = memoryview(view).cast("B")
+        filled = 0
+        try:
+            filled = self._inflate(view)
+        except (CorruptRecordError, TruncatedRecordError) as err:
+            filled = err.filled  # type: ignore[attr-defined]
+            if not filled:
+                self._eof = True
+                raise
+            self._error = err
+        self.position += filled
+        return filled
+
+    def _inflate(self, view: memoryview) -> int:
         want = len(view)
         filled = 0
+
+        def failure(cls, message: str) -> Exception:
+            err = cls(message, self._path, self.position + filled)
+            err.filled = filled
+            return err
+
         while filled < want and not self._eof:
             if self._z.eof:
                 rest = self._z.unused_data + self._pending
+                self._pending = b""
                 if not rest:
                     rest = self._raw.read(self._chunk)
                 if not rest:
                     self._eof = True
                     break
                 if self._compression == ZLIB:
-                    raise CorruptRecordError(
-                        f"{len(rest)}+ bytes follow the end of the ZLIB stream (TensorFlow would ignore them "
-                        "silently): expected the file to end there", self._path, self.position)
+                    raise failure(CorruptRecordError,
+                                  f"{len(rest)}+ bytes follow the end of the ZLIB stream (TensorFlow would ignore them "
+                                  "silently): expected the file to end there")
                 self._pending = rest
                 self._z = zlib.decompressobj(_WBITS[self._compression])
             if self._z.unconsumed_tail:
                 data = self._z.unconsumed_tail
             else:
                 if not self._fill():
-                    raise TruncatedRecordError(
-                        f"the {self._compression.upper()} stream ends before its end marker after "
-                        f"{self.position + filled} decompressed bytes: expected more compressed data",
-                        self._path, self.position + filled)
+                    raise failure(TruncatedRecordError,
+                                  f"the {self._compression.upper()} stream ends before its end marker after "
+                                  f"{self.position + filled} decompressed bytes: expected more compressed data")
                 data, self._pending = self._pending, b""
             try:
                 out = self._z.decompress(data, want - filled)
             except zlib.error as exc:
-                raise CorruptRecordError(
-                    f"cannot inflate the {self._compression.upper()} stream after {self.position + filled} "
-                    f"decompressed bytes: {exc}", self._path, self.position + filled) from None
+                raise failure(CorruptRecordError,
+                              f"cannot inflate the {self._compression.upper()} stream after "
+                              f"{self.position + filled} decompressed bytes: {exc}") from None
             view[filled : filled + len(out)] = out
             filled += len(out)
-        self.position += filled
         return filled
 
     def skip(self, count: int) -> int:

@@ -45,6 +45,15 @@ FeatureValue = Union[np.ndarray, list]  # float32/int64 arrays, or lists of byte
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
 def _torch_like(value: Any) -> bool:
     """True if `value` is a torch.Tensor (checked only when torch is already imported: never imports it)."""
     torch = sys.modules.get("torch")
@@ -68,8 +77,11 @@ def _array_feature(key: str, array: np.ndarray, feature: feature_pb2.Feature) ->
         feature.int64_list.SetInParent()  # an empty list is still a present feature
         feature.int64_list.value.extend(array.astype(np.int64, copy=False).ravel().tolist())
     elif kind == "f" or array.dtype.name == "bfloat16":
-        feature.float_list.SetInParent()
-        feature.float_list.value.extend(array.astype(np.float32).ravel().tolist())
+        with np.errstate(over="ignore"):  # float64 beyond float32's range becomes inf, as in TensorFlow
+            payload = array.astype("<f4").tobytes()
+        # parse the packed list from its bytes: keeps every bit (NaN payloads too), unlike a trip through Python floats
+        inner = b"\x0a" + _varint(len(payload)) + payload if payload else b""
+        feature.MergeFromString(b"\x12" + _varint(len(inner)) + inner)
     elif kind == "S":
         feature.bytes_list.SetInParent()
         feature.bytes_list.value.extend(array.ravel().tolist())
@@ -116,14 +128,16 @@ def _list_feature(key: str, items: list, feature: feature_pb2.Feature, nested_ok
     elif kinds <= {"int", "float"}:
         feature.float_list.value.extend(float(item) for item in items)
     elif kinds == {"nested"}:
+        # flatten row-major through an object array, so numpy cannot quietly turn mixed ints and strings into text
         try:
-            array = np.asarray([np.asarray(_torch_to_numpy(i) if _torch_like(i) else i) for i in items])
+            array = np.asarray([_torch_to_numpy(i) if _torch_like(i) else i for i in items], dtype=object)
         except ValueError:
+            array = None
+        leaves = array.ravel().tolist() if array is not None else []
+        if array is None or any(isinstance(leaf, (list, tuple, np.ndarray)) or _torch_like(leaf) for leaf in leaves):
             raise TypeError(f"feature {key!r}: nested lists must be rectangular (ragged nested lists cannot be "
-                            "flattened into one feature)") from None
-        if array.dtype.kind == "O":
-            raise TypeError(f"feature {key!r}: nested lists must be rectangular and of one type")
-        _array_feature(key, array, feature)
+                            "flattened into one feature)")
+        _list_feature(key, leaves, feature, nested_ok=False)
     else:
         raise TypeError(f"feature {key!r}: a list mixes {' and '.join(sorted(kinds))} values; one feature holds one kind")
 

@@ -7,6 +7,7 @@ the offsets are positions in the decompressed stream: a reader reaches them with
 
 from __future__ import annotations
 
+import re
 import struct
 
 import numpy as np
@@ -20,6 +21,7 @@ from tfr_torch.format.reader import HEADER_SIZE, RecordReader
 __all__ = ["build_index", "read_index", "scan_index", "check_index", "index_path_for"]
 
 _OVERHEAD = 16
+_WELL_FORMED = re.compile(rb"(?:[ \t]*\d+[ \t]+\d+[ \t]*\r?\n)*(?:[ \t]*\d+[ \t]+\d+[ \t]*)?")
 
 
 def index_path_for(path: PathLike) -> str:
@@ -76,11 +78,10 @@ def read_index(path: PathLike, tfrecord_path: PathLike | None = None, compressio
         text = f.read()
     target = as_path(tfrecord_path) if tfrecord_path is not None else None
     lines = text.splitlines()
-    tokens = text.split()
     values = None
-    if len(tokens) == 2 * len(lines):
+    if _WELL_FORMED.fullmatch(text):
         try:
-            values = np.array(tokens, dtype=np.int64)
+            values = np.array(text.split(), dtype=np.int64)
         except (ValueError, OverflowError):
             values = None
     if values is None:

@@ -94,9 +94,16 @@ class RecordReader:
                 compression = detect_compression(head)
         if compression == NONE:
             total = _size_of(raw)
+            stream = raw
             if head or self.start:
-                raw.seek(self.start)
-            return NONE, raw, total
+                if _seekable(raw):
+                    raw.seek(self.start)
+                else:  # a pipe-like stream: give back the sniffed bytes, then skip to `start`
+                    stream = _Prefixed(head, raw)
+                    if self.start and _skip(stream, self.start) < self.start:
+                        raise TruncatedRecordError(f"cannot start reading at offset {self.start}: the file is shorter",
+                                                   self.path, self.start)
+            return NONE, stream, total
         stream = Inflater(raw, compression, self.path, head=head)
         if self.start:
             skipped = stream.skip(self.start)
@@ -144,21 +151,27 @@ class RecordReader:
         lo = hi = 0
         base = self.start
         eof = False
+        broken = False  # the (compressed) stream failed; what is left in the buffer is its cut-off tail
 
         def fill(want: int) -> None:
             """Move buf[lo:hi] to the front and read until `want` bytes are buffered or the stream ends."""
-            nonlocal buf, view, lo, hi, base, eof
+            nonlocal buf, view, lo, hi, base, eof, broken
             if lo:
                 view[: hi - lo] = view[lo:hi]
                 base += lo
                 hi -= lo
                 lo = 0
             while hi < want and not eof:
-                if len(buf) < want:  # grow step by step as data arrives: a lying length allocates nothing
+                if hi == len(buf):  # full: grow step by step as data arrives, so a lying length allocates nothing
                     view.release()
                     buf.extend(bytes(min(want, max(2 * len(buf), len(buf) + _BUFFER)) - len(buf)))
                     view = memoryview(buf)
-                n = readinto(view[hi:])
+                try:
+                    n = readinto(view[hi:])
+                except TFRecordError as err:  # a corrupt or truncated compressed stream: nothing more to read
+                    eof = broken = True
+                    self._fail(err)
+                    n = 0
                 if not n:
                     eof = True
                 hi += n
@@ -194,7 +207,7 @@ class RecordReader:
                 if hi - lo < HEADER_SIZE:
                     fill(HEADER_SIZE)
                     if hi - lo < HEADER_SIZE:
-                        if hi > lo:
+                        if hi > lo and not broken:
                             self._fail(TruncatedRecordError(
                                 f"found {hi - lo} trailing bytes: expected a {HEADER_SIZE}-byte record header or the "
                                 "end of the file", path, off))
@@ -215,6 +228,8 @@ class RecordReader:
                         return
                     fill(need)
                     if hi - lo < need:
+                        if broken:  # already reported: the stream broke inside this record
+                            return
                         self._fail(TruncatedRecordError(
                             f"truncated record: its header says {length} bytes of data, so {need} bytes from this "
                             f"offset, but the stream ends after {hi - lo}", path, off))
@@ -234,6 +249,45 @@ class RecordReader:
         finally:
             view.release()
             self._raw.close()
+
+
+def _seekable(raw: IO[bytes]) -> bool:
+    try:
+        return bool(raw.seekable())
+    except (AttributeError, OSError, ValueError):
+        return False
+
+
+class _Prefixed:
+    """`readinto` over some bytes already read from a stream, then the rest of the stream."""
+
+    def __init__(self, head: bytes, raw: IO[bytes]) -> None:
+        self._head = memoryview(head)
+        self._raw = raw
+
+    def readinto(self, view) -> int:
+        if self._head.nbytes:
+            n = min(len(view), self._head.nbytes)
+            view[:n] = self._head[:n]
+            self._head = self._head[n:]
+            return n
+        readinto = getattr(self._raw, "readinto", None)
+        if readinto is not None:
+            return readinto(view) or 0
+        data = self._raw.read(len(view))
+        view[: len(data)] = data
+        return len(data)
+
+
+def _skip(stream, count: int) -> int:
+    scratch = bytearray(min(count, 1 << 20))
+    done = 0
+    while done < count:
+        n = stream.readinto(memoryview(scratch)[: min(len(scratch), count - done)])
+        if not n:
+            break
+        done += n
+    return done
 
 
 def _size_of(raw: IO[bytes]) -> int | None:

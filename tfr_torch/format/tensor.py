@@ -13,13 +13,15 @@ import numpy as np
 from google.protobuf.message import DecodeError as _ProtoDecodeError
 
 from tfr_torch.errors import DecodeError
-from tfr_torch.format._proto import tensor_pb2
+from tfr_torch.format._proto import tensor_pb2, types_pb2
 
 __all__ = ["DataType", "DTYPES", "TensorData", "encode_tensor_proto", "decode_tensor_proto", "dtype_code_of"]
 
 # Broadcasting one *_val to a huge declared shape is refused above this many bytes, so that a tiny payload cannot
 # make the reader allocate gigabytes (TensorFlow would allocate them).
 MAX_BROADCAST_BYTES = 1 << 31
+# String tensors become nested Python lists: more (expanded) elements or lists than this are refused.
+MAX_STRING_ELEMENTS = 1 << 24
 
 
 class DataType:
@@ -129,7 +131,7 @@ def decode_tensor_proto(data: bytes, *, what: str = "TensorProto") -> TensorData
         raise DecodeError(f"cannot parse {len(data)} bytes as a {what}: {exc}") from None
     code = proto.dtype
     if code not in DTYPES:
-        name = tensor_pb2.DataType.Name(code) if code in tensor_pb2.DataType.values() else str(code)
+        name = types_pb2.DataType.Name(code) if code in types_pb2.DataType.values() else str(code)
         raise DecodeError(f"{what} has dtype {name}, which tfr_torch cannot read (expected one of "
                           f"{', '.join(n for n, _, _ in DTYPES.values())})")
     if proto.tensor_shape.unknown_rank:
@@ -146,8 +148,12 @@ def decode_tensor_proto(data: bytes, *, what: str = "TensorProto") -> TensorData
         values = list(proto.string_val)
         if proto.tensor_content:
             raise DecodeError(f"{what} of dtype string has tensor_content: expected string_val")
-        if count and values and len(values) < count and count > MAX_BROADCAST_BYTES // 8:
-            raise DecodeError(f"{what} declares shape {list(shape)} ({count} strings) for {len(values)} values: refusing to expand")
+        lists = 1
+        for d in shape[:-1]:
+            lists *= d
+        if (len(values) < count and count > MAX_STRING_ELEMENTS) or lists > MAX_STRING_ELEMENTS:
+            raise DecodeError(f"{what} declares string shape {list(shape)} ({count} strings) but carries "
+                              f"{len(values)} values: refusing to expand it beyond {MAX_STRING_ELEMENTS} elements")
         flat = _complete(values, count, b"")
         return TensorData(code, shape, _nest(flat, shape))
 
