@@ -29,6 +29,7 @@ PROTOS = [
     "tensorflow/core/framework/types.proto",
     "tensorflow/core/framework/tensor_shape.proto",
     "tensorflow/core/framework/tensor.proto",
+    "tfr_torch/raw_example.proto",
 ]
 
 _VERSION_CHECK = re.compile(
@@ -49,7 +50,7 @@ def _postprocess(source: str) -> str:
         "from tfr_torch.format._proto._pool import POOL as _POOL\n",
     )
     source = source.replace("_descriptor_pool.Default()", "_POOL")
-    source = re.sub(r"'tensorflow\.core\.(?:example|framework)\.(\w+_pb2)'", r"'tfr_torch.format._proto.\1'", source)
+    source = re.sub(r"'(?:tensorflow\.core\.(?:example|framework)|tfr_torch)\.(\w+_pb2)'", r"'tfr_torch.format._proto.\1'", source)
     if "_descriptor_pool" in source or "tensorflow.core" in source.replace("# source: tensorflow/core", ""):
         raise RuntimeError("unexpected protoc output: post-processing left a reference to the default pool")
     return source

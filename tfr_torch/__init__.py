@@ -38,7 +38,29 @@ _EXPORTS = {
     # torch edge
     "serialize_tensor": "tfr_torch.tensors",
     "parse_tensor": "tfr_torch.tensors",
-    "string": "tfr_torch.tensors",
+    "string": "tfr_torch.decode.specs",
+    # decode layer
+    "FixedLenFeature": "tfr_torch.decode.specs",
+    "VarLenFeature": "tfr_torch.decode.specs",
+    "SparseFeature": "tfr_torch.decode.specs",
+    "RaggedFeature": "tfr_torch.decode.specs",
+    "FixedLenSequenceFeature": "tfr_torch.decode.specs",
+    "RowLengths": "tfr_torch.decode.specs",
+    "RowSplits": "tfr_torch.decode.specs",
+    "RowStarts": "tfr_torch.decode.specs",
+    "RowLimits": "tfr_torch.decode.specs",
+    "ValueRowIds": "tfr_torch.decode.specs",
+    "UniformRowLength": "tfr_torch.decode.specs",
+    "parse_example": "tfr_torch.decode.parse",
+    "parse_single_example": "tfr_torch.decode.parse",
+    "parse_sequence_example": "tfr_torch.decode.parse",
+    "parse_single_sequence_example": "tfr_torch.decode.parse",
+    "compile_features": "tfr_torch.decode.plan",
+    "ExamplePlan": "tfr_torch.decode.plan",
+    "RaggedTensor": "tfr_torch.decode.results",
+    "SparseBytes": "tfr_torch.decode.results",
+    "to_padded": "tfr_torch.decode.results",
+    "infer_features": "tfr_torch.decode.infer",
 }
 
 __all__ = ["__version__", *sorted(_EXPORTS)]
@@ -62,7 +84,30 @@ if TYPE_CHECKING:  # pragma: no cover
     from tfr_torch.format.paths import expand_paths
     from tfr_torch.format.reader import RecordReader, read_records
     from tfr_torch.format.writer import TFRecordWriter
-    from tfr_torch.tensors import parse_tensor, serialize_tensor, string
+    from tfr_torch.decode.infer import infer_features
+    from tfr_torch.decode.parse import (
+        parse_example,
+        parse_sequence_example,
+        parse_single_example,
+        parse_single_sequence_example,
+    )
+    from tfr_torch.decode.plan import ExamplePlan, compile_features
+    from tfr_torch.decode.results import RaggedTensor, SparseBytes, to_padded
+    from tfr_torch.decode.specs import (
+        FixedLenFeature,
+        FixedLenSequenceFeature,
+        RaggedFeature,
+        RowLengths,
+        RowLimits,
+        RowSplits,
+        RowStarts,
+        SparseFeature,
+        UniformRowLength,
+        ValueRowIds,
+        VarLenFeature,
+        string,
+    )
+    from tfr_torch.tensors import parse_tensor, serialize_tensor
 
 
 def __getattr__(name: str) -> Any:

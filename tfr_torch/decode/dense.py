@@ -1,0 +1,155 @@
+"""Decoders for FixedLenFeature and FixedLenSequenceFeature (dense results)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import torch
+
+from tfr_torch.decode.convert import NUMPY_OF_WIRE, nest, to_torch, wire_default
+from tfr_torch.decode.specs import FixedLenFeature, FixedLenSequenceFeature, string, wire_kind
+from tfr_torch.decode.units import Units
+
+__all__ = ["FixedLenDecoder", "FixedLenSequenceDecoder", "StepSequenceDecoder"]
+
+
+def _starts(counts: np.ndarray) -> np.ndarray:
+    starts = np.zeros(len(counts), dtype=np.int64)
+    np.cumsum(counts[:-1], out=starts[1:])
+    return starts
+
+
+def _shape_text(shape: tuple) -> str:
+    return "[" + ", ".join(map(str, shape)) + "]"
+
+
+class FixedLenDecoder:
+    """FixedLenFeature: dense `[B, *shape]`."""
+
+    def __init__(self, key: str, spec: FixedLenFeature) -> None:
+        self.key, self.spec = key, spec
+        self.kind = wire_kind(spec.dtype)
+        self.count = math.prod(spec.shape)
+        self.default = None if spec.default_value is None else wire_default(
+            spec.default_value, spec.dtype, self.count, key, "FixedLenFeature")
+
+    def wire_keys(self) -> dict[str, str]:
+        return {self.key: self.kind}
+
+    def __call__(self, units: Units, single: bool = False) -> Any:
+        key, n, spec = self.key, self.count, self.spec
+        col = units.column(key, self.kind)
+        missing = ~col.present
+        if self.default is None and missing.any():
+            raise units.error(key, int(np.flatnonzero(missing)[0]),
+                              f"is required but missing (FixedLenFeature with shape {_shape_text(spec.shape)}, "
+                              f"{self.kind}, and no default_value)")
+        wrong = col.present & (col.counts != n)
+        if wrong.any():
+            i = int(np.flatnonzero(wrong)[0])
+            found = int(col.counts[i])
+            detail = (f"holds an empty list, expected {n} {self.kind} values (shape {_shape_text(spec.shape)}); "
+                      "an empty list is an error even with a default_value, as in TensorFlow") if found == 0 else (
+                      f"holds {found} {self.kind} values, expected {n} (shape {_shape_text(spec.shape)})")
+            raise units.error(key, i, detail)
+        b = units.n
+        if spec.dtype == string:
+            rows, it = [], iter(col.values)
+            for i in range(b):
+                flat = [next(it) for _ in range(n)] if col.present[i] else list(self.default)
+                rows.append(nest(flat, spec.shape))
+            return rows[0] if single else rows
+        if missing.any():
+            array = np.empty((b, n), dtype=NUMPY_OF_WIRE[self.kind])
+            array[col.present] = np.asarray(col.values).reshape(-1, n)
+            array[missing] = self.default
+        else:
+            array = np.asarray(col.values).reshape(b, n)
+        tensor = to_torch(array, spec.dtype, key, where=lambda pos: units.locator.describe(pos // max(n, 1)))
+        tensor = tensor.reshape(b, *spec.shape)
+        return tensor[0] if single else tensor
+
+
+class FixedLenSequenceDecoder:
+    """FixedLenSequenceFeature in an Example: `[B, T, *shape]`, rows padded with default_value (or 0)."""
+
+    def __init__(self, key: str, spec: FixedLenSequenceFeature) -> None:
+        if not spec.allow_missing:
+            raise ValueError(f"FixedLenSequenceFeature {key!r}: parse_example needs allow_missing=True (as in "
+                             "TensorFlow: 'FixedLenSequenceFeature requires allow_missing to be True')")
+        self.key, self.spec = key, spec
+        self.kind = wire_kind(spec.dtype)
+        self.count = math.prod(spec.shape)
+        self.pad = (b"" if spec.dtype == string else 0) if spec.default_value is None else wire_default(
+            spec.default_value, spec.dtype, 1, key, "FixedLenSequenceFeature (a scalar default_value pads rows)")[0]
+
+    def wire_keys(self) -> dict[str, str]:
+        return {self.key: self.kind}
+
+    def __call__(self, units: Units, single: bool = False) -> Any:
+        key, n, spec = self.key, self.count, self.spec
+        col = units.column(key, self.kind)
+        if n == 0:
+            nonempty = col.counts > 0
+            if nonempty.any():
+                raise units.error(key, int(np.flatnonzero(nonempty)[0]), "holds values, but its shape has no elements")
+            steps = np.zeros(units.n, dtype=np.int64)
+        else:
+            uneven = col.counts % n != 0
+            if uneven.any():
+                i = int(np.flatnonzero(uneven)[0])
+                raise units.error(key, i, f"holds {int(col.counts[i])} {self.kind} values, not a multiple of {n} "
+                                          f"(FixedLenSequenceFeature shape {_shape_text(spec.shape)})")
+            steps = col.counts // n
+        return _pad(col.values, col.counts, steps, units, self, single)
+
+
+class StepSequenceDecoder:
+    """FixedLenSequenceFeature in SequenceExample feature lists: each step holds exactly prod(shape) values;
+    result `[B, T, *shape]` zero-padded (`[T, *shape]` for one example), plus the lengths T."""
+
+    def __init__(self, key: str, spec: FixedLenSequenceFeature) -> None:
+        if spec.default_value is not None:
+            raise ValueError(f"FixedLenSequenceFeature {key!r}: a default_value is not allowed in sequence_features "
+                             "(as in TensorFlow); padding is 0 or b''")
+        self.key, self.spec = key, spec
+        self.kind = wire_kind(spec.dtype)
+        self.count = math.prod(spec.shape)
+        self.pad = b"" if spec.dtype == string else 0
+
+    def __call__(self, steps: Units, steps_per_example: np.ndarray, single: bool) -> Any:
+        key, n, spec = self.key, self.count, self.spec
+        col = steps.column(key, self.kind)
+        wrong = col.counts != n
+        if wrong.any():
+            u = int(np.flatnonzero(wrong)[0])
+            detail = ("has no values (a Feature with no kind set)" if not col.present[u] else
+                      f"holds {int(col.counts[u])} {self.kind} values, expected {n} per step (shape "
+                      f"{_shape_text(spec.shape)})")
+            raise steps.error(key, u, detail)
+        return _pad(col.values, steps_per_example * n, steps_per_example, steps, self, single)
+
+
+def _pad(values: Any, counts: np.ndarray, steps: np.ndarray, units: Units, decoder: Any, single: bool) -> Any:
+    """Lay out each example's values as `[T_i, *shape]`, padded to the longest T in the batch."""
+    spec, n = decoder.spec, decoder.count
+    b = len(counts)
+    longest = int(steps.max()) if b else 0
+    if spec.dtype == string:
+        rows, it = [], iter(values)
+        for i in range(b):
+            flat = [next(it) for _ in range(int(counts[i]))]
+            flat += [decoder.pad] * ((longest - int(steps[i])) * n if not single else 0)
+            rows.append(nest(flat, ((int(steps[i]) if single else longest), *spec.shape)))
+        return rows[0] if single else rows
+    array = np.full((b, longest * n), decoder.pad, dtype=NUMPY_OF_WIRE[decoder.kind])
+    if len(values):
+        rows = np.repeat(np.arange(b), counts)
+        cols = np.arange(len(values)) - np.repeat(_starts(counts), counts)
+        array[rows, cols] = values
+    tensor = to_torch(array, spec.dtype, decoder.key).reshape(b, longest, *spec.shape)
+    if single:
+        return tensor[0, : int(steps[0])]
+    return tensor

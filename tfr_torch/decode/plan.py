@@ -1,0 +1,207 @@
+"""Compiled decoding plans: built once per feature spec, they decode whole batches column by column."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from google.protobuf.message import DecodeError as _ProtoDecodeError
+
+from tfr_torch.decode.dense import FixedLenDecoder, FixedLenSequenceDecoder, StepSequenceDecoder
+from tfr_torch.decode.ragged import RaggedDecoder
+from tfr_torch.decode.sparse import SparseDecoder, VarLenDecoder
+from tfr_torch.decode.specs import (
+    FixedLenFeature,
+    FixedLenSequenceFeature,
+    RaggedFeature,
+    SparseFeature,
+    VarLenFeature,
+)
+from tfr_torch.decode.units import Locator, Units
+from tfr_torch.errors import DecodeError
+from tfr_torch.format._proto import raw_example_pb2
+
+__all__ = ["ExamplePlan", "SequenceExamplePlan", "compile_features"]
+
+_EXAMPLE_DECODERS = {
+    FixedLenFeature: FixedLenDecoder,
+    VarLenFeature: VarLenDecoder,
+    SparseFeature: SparseDecoder,
+    RaggedFeature: RaggedDecoder,
+    FixedLenSequenceFeature: FixedLenSequenceDecoder,
+}
+_SEQUENCE_DECODERS = {
+    FixedLenSequenceFeature: StepSequenceDecoder,
+    VarLenFeature: VarLenDecoder,
+    RaggedFeature: RaggedDecoder,
+}
+_parse_raw_example = raw_example_pb2.RawExample.FromString
+_parse_raw_sequence = raw_example_pb2.RawSequenceExample.FromString
+
+
+def _decoders(features: Mapping[str, Any] | None, table: dict, what: str) -> dict[str, Any]:
+    if features is None:
+        return {}
+    if not isinstance(features, Mapping):
+        raise TypeError(f"{what} must be a dict of feature names to specs, got {type(features).__name__}")
+    out = {}
+    for key, spec in features.items():
+        if not isinstance(key, str):
+            raise TypeError(f"{what}: feature names must be str, got {key!r}")
+        decoder = table.get(type(spec))
+        if decoder is None:
+            allowed = ", ".join(t.__name__ for t in table)
+            raise TypeError(f"{what} {key!r}: expected one of {allowed}, got {spec!r}")
+        out[key] = decoder(key, spec)
+    return out
+
+
+def _check_wire_kinds(decoders: dict[str, Any], what: str) -> None:
+    """Two specs that read the same wire key must agree on its kind (float, int64 or bytes)."""
+    seen: dict[str, tuple[str, str]] = {}
+    for name, decoder in decoders.items():
+        for wire_key, kind in decoder.wire_keys().items():
+            if wire_key in seen and seen[wire_key][0] != kind:
+                other_kind, other = seen[wire_key]
+                raise ValueError(f"{what}: feature {other!r} reads key {wire_key!r} as {other_kind} but {name!r} "
+                                 f"reads it as {kind}")
+            seen.setdefault(wire_key, (kind, name))
+
+
+def _records(serialized: Any) -> Sequence[bytes]:
+    if isinstance(serialized, (bytes, bytearray, memoryview, str)):
+        raise TypeError("serialized must be a sequence of records (bytes); for one record use the parse_single_* form")
+    return serialized if isinstance(serialized, Sequence) else list(serialized)
+
+
+def _record_bytes(record: Any, locator: Locator, i: int) -> bytes:
+    if isinstance(record, bytes):
+        return record
+    if isinstance(record, (bytearray, memoryview)):
+        return bytes(record)
+    if isinstance(record, np.bytes_):
+        return bytes(record)
+    raise TypeError(f"{locator.describe(i)}: a serialized record must be bytes, got {type(record).__name__}")
+
+
+class ExamplePlan:
+    """The decoding plan of one `features` spec for tf.train.Example records (see `parse_example`)."""
+
+    def __init__(self, features: Mapping[str, Any]) -> None:
+        self.features = dict(features)
+        self.decoders = _decoders(features, _EXAMPLE_DECODERS, "features")
+        _check_wire_kinds(self.decoders, "features")
+
+    def parse(self, serialized: Sequence[bytes], example_names: Sequence[str] | None = None,
+              single: bool = False) -> dict[str, Any]:
+        records = _records(serialized)
+        locator = Locator(example_names, single)
+        maps = []
+        for i, record in enumerate(records):
+            data = _record_bytes(record, locator, i)
+            try:
+                maps.append(_parse_raw_example(data).features.feature)
+            except _ProtoDecodeError as exc:
+                path, offset = locator.location(i)
+                raise DecodeError(f"{locator.describe(i)}: cannot parse {len(data)} bytes as a tf.train.Example: {exc}",
+                                  path, offset) from None
+        units = Units(maps, locator)
+        return {key: decoder(units, single) for key, decoder in self.decoders.items()}
+
+
+class SequenceExamplePlan:
+    """The decoding plan for tf.train.SequenceExample records (see `parse_sequence_example`)."""
+
+    def __init__(self, context_features: Mapping[str, Any] | None, sequence_features: Mapping[str, Any] | None) -> None:
+        self.context = _decoders(context_features, {k: v for k, v in _EXAMPLE_DECODERS.items()
+                                                    if k is not FixedLenSequenceFeature}, "context_features")
+        self.sequence = _decoders(sequence_features, _SEQUENCE_DECODERS, "sequence_features")
+        if not self.context and not self.sequence:
+            raise ValueError("parse_sequence_example needs context_features or sequence_features (both are empty)")
+        _check_wire_kinds(self.context, "context_features")
+        self._list_keys = {key: self._keys_of(key, d) for key, d in self.sequence.items()}
+
+    @staticmethod
+    def _keys_of(key: str, decoder: Any) -> list[str]:
+        if isinstance(decoder, StepSequenceDecoder):
+            return [key]
+        return list(decoder.wire_keys())
+
+    def parse(self, serialized: Sequence[bytes], example_names: Sequence[str] | None = None, single: bool = False):
+        records = _records(serialized)
+        locator = Locator(example_names, single)
+        contexts, lists = [], []
+        for i, record in enumerate(records):
+            data = _record_bytes(record, locator, i)
+            try:
+                message = _parse_raw_sequence(data)
+            except _ProtoDecodeError as exc:
+                path, offset = locator.location(i)
+                raise DecodeError(f"{locator.describe(i)}: cannot parse {len(data)} bytes as a "
+                                  f"tf.train.SequenceExample: {exc}", path, offset) from None
+            contexts.append(message.context.feature)
+            lists.append(message.feature_lists.feature_list)
+        context_units = Units(contexts, locator, what="context feature")
+        context = {key: decoder(context_units, single) for key, decoder in self.context.items()}
+        feature_lists, lengths = {}, {}
+        for key, decoder in self.sequence.items():
+            steps, per_example = self._steps(key, decoder, lists, locator)
+            if isinstance(decoder, StepSequenceDecoder):
+                feature_lists[key] = decoder(steps, per_example, single)
+                lengths[key] = torch.from_numpy(per_example)
+            else:
+                feature_lists[key] = decoder(steps, single, steps_per_example=per_example)
+        return context, feature_lists, lengths
+
+    def _steps(self, key: str, decoder: Any, lists: list, locator: Locator) -> tuple[Units, np.ndarray]:
+        """Units for one sequence feature: every step of every example, with the step's Feature of each key it
+        reads; all those feature lists must have the same number of steps in an example."""
+        keys = self._list_keys[key]
+        maps: list[dict[str, bytes]] = []
+        per_example = np.zeros(len(lists), dtype=np.int64)
+        example_of, step_of = [], []
+        for i, feature_lists in enumerate(lists):
+            found = {k: feature_lists[k].feature for k in keys if k in feature_lists}
+            if not found:
+                if isinstance(decoder, StepSequenceDecoder) and not decoder.spec.allow_missing:
+                    raise locator.error(key, i, "is required but missing (FixedLenSequenceFeature with "
+                                                "allow_missing=False)", what="feature list")
+                continue
+            counts = {k: len(v) for k, v in found.items()}
+            if len(found) < len(keys) or len(set(counts.values())) > 1:
+                shown = ", ".join(f"{k!r}: {counts.get(k, 'missing')}" for k in keys)
+                raise locator.error(key, i, f"its feature lists have different numbers of steps ({shown})",
+                                    what="feature list")
+            n = next(iter(counts.values()))
+            per_example[i] = n
+            for step in range(n):
+                maps.append({k: v[step] for k, v in found.items()})
+            example_of.extend([i] * n)
+            step_of.extend(range(n))
+        units = Units(maps, locator, np.array(example_of, dtype=np.int64), np.array(step_of, dtype=np.int64),
+                      what="feature list")
+        return units, per_example
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_example_plan(items: tuple) -> ExamplePlan:
+    return ExamplePlan(dict(items))
+
+
+def compile_features(features: Mapping[str, Any]) -> ExamplePlan:
+    """Build (or fetch from a small cache) the decoding plan of a features spec.
+
+    >>> import torch, tfr_torch
+    >>> plan = tfr_torch.compile_features({"label": tfr_torch.FixedLenFeature([], torch.int64)})
+    >>> plan.parse([tfr_torch.encode_example({"label": 4})])["label"]
+    tensor([4])
+    """
+    if not isinstance(features, Mapping):
+        raise TypeError(f"features must be a dict of feature names to specs, got {type(features).__name__}")
+    try:
+        return _cached_example_plan(tuple(features.items()))
+    except TypeError:  # an unhashable spec: build without caching
+        return ExamplePlan(features)

@@ -1,0 +1,123 @@
+"""Decoders for VarLenFeature and SparseFeature (sparse COO results)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from tfr_torch.decode.convert import to_torch
+from tfr_torch.decode.results import SparseBytes
+from tfr_torch.decode.specs import SparseFeature, VarLenFeature, string, wire_kind
+from tfr_torch.decode.units import Units
+
+__all__ = ["VarLenDecoder", "SparseDecoder"]
+
+
+def _positions(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(unit of each value, position of each value within its unit)."""
+    total = int(counts.sum())
+    rows = np.repeat(np.arange(len(counts)), counts)
+    starts = np.zeros(len(counts), dtype=np.int64)
+    np.cumsum(counts[:-1], out=starts[1:])
+    return rows, np.arange(total) - np.repeat(starts, counts)
+
+
+def _sparse(indices: np.ndarray, values: Any, shape: tuple, dtype: Any, key: str, coalesced: bool) -> Any:
+    if dtype == string:
+        return SparseBytes(torch.from_numpy(np.ascontiguousarray(indices.T)), list(values), tuple(shape))
+    tensor = to_torch(np.asarray(values), dtype, key)
+    return torch.sparse_coo_tensor(torch.from_numpy(np.ascontiguousarray(indices)), tensor, shape,
+                                   is_coalesced=coalesced, check_invariants=False)  # indices built valid here
+
+
+class VarLenDecoder:
+    """VarLenFeature: sparse COO `[B, max_len]` with indices (example, position), as tf.io.VarLenFeature. In
+    SequenceExample feature lists: `[B, T, max_len]` (`[T, max_len]` for one example). Bytes values come back as
+    lists (one per example) of lists of bytes."""
+
+    def __init__(self, key: str, spec: VarLenFeature) -> None:
+        self.key, self.spec = key, spec
+        self.kind = wire_kind(spec.dtype)
+
+    def wire_keys(self) -> dict[str, str]:
+        return {self.key: self.kind}
+
+    def __call__(self, units: Units, single: bool = False, steps_per_example: np.ndarray | None = None) -> Any:
+        col = units.column(self.key, self.kind)
+        longest = int(col.counts.max()) if units.n else 0
+        if self.spec.dtype == string:
+            it = iter(col.values)
+            rows = [[next(it) for _ in range(int(c))] for c in col.counts]
+            if steps_per_example is not None:
+                rows = _group(rows, steps_per_example)
+            return rows[0] if single else rows
+        unit, pos = _positions(col.counts)
+        if steps_per_example is None:
+            indices, shape = np.stack([unit, pos]), (units.n, longest)
+            if single:
+                indices, shape = indices[1:], (longest,)
+        else:
+            example, step = units.example[unit], units.step[unit]
+            most_steps = int(steps_per_example.max()) if len(steps_per_example) else 0
+            indices, shape = np.stack([example, step, pos]), (len(steps_per_example), most_steps, longest)
+            if single:
+                indices, shape = indices[1:], (int(steps_per_example[0]), longest)
+        return _sparse(indices, col.values, shape, self.spec.dtype, self.key, coalesced=True)
+
+
+def _group(rows: list, sizes: np.ndarray) -> list:
+    out, start = [], 0
+    for size in sizes.tolist():
+        out.append(rows[start : start + size])
+        start += size
+    return out
+
+
+class SparseFeatureDecoder:
+    """SparseFeature: sparse COO `[B, *size]` from index and value features, sorted by index unless
+    `already_sorted`. Unlike TensorFlow, every index is checked against `size`, and index and value counts are
+    checked per example (TensorFlow checks only the batch totals and can pair values with wrong indices)."""
+
+    def __init__(self, key: str, spec: SparseFeature) -> None:
+        self.key, self.spec = key, spec
+        self.kind = wire_kind(spec.dtype)
+
+    def wire_keys(self) -> dict[str, str]:
+        keys = {k: "int64" for k in self.spec.index_keys}
+        keys[self.spec.value_key] = self.kind
+        return keys
+
+    def __call__(self, units: Units, single: bool = False) -> Any:
+        spec = self.spec
+        values = units.column(spec.value_key, self.kind)
+        index_columns = [units.column(k, "int64") for k in spec.index_keys]
+        for index_key, col in zip(spec.index_keys, index_columns):
+            wrong = col.counts != values.counts
+            if wrong.any():
+                i = int(np.flatnonzero(wrong)[0])
+                raise units.error(self.key, i, f"has {int(col.counts[i])} indices in {index_key!r} but "
+                                               f"{int(values.counts[i])} values in {spec.value_key!r}")
+        for index_key, col, size in zip(spec.index_keys, index_columns, spec.sizes):
+            out = (col.values < 0) | (col.values >= size)
+            if out.any():
+                pos = int(np.flatnonzero(out)[0])
+                unit = int(np.searchsorted(np.cumsum(values.counts), pos, side="right"))
+                raise units.error(self.key, unit, f"has index {int(col.values[pos])} in {index_key!r}, outside "
+                                                  f"[0, {size})")
+        unit, _ = _positions(values.counts)
+        indices = np.stack([unit] + [np.asarray(c.values) for c in index_columns]) if len(unit) else np.zeros(
+            (1 + len(index_columns), 0), dtype=np.int64)
+        vals = values.values
+        if not spec.already_sorted and indices.shape[1]:
+            order = np.lexsort(indices[::-1])
+            indices = indices[:, order]
+            vals = [vals[i] for i in order.tolist()] if spec.dtype == string else np.asarray(vals)[order]
+        shape = (units.n, *spec.sizes)
+        if single:
+            indices, shape = indices[1:], shape[1:]
+        return _sparse(indices, vals, shape, spec.dtype, self.key, coalesced=False)
+
+
+SparseDecoder = SparseFeatureDecoder

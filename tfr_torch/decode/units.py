@@ -1,0 +1,91 @@
+"""A batch of decoding units: the examples of a batch, or the steps of SequenceExample feature lists.
+
+Every decoder reads its features column by column from `Units`, and every error it raises names the feature key
+and the unit (example index, step) and, when the record came from a file, the file and byte offset.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from tfr_torch.errors import DecodeError
+from tfr_torch.format.columns import Column, ColumnKindError, decode_column
+
+__all__ = ["Units", "Locator"]
+
+_LOCATION = re.compile(r"^(.*):(\d+)$")
+
+
+class Locator:
+    """Describes example `i` of a batch in messages: its index, and its file and offset when the example names
+    (TensorFlow's `example_names`) are `path:offset` strings, as the datasets pass them."""
+
+    def __init__(self, names: Sequence[str] | None, single: bool = False) -> None:
+        self.names = list(names) if names is not None else None
+        self.single = single
+
+    def describe(self, i: int, step: int | None = None) -> str:
+        where = "the example" if self.single else f"example {i}"
+        if self.names is not None and not _LOCATION.match(str(self.names[i])):
+            where += f" ({self.names[i]})"
+        return where if step is None else f"{where}, step {step}"
+
+    def location(self, i: int) -> tuple[str | None, int | None]:
+        if self.names is None:
+            return None, None
+        match = _LOCATION.match(str(self.names[i]))
+        return (match.group(1), int(match.group(2))) if match else (None, None)
+
+    def error(self, key: str, i: int, detail: str, step: int | None = None, what: str = "feature") -> DecodeError:
+        path, offset = self.location(i)
+        err = DecodeError(f"{what} {key!r} in {self.describe(i, step)} {detail}", path, offset)
+        err.key, err.index, err.step = key, i, step  # type: ignore[attr-defined]
+        return err
+
+
+class Units:
+    """Raw Feature bytes by key for each unit. `example[u]` and `step[u]` map a unit to its example (and step,
+    for feature lists) for error messages."""
+
+    def __init__(self, maps: Sequence[Mapping[str, bytes]], locator: Locator, example: np.ndarray | None = None,
+                 step: np.ndarray | None = None, what: str = "feature") -> None:
+        self.maps = maps
+        self.n = len(maps)
+        self.locator = locator
+        self.example = example
+        self.step = step
+        self.what = what
+        self._cache: dict[tuple[str, str], Column] = {}
+
+    def error(self, key: str, unit: int, detail: str) -> DecodeError:
+        example = int(self.example[unit]) if self.example is not None else unit
+        step = int(self.step[unit]) if self.step is not None else None
+        return self.locator.error(key, example, detail, step, self.what)
+
+    def column(self, key: str, kind: str) -> Column:
+        cached = self._cache.get((key, kind))
+        if cached is not None:
+            return cached
+        raws = [m.get(key) for m in self.maps]
+        try:
+            column = decode_column(raws, kind, key)
+        except ColumnKindError as exc:
+            raise self.error(key, exc.index, f"holds {exc.found} values but {exc.expected} values were expected "
+                                             "(data types don't match)") from None
+        except DecodeError as exc:
+            bad = _first_bad(raws, kind, key)
+            raise self.error(key, bad, "is malformed: " + exc.message) from None
+        self._cache[(key, kind)] = column
+        return column
+
+
+def _first_bad(raws, kind: str, key: str) -> int:
+    for i, raw in enumerate(raws):
+        try:
+            decode_column([raw], kind, key)
+        except DecodeError:
+            return i
+    return 0
