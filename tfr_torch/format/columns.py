@@ -153,6 +153,12 @@ def decode_column(raws: Sequence[bytes | None], kind: str, key: str) -> Column:
         for i, raw in enumerate(raws):
             if raw is None:
                 continue
+            n = len(raw)
+            if 4 <= n < 0x80 and raw[0] == 0x0A and raw[2] == 0x0A and raw[1] == n - 2 and raw[3] == n - 4:
+                present[i] = True  # the common case, one short string: 0a L 0a l <bytes>
+                counts[i] = 1
+                out.append(raw[4:])
+                continue
             found, values = _slow(raw, key)
             if found is None:
                 continue
@@ -163,6 +169,9 @@ def decode_column(raws: Sequence[bytes | None], kind: str, key: str) -> Column:
             out.extend(values)
         return Column(present, counts, out)
 
+    fast = _bulk_numeric(raws, tag, kind, key)
+    if fast is not None:
+        return fast
     chunks: list = []
     slow: dict[int, np.ndarray] = {}
     for i, raw in enumerate(raws):
@@ -195,6 +204,81 @@ def decode_column(raws: Sequence[bytes | None], kind: str, key: str) -> Column:
         return Column(present, counts, np.concatenate(pieces).astype(dtype, copy=False) if pieces else np.zeros(0, dtype))
     values, per_chunk = _decode_payloads(chunks, kind, key)
     counts[present] = per_chunk
+    return Column(present, counts, values)
+
+
+def _small_varint(flat: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """Read a 1- or 2-byte varint at each position: (values, positions after them), or None if any is longer."""
+    first = flat[pos].astype(np.int64)
+    one = first < 0x80
+    if one.all():
+        return first, pos + 1
+    second = flat[np.minimum(pos + 1, flat.size - 1)].astype(np.int64)
+    if (second[~one] >= 0x80).any():
+        return None
+    return np.where(one, first, (first & 0x7F) | (second << 7)), pos + np.where(one, 1, 2)
+
+
+def _bulk_numeric(raws: Sequence[bytes | None], tag: int, kind: str, key: str) -> Column | None:
+    """Decode a numeric column with array operations when every present Feature is canonical with short length
+    fields (lists of up to 4095 bytes); None sends the caller to the per-record path (which also reports errors)."""
+    n = len(raws)
+    if None in raws:
+        present = np.fromiter((raw is not None for raw in raws), dtype=bool, count=n)
+        chosen = [raw for raw in raws if raw is not None]
+    else:
+        present, chosen = np.ones(n, dtype=bool), raws
+    if not chosen:
+        return None
+    sizes = np.fromiter(map(len, chosen), dtype=np.int64, count=len(chosen))
+    if sizes.min() < 2:
+        return None  # kind-less Features
+    flat = np.frombuffer(b"".join(chosen), dtype=np.uint8)
+    ends = np.cumsum(sizes)
+    starts = ends - sizes
+    if (flat[starts] != tag).any():
+        return None
+    outer = _small_varint(flat, starts + 1)
+    if outer is None:
+        return None
+    length, pos = outer
+    if (pos + length != ends).any():
+        return None
+    nonempty = length > 0
+    payload_start = pos.copy()
+    payload_size = np.zeros(len(chosen), dtype=np.int64)
+    if nonempty.any():
+        p = pos[nonempty]
+        if (flat[p] != 0x0A).any():
+            return None
+        inner = _small_varint(flat, p + 1)
+        if inner is None:
+            return None
+        inner_length, q = inner
+        if (q + inner_length != ends[nonempty]).any():
+            return None
+        payload_start[nonempty] = q
+        payload_size[nonempty] = inner_length
+    total = int(payload_size.sum())
+    offsets = np.cumsum(payload_size) - payload_size
+    payload = flat[np.arange(total) + np.repeat(payload_start - offsets, payload_size)] if total else flat[:0]
+    if kind == "float":
+        if (payload_size % 4).any():
+            return None
+        values = payload.view("<f4").astype(np.float32)
+        per = payload_size // 4
+    else:
+        try:
+            values = decode_varints(payload)
+        except ValueError:
+            return None
+        ends_p = np.cumsum(payload_size)
+        if (flat.size and total and (payload[ends_p[payload_size > 0] - 1] >= 0x80).any()):
+            return None
+        terminators = np.concatenate(([0], np.cumsum(payload < 0x80)))
+        per = terminators[ends_p] - terminators[ends_p - payload_size]
+    counts = np.zeros(n, dtype=np.int64)
+    counts[present] = per
     return Column(present, counts, values)
 
 

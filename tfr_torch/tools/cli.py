@@ -1,6 +1,6 @@
 """The `tfr-torch` command line (also `python -m tfr_torch`).
 
-Commands: count, index, verify, head. Data problems are printed as `path:offset: what is wrong` lines and
+Commands: count, index, verify, head, schema. Data problems are printed as `path:offset: what is wrong` lines and
 make the exit status 1; bad usage exits 2.
 """
 
@@ -186,6 +186,21 @@ def _cmd_head(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_schema(args: argparse.Namespace) -> int:
+    from tfr_torch.decode.infer import format_features, infer_features  # imports torch: only for this command
+
+    try:
+        spec = infer_features(expand_paths(args.files), max_records=args.max_records)
+    except (TFRecordError, OSError) as err:
+        print(_problem(err), file=sys.stderr)
+        return 1
+    except ValueError as err:
+        print(f"tfr-torch schema: {err}", file=sys.stderr)
+        return 1
+    print(format_features(spec), end="")
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tfr-torch", description="TFRecord files without TensorFlow.")
     parser.add_argument("--version", action="version", version=f"tfr_torch {__version__}")
@@ -209,6 +224,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--as", dest="as_", default="auto", choices=["auto", "example", "sequence", "tensor", "raw"],
                    help="how to decode records (default: guess)")
     p.set_defaults(run=_cmd_head)
+    p = command("schema", "Propose a feature spec for tf.train.Example files, printed as Python code to paste.")
+    p.add_argument("--max-records", type=int, default=1000, help="records to look at (default 1000)")
+    p.set_defaults(run=_cmd_schema)
     return parser
 
 
