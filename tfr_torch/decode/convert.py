@@ -8,30 +8,34 @@ import numpy as np
 import torch
 
 from tfr_torch.decode.specs import DType, string, wire_kind
-from tfr_torch.errors import DecodeError
 
-__all__ = ["to_torch", "wire_default", "nest", "NUMPY_OF_WIRE"]
+__all__ = ["DoesNotFit", "to_torch", "wire_default", "nest", "NUMPY_OF_WIRE"]
 
 NUMPY_OF_WIRE = {"float": np.float32, "int64": np.int64}
 _NUMPY_OF_TORCH = {torch.int32: np.int32, torch.int16: np.int16, torch.int8: np.int8, torch.uint8: np.uint8}
 
 
-def to_torch(array: np.ndarray, dtype: DType, key: str, where: Any = None) -> torch.Tensor:
-    """Convert a wire array to `dtype`; integers that do not fit raise DecodeError naming the key.
+class DoesNotFit(ValueError):
+    """An integer that does not fit the dtype asked for, at flat position `position` of the converted array."""
 
-    `where(position)` may give the example label for the flat position of an offending value."""
+    def __init__(self, position: int, value: int, dtype: Any, lo: int, hi: int) -> None:
+        self.position = position
+        self.detail = f"value {value} does not fit in {dtype} (range {lo} to {hi})"
+        super().__init__(f"cannot be converted: {self.detail}")
+
+
+def to_torch(array: np.ndarray, dtype: DType) -> torch.Tensor:
+    """Convert a wire array to `dtype`; an integer that does not fit raises DoesNotFit."""
     if dtype == torch.int64 or dtype == torch.float32:
         return torch.from_numpy(np.ascontiguousarray(array))
     if dtype in _NUMPY_OF_TORCH or dtype == torch.bool:
         target = np.dtype(_NUMPY_OF_TORCH.get(dtype, np.bool_))
-        lo, hi = (0, 1) if dtype == torch.bool else (np.iinfo(target).min, np.iinfo(target).max)
+        lo, hi = (0, 1) if dtype == torch.bool else (int(np.iinfo(target).min), int(np.iinfo(target).max))
         if array.size:
             bad = np.flatnonzero((array < lo) | (array > hi))
             if bad.size:
                 pos = int(bad[0])
-                detail = f" in {where(pos)}" if where is not None else ""
-                raise DecodeError(f"feature {key!r}{detail}: value {int(array.flat[pos])} does not fit in {dtype} "
-                                  f"(range {lo} to {hi})")
+                raise DoesNotFit(pos, int(array.flat[pos]), dtype, lo, hi)
         return torch.from_numpy(np.ascontiguousarray(array.astype(target)))
     return torch.from_numpy(np.ascontiguousarray(array)).to(dtype)
 
@@ -53,6 +57,11 @@ def wire_default(default: Any, dtype: DType, count: int, key: str, what: str) ->
     if len(flat) != count:
         raise ValueError(f"{what} {key!r}: default_value has {len(flat)} values, expected {count} (the number of "
                          "elements of its shape)")
+    if dtype != string:
+        try:
+            to_torch(flat, dtype)
+        except DoesNotFit as exc:
+            raise ValueError(f"{what} {key!r}: default_value {exc.detail}") from None
     return flat
 
 

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from tfr_torch.decode.convert import NUMPY_OF_WIRE, nest, to_torch, wire_default
+from tfr_torch.decode.convert import NUMPY_OF_WIRE, nest, wire_default
 from tfr_torch.decode.specs import FixedLenFeature, FixedLenSequenceFeature, string, wire_kind
 from tfr_torch.decode.units import Units
 
@@ -63,12 +63,11 @@ class FixedLenDecoder:
             return rows[0] if single else rows
         if missing.any():
             array = np.empty((b, n), dtype=NUMPY_OF_WIRE[self.kind])
-            array[col.present] = np.asarray(col.values).reshape(-1, n)
+            array[col.present] = np.asarray(col.values).reshape(int(col.present.sum()), n)
             array[missing] = self.default
         else:
             array = np.asarray(col.values).reshape(b, n)
-        tensor = to_torch(array, spec.dtype, key, where=lambda pos: units.locator.describe(pos // max(n, 1)))
-        tensor = tensor.reshape(b, *spec.shape)
+        tensor = units.convert(array, spec.dtype, key, lambda pos: pos // max(n, 1)).reshape(b, *spec.shape)
         return tensor[0] if single else tensor
 
 
@@ -149,7 +148,8 @@ def _pad(values: Any, counts: np.ndarray, steps: np.ndarray, units: Units, decod
         rows = np.repeat(np.arange(b), counts)
         cols = np.arange(len(values)) - np.repeat(_starts(counts), counts)
         array[rows, cols] = values
-    tensor = to_torch(array, spec.dtype, decoder.key).reshape(b, longest, *spec.shape)
+    tensor = units.convert(array, spec.dtype, decoder.key, lambda pos: pos // max(longest * n, 1), by_example=True)
+    tensor = tensor.reshape(b, longest, *spec.shape)
     if single:
         return tensor[0, : int(steps[0])]
     return tensor

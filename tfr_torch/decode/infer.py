@@ -22,16 +22,20 @@ __all__ = ["infer_features", "format_features"]
 _DTYPE = {"float": torch.float32, "int64": torch.int64, "bytes": string}
 
 
-def _records(paths_or_records: Any, max_records: int) -> Iterable[bytes]:
+def _records(paths_or_records: Any, max_records: int) -> Iterable[tuple[bytes, str | None, int | None]]:
+    """(record, path, offset) for at most `max_records` records of files or of an iterable of records."""
     items = paths_or_records
     if isinstance(items, (str, os.PathLike)) or (isinstance(items, (list, tuple)) and items and
                                                  isinstance(items[0], (str, os.PathLike))):
         def from_files():
             for path in expand_paths(items):
                 with read_records(path) as reader:
-                    yield from reader
+                    offset = reader.offset
+                    for record in reader:
+                        yield record, path, offset
+                        offset = reader.offset
         return itertools.islice(from_files(), max_records)
-    return itertools.islice(iter(items), max_records)
+    return itertools.islice(((record, None, None) for record in items), max_records)
 
 
 def infer_features(paths_or_records: Any, max_records: int = 1000) -> dict[str, Any]:
@@ -49,11 +53,11 @@ def infer_features(paths_or_records: Any, max_records: int = 1000) -> dict[str, 
     if not isinstance(max_records, int) or max_records < 1:
         raise ValueError(f"max_records must be a positive int, got {max_records!r}")
     maps = []
-    for i, record in enumerate(_records(paths_or_records, max_records)):
+    for i, (record, path, offset) in enumerate(_records(paths_or_records, max_records)):
         try:
             maps.append(dict(raw_example_pb2.RawExample.FromString(bytes(record)).features.feature))
         except _ProtoDecodeError as exc:
-            raise DecodeError(f"record {i} is not a tf.train.Example: {exc}") from None
+            raise DecodeError(f"record {i} is not a tf.train.Example: {exc}", path, offset) from None
     if not maps:
         raise ValueError("infer_features found no records to look at")
     keys = sorted({key for m in maps for key in m})

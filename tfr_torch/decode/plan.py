@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -71,10 +70,14 @@ def _check_wire_kinds(decoders: dict[str, Any], what: str) -> None:
             seen.setdefault(wire_key, (kind, name))
 
 
-def _records(serialized: Any) -> Sequence[bytes]:
+def _records(serialized: Any, example_names: Sequence[str] | None, what: str) -> Sequence[bytes]:
     if isinstance(serialized, (bytes, bytearray, memoryview, str)):
-        raise TypeError("serialized must be a sequence of records (bytes); for one record use the parse_single_* form")
-    return serialized if isinstance(serialized, Sequence) else list(serialized)
+        raise TypeError(f"{what} expects a sequence of records (serialized bytes), got one {type(serialized).__name__} "
+                        f"object; for one record use {what.replace('parse_', 'parse_single_')}")
+    records = serialized if isinstance(serialized, Sequence) else list(serialized)
+    if example_names is not None and len(example_names) != len(records):
+        raise ValueError(f"example_names has {len(example_names)} names for {len(records)} records")
+    return records
 
 
 def _record_bytes(record: Any, locator: Locator, i: int) -> bytes:
@@ -97,7 +100,7 @@ class ExamplePlan:
 
     def parse(self, serialized: Sequence[bytes], example_names: Sequence[str] | None = None,
               single: bool = False) -> dict[str, Any]:
-        records = _records(serialized)
+        records = _records(serialized, example_names, "parse_example")
         locator = Locator(example_names, single)
         maps = []
         for i, record in enumerate(records):
@@ -131,7 +134,7 @@ class SequenceExamplePlan:
         return list(decoder.wire_keys())
 
     def parse(self, serialized: Sequence[bytes], example_names: Sequence[str] | None = None, single: bool = False):
-        records = _records(serialized)
+        records = _records(serialized, example_names, "parse_sequence_example")
         locator = Locator(example_names, single)
         contexts, lists = [], []
         for i, record in enumerate(records):
@@ -186,9 +189,8 @@ class SequenceExamplePlan:
         return units, per_example
 
 
-@functools.lru_cache(maxsize=64)
-def _cached_example_plan(items: tuple) -> ExamplePlan:
-    return ExamplePlan(dict(items))
+_PLANS: dict[str, ExamplePlan] = {}
+_MAX_PLANS = 64
 
 
 def compile_features(features: Mapping[str, Any]) -> ExamplePlan:
@@ -201,7 +203,11 @@ def compile_features(features: Mapping[str, Any]) -> ExamplePlan:
     """
     if not isinstance(features, Mapping):
         raise TypeError(f"features must be a dict of feature names to specs, got {type(features).__name__}")
-    try:
-        return _cached_example_plan(tuple(features.items()))
-    except TypeError:  # an unhashable spec: build without caching
-        return ExamplePlan(features)
+    key = repr(tuple(features.items()))  # reprs are exact (they tell 0.0 from -0.0, unlike ==)
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan = ExamplePlan(features)
+        if len(_PLANS) >= _MAX_PLANS:
+            _PLANS.pop(next(iter(_PLANS)))
+        _PLANS[key] = plan
+    return plan

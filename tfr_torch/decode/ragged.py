@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from tfr_torch.decode.convert import nest, to_torch
+from tfr_torch.decode.convert import nest
 from tfr_torch.decode.results import RaggedTensor
 from tfr_torch.decode.specs import (
     RaggedFeature,
@@ -93,7 +93,10 @@ class RaggedDecoder:
             if self.inner_shape:  # group the bytes into rows of the uniform inner shape
                 flat = [nest(flat[i : i + width], self.inner_shape) for i in range(0, len(flat), width)]
             return RaggedTensor(flat, tuple(torch.from_numpy(s) for s in nested)).to_list() if nested else flat
-        tensor = to_torch(np.asarray(values.values), self.spec.dtype, self.key).reshape(-1, *self.inner_shape)
+        ends = np.cumsum(values.counts)
+        tensor = units.convert(np.asarray(values.values), self.spec.dtype, self.key,
+                               lambda pos: int(np.searchsorted(ends, pos, side="right")))
+        tensor = tensor.reshape(-1, *self.inner_shape)
         if not nested:  # one example, no row partitions: dense, as TensorFlow returns it
             return tensor
         if len(nested) == 1:

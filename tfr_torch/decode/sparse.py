@@ -7,7 +7,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from tfr_torch.decode.convert import to_torch
 from tfr_torch.decode.results import SparseBytes
 from tfr_torch.decode.specs import SparseFeature, VarLenFeature, string, wire_kind
 from tfr_torch.decode.units import Units
@@ -24,10 +23,11 @@ def _positions(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return rows, np.arange(total) - np.repeat(starts, counts)
 
 
-def _sparse(indices: np.ndarray, values: Any, shape: tuple, dtype: Any, key: str, coalesced: bool) -> Any:
+def _sparse(indices: np.ndarray, values: Any, shape: tuple, dtype: Any, key: str, coalesced: bool,
+            units: Units, unit_of: Any) -> Any:
     if dtype == string:
         return SparseBytes(torch.from_numpy(np.ascontiguousarray(indices.T)), list(values), tuple(shape))
-    tensor = to_torch(np.asarray(values), dtype, key)
+    tensor = units.convert(np.asarray(values), dtype, key, unit_of)
     return torch.sparse_coo_tensor(torch.from_numpy(np.ascontiguousarray(indices)), tensor, shape,
                                    is_coalesced=coalesced, check_invariants=False)  # indices built valid here
 
@@ -64,7 +64,13 @@ class VarLenDecoder:
             indices, shape = np.stack([example, step, pos]), (len(steps_per_example), most_steps, longest)
             if single:
                 indices, shape = indices[1:], (int(steps_per_example[0]), longest)
-        return _sparse(indices, col.values, shape, self.spec.dtype, self.key, coalesced=True)
+        return _sparse(indices, col.values, shape, self.spec.dtype, self.key, True, units, _unit_of(col.counts))
+
+
+def _unit_of(counts: np.ndarray) -> Any:
+    """Map a position in the concatenated values to its unit."""
+    ends = np.cumsum(counts)
+    return lambda pos: int(np.searchsorted(ends, pos, side="right"))
 
 
 def _group(rows: list, sizes: np.ndarray) -> list:
@@ -110,14 +116,18 @@ class SparseFeatureDecoder:
         indices = np.stack([unit] + [np.asarray(c.values) for c in index_columns]) if len(unit) else np.zeros(
             (1 + len(index_columns), 0), dtype=np.int64)
         vals = values.values
+        order = np.arange(indices.shape[1])
         if not spec.already_sorted and indices.shape[1]:
             order = np.lexsort(indices[::-1])
             indices = indices[:, order]
             vals = [vals[i] for i in order.tolist()] if spec.dtype == string else np.asarray(vals)[order]
+        # sorted without duplicates means coalesced, which lets users call .indices() directly
+        coalesced = not spec.already_sorted and bool((np.diff(indices, axis=1) != 0).any(axis=0).all())
         shape = (units.n, *spec.sizes)
         if single:
             indices, shape = indices[1:], shape[1:]
-        return _sparse(indices, vals, shape, spec.dtype, self.key, coalesced=False)
+        unit_of = (lambda pos: int(unit[order[pos]])) if not spec.already_sorted and len(unit) else _unit_of(values.counts)
+        return _sparse(indices, vals, shape, spec.dtype, self.key, coalesced, units, unit_of)
 
 
 SparseDecoder = SparseFeatureDecoder

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Union
 
+import numpy as np
 import torch
 
 __all__ = [
@@ -55,6 +56,8 @@ def normalize_dtype(dtype: Any) -> DType:
                          f"(read from float_list), an integer or bool dtype (from int64_list), or tfr_torch.string")
     if dtype is bytes or dtype is str:
         return string
+    if isinstance(dtype, type) and issubclass(dtype, np.generic) or isinstance(dtype, np.dtype):
+        dtype = np.dtype(dtype).name  # numpy dtypes, e.g. np.float32, by name
     name = getattr(dtype, "name", dtype)  # tf.DType has .name
     if isinstance(name, str):
         key = name.removeprefix("tf.").removeprefix("torch.")

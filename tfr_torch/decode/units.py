@@ -7,9 +7,13 @@ and the unit (example index, step) and, when the record came from a file, the fi
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
+import torch
+
+from tfr_torch.decode.convert import DoesNotFit, to_torch
 
 from tfr_torch.errors import DecodeError
 from tfr_torch.format.columns import Column, ColumnKindError, decode_column
@@ -64,6 +68,18 @@ class Units:
         example = int(self.example[unit]) if self.example is not None else unit
         step = int(self.step[unit]) if self.step is not None else None
         return self.locator.error(key, example, detail, step, self.what)
+
+    def convert(self, array: np.ndarray, dtype: Any, key: str, unit_of: Callable[[int], int],
+                by_example: bool = False) -> torch.Tensor:
+        """Convert wire values to `dtype`; a value that does not fit is reported against its unit (or, with
+        `by_example`, its example)."""
+        try:
+            return to_torch(array, dtype)
+        except DoesNotFit as exc:
+            where = unit_of(exc.position)
+            if by_example:
+                raise self.locator.error(key, where, str(exc), what=self.what) from None
+            raise self.error(key, where, str(exc)) from None
 
     def column(self, key: str, kind: str) -> Column:
         cached = self._cache.get((key, kind))
