@@ -61,6 +61,9 @@ _EXPORTS = {
     "SparseBytes": "tfr_torch.decode.results",
     "to_padded": "tfr_torch.decode.results",
     "infer_features": "tfr_torch.decode.infer",
+    # torch layer
+    "TFRecordDataset": "tfr_torch.data.dataset",
+    "IndexedTFRecordDataset": "tfr_torch.data.indexed",
 }
 
 __all__ = ["__version__", *sorted(_EXPORTS)]
@@ -84,6 +87,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from tfr_torch.format.paths import expand_paths
     from tfr_torch.format.reader import RecordReader, read_records
     from tfr_torch.format.writer import TFRecordWriter
+    from tfr_torch.data.dataset import TFRecordDataset
+    from tfr_torch.data.indexed import IndexedTFRecordDataset
     from tfr_torch.decode.infer import infer_features
     from tfr_torch.decode.parse import (
         parse_example,

@@ -17,7 +17,7 @@ from tfr_torch.format.compression import NONE, Inflater, compression_from_name, 
 from tfr_torch.format.crc import masked_crc32c
 from tfr_torch.format.paths import PathLike, as_path, is_url, open_input
 
-__all__ = ["HEADER_SIZE", "FOOTER_SIZE", "RecordReader", "read_records", "OnError"]
+__all__ = ["HEADER_SIZE", "FOOTER_SIZE", "RecordReader", "RecordFile", "read_records", "OnError"]
 
 HEADER_SIZE = 12  # uint64 length + uint32 masked CRC of the length
 FOOTER_SIZE = 4  # uint32 masked CRC of the data
@@ -326,3 +326,62 @@ def read_records(
     ...         ...
     """
     return RecordReader(path, compression, verify, start=start, end=end, on_error=on_error)
+
+
+class RecordFile:
+    """Random access to the records of an uncompressed TFRecord file by byte offset (from an index).
+
+    Keeps one open handle; `read(offset, size)` reads exactly that record and checks its header and data CRCs.
+    Compressed files cannot be read this way (each access would inflate from the start): they raise ValueError.
+    """
+
+    def __init__(self, path: PathLike, compression: str | None = "auto", verify: bool = True) -> None:
+        self.path = as_path(path)
+        self.verify = verify
+        self._raw = open_input(self.path, block_size=1 << 16)
+        try:
+            kind = normalize_compression(compression, allow_auto=True)
+            if kind == "auto":
+                kind = compression_from_name(self.path) or detect_compression(self._raw.read(HEADER_SIZE))
+            if kind != NONE:
+                raise ValueError(f"{self.path} is {kind.upper()}-compressed: reading single records by offset would "
+                                 "inflate the file from its start each time; read it sequentially (read_records with "
+                                 "start/end, or TFRecordDataset), or write it uncompressed for random access")
+        except BaseException:
+            self._raw.close()
+            raise
+
+    def read(self, offset: int, size: int | None = None) -> bytes:
+        """The data of the record whose header starts at `offset` (`size`, the framed size from the index, is
+        checked against the header when given)."""
+        raw = self._raw
+        raw.seek(offset)
+        header = raw.read(HEADER_SIZE)
+        if len(header) < HEADER_SIZE:
+            raise TruncatedRecordError(f"expected a {HEADER_SIZE}-byte record header, found {len(header)} bytes",
+                                       self.path, offset)
+        length, length_crc = _unpack_header(header)
+        if masked_crc32c(header[:8]) != length_crc:
+            raise CorruptRecordError("corrupt record header (its length CRC does not match): is the index stale "
+                                     "or made for another file?", self.path, offset)
+        if size is not None and length + _OVERHEAD != size:
+            raise CorruptRecordError(f"the record here has {length + _OVERHEAD} bytes but the index says {size}: is "
+                                     "the index stale or made for another file?", self.path, offset)
+        body = raw.read(length + FOOTER_SIZE)
+        if len(body) < length + FOOTER_SIZE:
+            raise TruncatedRecordError(f"truncated record: expected {length + _OVERHEAD} bytes from this offset, "
+                                       f"found {HEADER_SIZE + len(body)}", self.path, offset)
+        data = body[:length]
+        if self.verify and masked_crc32c(data) != _unpack_crc(body, length)[0]:
+            raise CorruptRecordError(f"corrupt record data: the CRC of its {length} data bytes does not match",
+                                     self.path, offset)
+        return data
+
+    def close(self) -> None:
+        self._raw.close()
+
+    def __enter__(self) -> RecordFile:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,1 @@
+"""The torch layer: datasets for DataLoader, DDP and TPU, their sharding, shuffling and resumable state."""

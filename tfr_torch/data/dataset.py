@@ -1,0 +1,265 @@
+"""TFRecordDataset: an IterableDataset that feeds DataLoader workers, DDP ranks and TPU replicas every record
+exactly once per epoch (or an equal-sized subset per rank), shuffled, and resumable mid-epoch."""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import IterableDataset, get_worker_info
+
+from tfr_torch.data.distributed import detect_rank_world
+from tfr_torch.data.reading import Located, Source, interleave, iter_random, iter_run, shuffle_buffer
+from tfr_torch.data.sharding import (
+    Run,
+    epoch_rng,
+    file_order,
+    files_for_worker,
+    global_block,
+    rank_quota,
+    runs_of_block,
+    worker_block,
+)
+from tfr_torch.decode.parse import parse_example, parse_single_example
+from tfr_torch.decode.plan import compile_features
+from tfr_torch.format.index import index_path_for, read_index, scan_index
+from tfr_torch.format.paths import PathLike, expand_paths, is_url
+
+__all__ = ["TFRecordDataset", "resolve_indexes"]
+
+log = logging.getLogger(__name__)
+_STATE_VERSION = 1
+
+
+def _exists(path: str) -> bool:
+    if is_url(path):
+        import fsspec
+
+        fs, inner = fsspec.core.url_to_fs(path)
+        return bool(fs.exists(inner))
+    return os.path.exists(path)
+
+
+def resolve_indexes(paths: Sequence[str], index: Any, compression: str | None) -> list[np.ndarray | None]:
+    """Per file, its index as an (n, 2) array, or None. `index`: None (no indexes), "auto" (`<file>.idx` where it
+    exists), or a list of index paths (one per file, None allowed). Every index is checked against its file."""
+    if index is None:
+        return [None] * len(paths)
+    if index == "auto":
+        found = [index_path_for(p) for p in paths]
+        chosen = [p if _exists(p) else None for p in found]
+    elif isinstance(index, (str, os.PathLike)):
+        raise ValueError('index must be None, "auto" or a list of index paths (one per file)')
+    else:
+        chosen = [None if i is None else os.fspath(i) for i in index]
+        if len(chosen) != len(paths):
+            raise ValueError(f"index lists {len(chosen)} index files for {len(paths)} TFRecord files")
+    return [None if i is None else read_index(i, p, compression) for i, p in zip(chosen, paths)]
+
+
+class TFRecordDataset(IterableDataset):
+    """Records of TFRecord files for a DataLoader: raw bytes, decoded Examples, or decoded batches.
+
+    - `paths`: a file, a list, a glob pattern, or fsspec URLs (s3://, gs://, ...).
+    - `features`: None yields each record's bytes; a spec dict (see `parse_example`) yields decoded dicts, one
+      per record, or, with `batch_size`, decoded batches (the fast path: use `DataLoader(batch_size=None)`).
+    - `index`: None, "auto" (`<file>.idx` beside each file when present) or one index path per file. With
+      indexes, work is split by record ranges and `shuffle` is a global permutation of all records.
+    - `shuffle`, `seed`: per-epoch shuffling, deterministic from (seed, epoch); without indexes, a shuffled file
+      order, `interleave` files read at once, and a `shuffle_buffer` of records. Call `set_epoch(epoch)`
+      each epoch (it reaches workers also with `persistent_workers=True`).
+    - `rank`, `world_size`: detected when not given (torch.distributed, torch_xla, RANK/WORLD_SIZE, else 0/1).
+      With world_size > 1 every rank yields the same number of records (and batches): the remainder of the
+      dataset is dropped, or with `pad=True` the first records are repeated to fill the last ranks.
+    - `state_dict()` / `load_state_dict()` resume mid-epoch (torchdata's StatefulDataLoader calls them).
+
+    >>> loader = torch.utils.data.DataLoader(  # doctest: +SKIP
+    ...     TFRecordDataset("train-*.tfrecord", features=spec, batch_size=256, shuffle=True, index="auto"),
+    ...     batch_size=None, num_workers=8, pin_memory=True)
+    """
+
+    def __init__(
+        self,
+        paths: PathLike | Sequence[PathLike],
+        features: Mapping[str, Any] | None = None,
+        *,
+        index: Any = None,
+        compression: str | None = "auto",
+        shuffle: bool = False,
+        seed: int = 0,
+        batch_size: int | None = None,
+        drop_last: bool = False,
+        transform: Callable[[Any], Any] | None = None,
+        rank: int | None = None,
+        world_size: int | None = None,
+        pad: bool = False,
+        shuffle_buffer: int = 10_000,
+        interleave: int = 4,
+        verify: bool = True,
+        on_error: Any = "raise",
+    ) -> None:
+        super().__init__()
+        self.paths = expand_paths(paths)
+        if features is not None:
+            compile_features(features)  # check the spec now, in the main process
+        if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
+            raise ValueError(f"batch_size must be None or a positive int, got {batch_size!r}")
+        if not isinstance(shuffle_buffer, int) or shuffle_buffer < 0:
+            raise ValueError(f"shuffle_buffer must be a non-negative int (records), got {shuffle_buffer!r}")
+        self.features = features
+        self.compression = compression
+        self.shuffle = bool(shuffle)
+        self.seed = int(seed)
+        self.batch_size = batch_size
+        self.drop_last = bool(drop_last)
+        self.transform = transform
+        self.pad = bool(pad)
+        self.shuffle_buffer = shuffle_buffer
+        self.interleave = max(int(interleave), 1)
+        self.verify = verify
+        self.on_error = on_error
+        self.rank, self.world_size = detect_rank_world(rank, world_size)
+        self.offsets = resolve_indexes(self.paths, index, compression)
+        self._counts: list[int] | None = (
+            [len(o) for o in self.offsets] if all(o is not None for o in self.offsets) else None)
+        if self.world_size > 1:
+            self._ensure_counts("every rank must yield the same number of records")
+        self._epoch = torch.zeros((), dtype=torch.int64).share_memory_()
+        self._resume: dict[str, Any] | None = None
+        self._position = 0
+        self._worker = (0, 1)
+
+    # ----- counts and epochs -------------------------------------------------------------------------------------
+
+    def _ensure_counts(self, why: str) -> list[int]:
+        if self._counts is None:
+            missing = [p for p, o in zip(self.paths, self.offsets) if o is None]
+            warnings.warn(f"counting the records of {len(missing)} file(s) without an index ({why}): this reads them "
+                          "once; write indexes (`tfr-torch index FILES`) and pass index='auto' to skip it",
+                          stacklevel=3)
+            counts = []
+            for path, offsets in zip(self.paths, self.offsets):
+                counts.append(len(offsets) if offsets is not None else len(scan_index(path, self.compression)))
+            self._counts = counts
+        return self._counts
+
+    def set_epoch(self, epoch: int) -> None:
+        """Set the epoch that seeds shuffling (as DistributedSampler.set_epoch); seen by persistent workers."""
+        self._epoch.fill_(int(epoch))
+
+    @property
+    def epoch(self) -> int:
+        return int(self._epoch)
+
+    def __len__(self) -> int:
+        """Records (or batches, with batch_size) this rank yields per epoch."""
+        quota = rank_quota(sum(self._ensure_counts("len() needs the record count")), self.world_size, self.pad)
+        if self.batch_size is None:
+            return quota
+        return quota // self.batch_size if self.drop_last else -(-quota // self.batch_size)
+
+    # ----- resumable state -----------------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where this reader (this worker, in a DataLoader worker process) stands in the current epoch."""
+        worker, workers = self._worker
+        return {"version": _STATE_VERSION, "epoch": self.epoch, "yielded": self._position, "seed": self.seed,
+                "worker": worker, "num_workers": workers, "rank": self.rank, "world_size": self.world_size,
+                "files": len(self.paths)}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Resume: the next iteration of `state["epoch"]` skips what was already yielded."""
+        if state.get("version") != _STATE_VERSION:
+            raise ValueError(f"unknown TFRecordDataset state version {state.get('version')!r}")
+        expected = {"seed": self.seed, "rank": self.rank, "world_size": self.world_size, "files": len(self.paths)}
+        for key, value in expected.items():
+            if state.get(key) != value:
+                raise ValueError(f"cannot resume: the saved state has {key}={state.get(key)!r}, this dataset has "
+                                 f"{value!r}")
+        self._resume = dict(state)
+        self._epoch.fill_(int(state["epoch"]))
+
+    # ----- iteration --------------------------------------------------------------------------------------------
+
+    def __iter__(self) -> Iterator[Any]:
+        info = get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        self._worker = (worker, workers)
+        epoch = self.epoch
+        skip = 0
+        if self._resume is not None:
+            if self._resume["epoch"] == epoch and (self._resume["worker"], self._resume["num_workers"]) == (worker, workers):
+                skip = int(self._resume["yielded"])
+            self._resume = None
+        self._position = skip
+        records = self._records(epoch, worker, workers)
+        if self.batch_size is None:
+            items: Iterator[Any] = (self._decode_one(r) for r in _drop(records, skip))
+        else:
+            items = self._batches(_drop(records, skip * self.batch_size))
+        for item in items:
+            if self.transform is not None:
+                item = self.transform(item)
+            self._position += 1
+            yield item
+
+    def _decode_one(self, record: Located) -> Any:
+        if self.features is None:
+            return record.data
+        return parse_single_example(record.data, self.features, f"{record.path}:{record.offset}")
+
+    def _batches(self, records: Iterator[Located]) -> Iterator[Any]:
+        while True:
+            chunk = [r for _, r in zip(range(self.batch_size), records)]
+            if not chunk or (len(chunk) < self.batch_size and self.drop_last):
+                return
+            if self.features is None:
+                yield [r.data for r in chunk]
+            else:
+                yield parse_example([r.data for r in chunk], self.features, [f"{r.path}:{r.offset}" for r in chunk])
+
+    def _source(self) -> Source:
+        return Source(self.paths, self.offsets, self.compression, self.verify, self.on_error)
+
+    def _records(self, epoch: int, worker: int, workers: int) -> Iterator[Located]:
+        """This reader's records for the epoch, in order (before batching)."""
+        source = self._source()
+        indexed = all(o is not None for o in self.offsets)
+        multiple = self.batch_size or 1
+        if self.shuffle and indexed:  # a true global shuffle: a seeded permutation, each record read by offset
+            counts = self._counts
+            quota = rank_quota(sum(counts), self.world_size, self.pad)
+            a, b = worker_block(quota, self.rank, worker, workers, multiple)
+            return iter_random(source, global_block(counts, self.seed, epoch, a, b), counts)
+        order = file_order(len(self.paths), self.shuffle, self.seed, epoch)
+        readers = workers * self.world_size
+        if self._counts is None and len(self.paths) < readers:
+            self._ensure_counts(f"{len(self.paths)} files for {readers} readers: files are split by records")
+        if self._counts is None:  # one rank, enough files, counts unknown: whole files per worker
+            known = [len(o) if o is not None else 1 << 62 for o in self.offsets]  # read unknown files to their end
+            streams = (iter_run(source, Run(f, 0, known[f])) for f in files_for_worker(order, worker, workers))
+        else:
+            quota = rank_quota(sum(self._counts), self.world_size, self.pad)
+            a, b = worker_block(quota, self.rank, worker, workers, multiple)
+            streams = (iter_run(source, run) for run in runs_of_block(self._counts, order, a, b))
+        if not self.shuffle:
+            return _chain(streams)
+        rng = epoch_rng(self.seed, epoch, 3 + worker + workers * self.rank)
+        return shuffle_buffer(interleave(streams, self.interleave), self.shuffle_buffer, rng)
+
+
+def _chain(streams) -> Iterator[Located]:
+    for stream in streams:
+        yield from stream
+
+
+def _drop(items: Iterator[Located], n: int) -> Iterator[Located]:
+    for _ in range(n):
+        if next(items, None) is None:
+            break
+    return items

@@ -1,0 +1,94 @@
+"""IndexedTFRecordDataset: map-style random access to records by global number, through index files."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from torch.utils.data import Dataset
+
+from tfr_torch.data.dataset import resolve_indexes
+from tfr_torch.decode.parse import parse_single_example
+from tfr_torch.decode.plan import compile_features
+from tfr_torch.format.index import scan_index
+from tfr_torch.format.paths import PathLike, expand_paths
+from tfr_torch.format.reader import RecordFile
+
+__all__ = ["IndexedTFRecordDataset"]
+
+
+class IndexedTFRecordDataset(Dataset):
+    """Records of uncompressed TFRecord files by global number (file after file), for any sampler:
+    `DistributedSampler`, `random_split`, `Subset`, weighted sampling...
+
+    Each access reads one record by its offset (one open handle per file, opened lazily in each worker; the
+    files are never read whole). `index="auto"` uses `<file>.idx` beside each file and scans files that have
+    none (with a warning); a list gives one index path per file. `features=None` returns the record's bytes,
+    a spec dict the decoded Example (as parse_single_example); `transform` is applied to what is returned.
+
+    >>> ds = IndexedTFRecordDataset("train-*.tfrecord", features=spec)  # doctest: +SKIP
+    >>> sampler = torch.utils.data.DistributedSampler(ds)                 # doctest: +SKIP
+    """
+
+    def __init__(self, paths: PathLike | Sequence[PathLike], features: Mapping[str, Any] | None = None,
+                 index: Any = "auto", *, transform: Callable[[Any], Any] | None = None, verify: bool = True) -> None:
+        self.paths = expand_paths(paths)
+        if features is not None:
+            compile_features(features)
+        self.features = features
+        self.transform = transform
+        self.verify = verify
+        offsets = resolve_indexes(self.paths, index if index is not None else "auto", "auto")
+        missing = [p for p, o in zip(self.paths, offsets) if o is None]
+        if missing:
+            warnings.warn(f"{len(missing)} file(s) have no index ({missing[0]}...): scanning them now; write indexes "
+                          "with `tfr-torch index FILES` to skip this", stacklevel=2)
+            offsets = [o if o is not None else scan_index(p) for p, o in zip(self.paths, offsets)]
+        self.offsets = offsets
+        self._ends = np.cumsum([len(o) for o in offsets]).astype(np.int64)
+        self._files: dict[int, RecordFile] = {}
+        for path in self.paths:  # refuse compressed files now, not at the first access in a worker
+            RecordFile(path).close()
+
+    def __len__(self) -> int:
+        return int(self._ends[-1]) if len(self._ends) else 0
+
+    def locate(self, index: int) -> tuple[str, int, int]:
+        """(path, byte offset, framed size) of record `index`."""
+        f, offset, size = self._where(index)
+        return self.paths[f], offset, size
+
+    def _where(self, index: int) -> tuple[int, int, int]:
+        n = len(self)
+        if not isinstance(index, (int, np.integer)) or isinstance(index, bool):
+            raise TypeError(f"record numbers are ints, got {type(index).__name__}")
+        if index < 0:
+            index += n
+        if not 0 <= index < n:
+            raise IndexError(f"record {index} is out of range: the dataset has {n} records")
+        f = int(np.searchsorted(self._ends, index, side="right"))
+        i = int(index) - (int(self._ends[f - 1]) if f else 0)
+        offset, size = (int(v) for v in self.offsets[f][i])
+        return f, offset, size
+
+    def __getitem__(self, index: int) -> Any:
+        f, offset, size = self._where(index)
+        path = self.paths[f]
+        handle = self._files.get(f)
+        if handle is None:
+            handle = self._files[f] = RecordFile(path, verify=self.verify)
+        data = handle.read(offset, size)
+        item: Any = data if self.features is None else parse_single_example(data, self.features, f"{path}:{offset}")
+        return self.transform(item) if self.transform is not None else item
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_files"] = {}  # open handles stay in the process that opened them
+        return state
+
+    def close(self) -> None:
+        for handle in self._files.values():
+            handle.close()
+        self._files.clear()

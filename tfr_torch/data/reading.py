@@ -1,0 +1,112 @@
+"""Record streams for one reader: runs of files (sequential), records by offset (random), interleaving and a
+bounded shuffle buffer. Every record travels with its file and byte offset, for error messages."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Sequence
+from typing import NamedTuple
+
+import numpy as np
+
+from tfr_torch.data.sharding import Run
+from tfr_torch.format.reader import RecordFile, RecordReader
+
+__all__ = ["Located", "Source", "iter_run", "iter_random", "interleave", "shuffle_buffer"]
+
+
+class Located(NamedTuple):
+    data: bytes
+    path: str
+    offset: int
+
+
+class Source(NamedTuple):
+    """How to read the files: paths, per-file offsets (from indexes; None where unknown) and reader options."""
+
+    paths: Sequence[str]
+    offsets: Sequence[np.ndarray | None]
+    compression: str | None
+    verify: bool
+    on_error: object
+
+
+def iter_run(source: Source, run: Run) -> Iterator[Located]:
+    """Records run.start..run.stop-1 of one file. With an index, reading starts at the first record's offset
+    (one decompression pass for compressed files); without one, the records before `start` are read and
+    dropped."""
+    path = source.paths[run.file]
+    offsets = source.offsets[run.file]
+    wanted = run.stop - run.start
+    if wanted <= 0:
+        return
+    if offsets is not None:
+        start = int(offsets[run.start, 0])
+        end = int(offsets[run.stop - 1, 0] + offsets[run.stop - 1, 1])
+        skip = 0
+    else:
+        start, end, skip = 0, None, run.start
+    with RecordReader(path, source.compression, source.verify, start=start, end=end, on_error=source.on_error) as reader:
+        offset = reader.offset
+        for n, record in enumerate(reader):
+            if n >= skip:
+                yield Located(record, path, offset)
+                if n + 1 - skip >= wanted:
+                    return
+            offset = reader.offset
+
+
+def iter_random(source: Source, global_ids: np.ndarray, counts: Sequence[int]) -> Iterator[Located]:
+    """Records by global number, each read by its offset (one open handle per file)."""
+    ends = np.cumsum(counts)
+    files: dict[int, RecordFile] = {}
+    try:
+        for g in global_ids.tolist():
+            f = int(np.searchsorted(ends, g, side="right"))
+            i = g - (int(ends[f - 1]) if f else 0)
+            handle = files.get(f)
+            if handle is None:
+                handle = files[f] = RecordFile(source.paths[f], source.compression, source.verify)
+            offset, size = (int(v) for v in source.offsets[f][i])
+            yield Located(handle.read(offset, size), source.paths[f], offset)
+    finally:
+        for handle in files.values():
+            handle.close()
+
+
+def interleave(streams: Sequence[Iterator[Located]] | Iterator[Iterator[Located]], cycle: int) -> Iterator[Located]:
+    """Round-robin over up to `cycle` streams at a time, opening the next stream when one ends (as
+    tf.data's interleave), so a shuffle buffer mixes several files."""
+    pending = iter(streams)
+    active = list(itertools.islice(pending, max(cycle, 1)))
+    while active:
+        still = []
+        for stream in active:
+            item = next(stream, None)
+            if item is None:
+                replacement = next(pending, None)
+                if replacement is not None:
+                    still.append(replacement)
+                continue
+            yield item
+            still.append(stream)
+        active = still
+
+
+def shuffle_buffer(items: Iterator[Located], size: int, rng: np.random.Generator) -> Iterator[Located]:
+    """A bounded shuffle: keep `size` items, emit a random one as each new item arrives, then drain in random
+    order (tf.data's shuffle(buffer_size))."""
+    if size <= 1:
+        yield from items
+        return
+    buffer: list[Located] = []
+    for item in items:
+        if len(buffer) < size:
+            buffer.append(item)
+            continue
+        j = int(rng.integers(size))
+        yield buffer[j]
+        buffer[j] = item
+    order = rng.permutation(len(buffer))
+    for j in order.tolist():
+        yield buffer[j]
