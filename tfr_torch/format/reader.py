@@ -14,7 +14,7 @@ from typing import IO, Union
 
 from tfr_torch.errors import CorruptRecordError, SkippedRecordWarning, TFRecordError, TruncatedRecordError
 from tfr_torch.format.compression import NONE, Inflater, compression_from_name, detect_compression, normalize_compression
-from tfr_torch.format.crc import masked_crc32c
+from tfr_torch.format.crc import crc32c, masked_crc32c
 from tfr_torch.format.paths import PathLike, as_path, is_url, open_input
 
 __all__ = ["HEADER_SIZE", "FOOTER_SIZE", "RecordReader", "RecordFile", "read_records", "OnError"]
@@ -114,7 +114,9 @@ class RecordReader:
         return compression, stream, None
 
     def __iter__(self) -> Iterator[bytes]:
-        return self
+        if self._gen is None:
+            self._gen = self._records()
+        return self._gen  # iterating the generator itself saves a Python call per record
 
     def __next__(self) -> bytes:
         if self._gen is None:
@@ -151,6 +153,7 @@ class RecordReader:
         lo = hi = 0
         base = self.start
         eof = False
+        header_crcs: dict[int, int] = {}  # length -> its valid header CRC (it depends on the length only)
         broken = False  # the (compressed) stream failed; what is left in the buffer is its cut-off tail
 
         def fill(want: int) -> None:
@@ -213,12 +216,14 @@ class RecordReader:
                                 "end of the file", path, off))
                         return
                 length, length_crc = _unpack_header(buf, lo)
-                if masked_crc32c(view[lo : lo + 8]) != length_crc:
+                if header_crcs.get(length) != length_crc and masked_crc32c(view[lo : lo + 8]) != length_crc:
                     self._fail(CorruptRecordError(
                         f"corrupt record header: the CRC of its length field is {masked_crc32c(view[lo:lo + 8]):#010x}, "
                         f"expected {length_crc:#010x} (stored in the header)", path, off))
                     resync()
                     continue
+                if len(header_crcs) < 4096:
+                    header_crcs[length] = length_crc
                 need = length + _OVERHEAD
                 if hi - lo < need:
                     if total is not None and off + need > total:
@@ -237,7 +242,10 @@ class RecordReader:
                 data_end = lo + HEADER_SIZE + length
                 data = bytes(view[lo + HEADER_SIZE : data_end])
                 lo += need
-                if verify and masked_crc32c(data) != _unpack_crc(buf, data_end)[0]:
+                if verify:
+                    crc = crc32c(data)
+                    crc = (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF  # masked, inline: hot path
+                if verify and crc != _unpack_crc(buf, data_end)[0]:
                     self._fail(CorruptRecordError(
                         f"corrupt record data: the CRC of its {length} data bytes (at offset {off + HEADER_SIZE}) is "
                         f"{masked_crc32c(data):#010x}, expected {_unpack_crc(buf, data_end)[0]:#010x} (stored after "

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tfr_torch.format.compression import NONE, make_compressor, normalize_compression
-from tfr_torch.format.crc import masked_crc32c
+from tfr_torch.format.crc import crc32c, masked_crc32c
 from tfr_torch.format.paths import AtomicOutput, PathLike
 
 __all__ = ["TFRecordWriter", "frame_record"]
@@ -50,27 +50,38 @@ class TFRecordWriter:
         self.path = self._out.path
         self._file = self._out.file
         self._closed = False
+        self._headers: dict[int, bytes] = {}
         self.records = 0
 
     def write(self, record) -> None:
         """Append one record (bytes, bytearray or memoryview)."""
         if self._closed:
             raise ValueError(f"write to closed TFRecordWriter ({self.path})")
-        if isinstance(record, str) or not hasattr(record, "__len__"):
+        if isinstance(record, (bytes, bytearray)):
+            n = len(record)
+        elif isinstance(record, memoryview):
+            n = record.nbytes
+        else:
             raise TypeError(f"a record must be bytes-like, got {type(record).__name__}")
-        n = len(record) if isinstance(record, (bytes, bytearray)) else memoryview(record).nbytes
-        header = n.to_bytes(8, "little")
-        footer = _pack_crc(masked_crc32c(record))
+        header = self._headers.get(n)
+        if header is None:  # the header (length + its CRC) depends only on the length
+            length = n.to_bytes(8, "little")
+            header = length + _pack_crc(masked_crc32c(length))
+            if len(self._headers) < 4096:
+                self._headers[n] = header
+        crc = crc32c(record)
+        footer = _pack_crc((((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF)
         if self._compressor is None:
-            write = self._file.write
-            write(header + _pack_crc(masked_crc32c(header)))
-            write(record)
-            write(footer)
+            if n < 65536:  # one write call; large records skip the extra copy of a join
+                self._file.write(b"".join((header, record, footer)))
+            else:
+                write = self._file.write
+                write(header)
+                write(record)
+                write(footer)
         else:
             compress = self._compressor.compress
-            out = compress(header + _pack_crc(masked_crc32c(header)))
-            out += compress(record)
-            out += compress(footer)
+            out = compress(header) + compress(record) + compress(footer)
             if out:
                 self._file.write(out)
         self.records += 1
