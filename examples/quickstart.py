@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+from torch.utils.data import DataLoader
 
 import tfr_torch
 
@@ -39,25 +39,13 @@ def write_dataset(out: Path, shards: int = 2, per_shard: int = 500) -> list[str]
     return paths
 
 
-class ExampleStream(IterableDataset):
-    """A minimal reader: each DataLoader worker takes every k-th file. (tfr_torch.TFRecordDataset will do this
-    with record-level splitting, ranks, shuffling and resumption.)"""
-
-    def __init__(self, paths: list[str]) -> None:
-        self.paths = paths
-
-    def __iter__(self):
-        info = get_worker_info()
-        worker, workers = (info.id, info.num_workers) if info else (0, 1)
-        for path in self.paths[worker::workers]:
-            for record in tfr_torch.read_records(path):  # CRC-checked, compression detected
-                ex = tfr_torch.decode_example(record)
-                yield {
-                    "id": int(ex["id"][0]),
-                    "label": int(ex["label"][0]),
-                    "image": torch.from_numpy(ex["image"].reshape(4, 4)),
-                    "tensor": tfr_torch.parse_tensor(ex["tensor"][0], dtype=torch.int16),
-                }
+FEATURES = {
+    "id": tfr_torch.FixedLenFeature([], torch.int64),
+    "label": tfr_torch.FixedLenFeature([], torch.int64),
+    "image": tfr_torch.FixedLenFeature([4, 4], torch.float32),
+    "caption": tfr_torch.FixedLenFeature([], tfr_torch.string),
+    "tensor": tfr_torch.FixedLenFeature([], tfr_torch.string),
+}
 
 
 def main(argv: list[str]) -> int:
@@ -70,16 +58,25 @@ def main(argv: list[str]) -> int:
         index = tfr_torch.read_index(path + ".idx", path)
         print(f"wrote {path}: {count} records, compression={reader.compression}, index rows={len(index)}")
 
-    loader = DataLoader(ExampleStream(paths), batch_size=64, num_workers=2)
+    # Decoded batches of 64 from 2 DataLoader workers, split by record ranges thanks to the indexes.
+    dataset = tfr_torch.TFRecordDataset(paths, FEATURES, index="auto", batch_size=64, shuffle=True, seed=1)
+    loader = DataLoader(dataset, batch_size=None, num_workers=2)
     seen, batches = [], 0
-    for batch in loader:
-        batches += 1
-        seen.extend(batch["id"].tolist())
-        if batches == 1:
-            print(f"first batch: image {tuple(batch['image'].shape)} {batch['image'].dtype}, "
-                  f"tensor {tuple(batch['tensor'].shape)} {batch['tensor'].dtype}, labels {batch['label'][:8].tolist()}")
-    assert sorted(seen) == list(range(len(seen))), "every record exactly once"
-    print(f"read {len(seen)} records in {batches} batches through DataLoader(num_workers=2): each exactly once")
+    for epoch in range(2):
+        dataset.set_epoch(epoch)
+        ids = []
+        for batch in loader:
+            batches += 1
+            ids.extend(batch["id"].tolist())
+            if batches == 1:
+                tensors = torch.stack([tfr_torch.parse_tensor(t, dtype=torch.int16) for t in batch["tensor"]])
+                print(f"first batch: image {tuple(batch['image'].shape)} {batch['image'].dtype}, labels "
+                      f"{batch['label'][:8].tolist()}, tensors {tuple(tensors.shape)} {tensors.dtype}, "
+                      f"caption {batch['caption'][0]!r}")
+        assert sorted(ids) == list(range(len(ids))), "every record exactly once"
+        print(f"epoch {epoch}: {len(ids)} records in {len(dataset)} batches (shuffled, first ids {ids[:5]}): "
+              "each record exactly once")
+        seen.append(ids)
     first = tfr_torch.decode_example(next(iter(tfr_torch.read_records(paths[0]))))
     print(f"first record: caption={first['caption'][0].decode()!r} label={first['label'].tolist()}")
     print(f"files are in {out}; try: tfr-torch verify {out}/*.tfrecord; tfr-torch head -n 1 {paths[0]}")

@@ -29,6 +29,7 @@ from tfr_torch.decode.parse import parse_example, parse_single_example
 from tfr_torch.decode.plan import compile_features
 from tfr_torch.format.index import index_path_for, read_index, scan_index
 from tfr_torch.format.paths import PathLike, expand_paths, is_url
+from tfr_torch.format.reader import RecordReader
 
 __all__ = ["TFRecordDataset", "resolve_indexes"]
 
@@ -43,6 +44,11 @@ def _exists(path: str) -> bool:
         fs, inner = fsspec.core.url_to_fs(path)
         return bool(fs.exists(inner))
     return os.path.exists(path)
+
+
+def _compressed(path: str, compression: str | None) -> bool:
+    with RecordReader(path, compression, verify=False) as reader:
+        return reader.compression != "none"
 
 
 def resolve_indexes(paths: Sequence[str], index: Any, compression: str | None) -> list[np.ndarray | None]:
@@ -69,7 +75,8 @@ class TFRecordDataset(IterableDataset):
     - `features`: None yields each record's bytes; a spec dict (see `parse_example`) yields decoded dicts, one
       per record, or, with `batch_size`, decoded batches (the fast path: use `DataLoader(batch_size=None)`).
     - `index`: None, "auto" (`<file>.idx` beside each file when present) or one index path per file. With
-      indexes, work is split by record ranges and `shuffle` is a global permutation of all records.
+      indexes, work is split by record ranges and, for uncompressed files, `shuffle` is a global permutation of
+      all records, each read by its offset.
     - `shuffle`, `seed`: per-epoch shuffling, deterministic from (seed, epoch); without indexes, a shuffled file
       order, `interleave` files read at once, and a `shuffle_buffer` of records. Call `set_epoch(epoch)`
       each epoch (it reaches workers also with `persistent_workers=True`).
@@ -129,6 +136,9 @@ class TFRecordDataset(IterableDataset):
             [len(o) for o in self.offsets] if all(o is not None for o in self.offsets) else None)
         if self.world_size > 1:
             self._ensure_counts("every rank must yield the same number of records")
+        # a global shuffle reads records by offset: only for indexed, uncompressed files (else: buffered shuffle)
+        self._global_shuffle = self.shuffle and self._counts is not None and not any(
+            _compressed(p, compression) for p in self.paths)
         self._epoch = torch.zeros((), dtype=torch.int64).share_memory_()
         self._resume: dict[str, Any] | None = None
         self._position = 0
@@ -229,9 +239,8 @@ class TFRecordDataset(IterableDataset):
     def _records(self, epoch: int, worker: int, workers: int) -> Iterator[Located]:
         """This reader's records for the epoch, in order (before batching)."""
         source = self._source()
-        indexed = all(o is not None for o in self.offsets)
         multiple = self.batch_size or 1
-        if self.shuffle and indexed:  # a true global shuffle: a seeded permutation, each record read by offset
+        if self._global_shuffle:  # a true global shuffle: a seeded permutation, each record read by offset
             counts = self._counts
             quota = rank_quota(sum(counts), self.world_size, self.pad)
             a, b = worker_block(quota, self.rank, worker, workers, multiple)
