@@ -137,7 +137,7 @@ class TFRecordDataset(IterableDataset):
         if self.world_size > 1:
             self._ensure_counts("every rank must yield the same number of records")
         # a global shuffle reads records by offset: only for indexed, uncompressed files (else: buffered shuffle)
-        self._global_shuffle = self.shuffle and self._counts is not None and not any(
+        self._global_shuffle = self.shuffle and all(o is not None for o in self.offsets) and not any(
             _compressed(p, compression) for p in self.paths)
         self._epoch = torch.zeros((), dtype=torch.int64).share_memory_()
         self._resume: dict[str, Any] | None = None
