@@ -64,6 +64,11 @@ _EXPORTS = {
     # torch layer
     "TFRecordDataset": "tfr_torch.data.dataset",
     "IndexedTFRecordDataset": "tfr_torch.data.indexed",
+    "decode_image": "tfr_torch.decode.images",
+    # tools
+    "ShardedWriter": "tfr_torch.tools.shards",
+    "convert_image_folder": "tfr_torch.tools.convert",
+    "convert_dataset": "tfr_torch.tools.convert",
 }
 
 __all__ = ["__version__", *sorted(_EXPORTS)]
@@ -89,6 +94,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from tfr_torch.format.writer import TFRecordWriter
     from tfr_torch.data.dataset import TFRecordDataset
     from tfr_torch.data.indexed import IndexedTFRecordDataset
+    from tfr_torch.decode.images import decode_image
     from tfr_torch.decode.infer import infer_features
     from tfr_torch.decode.parse import (
         parse_example,
@@ -113,6 +119,8 @@ if TYPE_CHECKING:  # pragma: no cover
         string,
     )
     from tfr_torch.tensors import parse_tensor, serialize_tensor
+    from tfr_torch.tools.convert import convert_dataset, convert_image_folder
+    from tfr_torch.tools.shards import ShardedWriter
 
 
 def __getattr__(name: str) -> Any:

@@ -27,6 +27,7 @@ from tfr_torch.data.sharding import (
 )
 from tfr_torch.decode.parse import parse_example, parse_single_example
 from tfr_torch.decode.plan import compile_features
+from tfr_torch.decode.sidecar import sidecar_for, spec_from_json
 from tfr_torch.format.index import index_path_for, read_index, scan_index
 from tfr_torch.format.paths import PathLike, expand_paths, is_url
 from tfr_torch.format.reader import RecordReader
@@ -112,6 +113,13 @@ class TFRecordDataset(IterableDataset):
     ) -> None:
         super().__init__()
         self.paths = expand_paths(paths)
+        sidecar = sidecar_for(self.paths)  # written by ShardedWriter: the spec and every shard's record count
+        if isinstance(features, str) and features == "auto":
+            if sidecar is None or not sidecar[0].get("features"):
+                raise ValueError("features='auto' needs the sidecar ShardedWriter writes beside its shards "
+                                 "(<name>-<split>.tfr_torch.json) and none describes these files; pass a spec "
+                                 "(tfr_torch.infer_features(paths) proposes one)")
+            features = spec_from_json(sidecar[0]["features"])
         if features is not None:
             compile_features(features)  # check the spec now, in the main process
         if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
@@ -134,6 +142,8 @@ class TFRecordDataset(IterableDataset):
         self.offsets = resolve_indexes(self.paths, index, compression)
         self._counts: list[int] | None = (
             [len(o) for o in self.offsets] if all(o is not None for o in self.offsets) else None)
+        if self._counts is None and sidecar is not None:
+            self._counts = [sidecar[1][p.rsplit("/", 1)[-1]] for p in self.paths]
         if self.world_size > 1:
             self._ensure_counts("every rank must yield the same number of records")
         # a global shuffle reads records by offset: only for indexed, uncompressed files (else: buffered shuffle)

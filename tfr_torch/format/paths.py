@@ -67,8 +67,9 @@ def _has_glob(path: str) -> bool:
 def expand_paths(paths: PathLike | Iterable[PathLike]) -> list[str]:
     """Expand one path, a glob pattern, or a list of them into a list of file paths.
 
-    Patterns expand in sorted order; a pattern that matches nothing raises FileNotFoundError. Plain paths
-    are returned as given (their existence is checked when they are opened).
+    Patterns expand in sorted order, leaving out `<file>.idx` index files of files the pattern also matches;
+    a pattern that matches nothing raises FileNotFoundError. Plain paths are returned as given (their
+    existence is checked when they are opened).
 
     >>> expand_paths(["b.tfrecord", "a.tfrecord"])
     ['b.tfrecord', 'a.tfrecord']
@@ -93,7 +94,8 @@ def expand_paths(paths: PathLike | Iterable[PathLike]) -> list[str]:
             matches = sorted(_glob.glob(path))
         if not matches:
             raise FileNotFoundError(f"no files match {path!r}")
-        out.extend(matches)
+        matched = set(matches)  # a pattern such as train-* also matches the index files beside the shards: skip them
+        out.extend(m for m in matches if not (m.endswith(".idx") and m[: -len(".idx")] in matched))
     return out
 
 

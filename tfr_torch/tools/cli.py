@@ -1,6 +1,6 @@
 """The `tfr-torch` command line (also `python -m tfr_torch`).
 
-Commands: count, index, verify, head, schema. Data problems are printed as `path:offset: what is wrong` lines and
+Commands: count, index, verify, head, schema, convert, inspect, reshard. Data problems are printed as `path:offset: what is wrong` lines and
 make the exit status 1; bad usage exits 2.
 """
 
@@ -10,6 +10,7 @@ import argparse
 import base64
 import json
 import math
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -201,6 +202,47 @@ def _cmd_schema(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_convert(args: argparse.Namespace) -> int:
+    from tfr_torch.tools.convert import convert_image_folder
+
+    try:
+        result = convert_image_folder(args.src, args.out, args.name, args.split, format=args.format,
+                                      quality=args.quality, shard_size=args.shard_size, compression=args.compression,
+                                      workers=args.workers, on_error=args.on_error, check=not args.no_check,
+                                      resume=not args.restart, progress=not args.quiet)
+    except (TFRecordError, OSError, ValueError) as err:
+        print(f"tfr-torch convert: {err}", file=sys.stderr)
+        return 1
+    for path in result.paths:
+        print(path)
+    return 0
+
+
+def _cmd_inspect(args: argparse.Namespace) -> int:
+    from tfr_torch.tools.inspect import inspect_files
+
+    try:
+        print(inspect_files(expand_paths(args.files), args.compression, args.max_records), end="")
+    except (TFRecordError, OSError) as err:
+        print(_problem(err), file=sys.stderr)
+        return 1
+    return 0
+
+
+def _cmd_reshard(args: argparse.Namespace) -> int:
+    from tfr_torch.tools.inspect import reshard
+
+    try:
+        paths = reshard(expand_paths(args.files), args.out, shard_size=args.shard_size, compression=args.out_compression,
+                        name=args.name, split=args.split, progress=not args.quiet)
+    except (TFRecordError, OSError, ValueError) as err:
+        print(f"tfr-torch reshard: {err}", file=sys.stderr)
+        return 1
+    for path in paths:
+        print(path)
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tfr-torch", description="TFRecord files without TensorFlow.")
     parser.add_argument("--version", action="version", version=f"tfr_torch {__version__}")
@@ -227,6 +269,41 @@ def _parser() -> argparse.ArgumentParser:
     p = command("schema", "Propose a feature spec for tf.train.Example files, printed as Python code to paste.")
     p.add_argument("--max-records", type=int, default=1000, help="records to look at (default 1000)")
     p.set_defaults(run=_cmd_schema)
+
+    p = sub.add_parser("convert", help="Convert an image folder (class subfolders) into sharded TFRecords.",
+                       description="Convert an image folder (ImageFolder layout: SRC/<class>/<images>) into TFDS-named "
+                                   "shards with indexes and a sidecar. Resumes an interrupted run.")
+    p.add_argument("src", metavar="SRC")
+    p.add_argument("out", metavar="OUT")
+    p.add_argument("--name", required=True)
+    p.add_argument("--split", default="train")
+    p.add_argument("--shard-size", default="128MB")
+    p.add_argument("--workers", type=int, default=max(1, min(8, (os.cpu_count() or 1))))
+    p.add_argument("--format", default="keep", choices=["keep", "jpeg", "png", "raw"])
+    p.add_argument("--quality", type=int, default=95, help="JPEG quality with --format jpeg")
+    p.add_argument("--compression", default=None, help="none (default), gzip or zlib")
+    p.add_argument("--on-error", default="raise", choices=["raise", "skip"], help="what a broken image does")
+    p.add_argument("--no-check", action="store_true", help="with --format keep, do not decode images to check them")
+    p.add_argument("--restart", action="store_true", help="ignore the shards of an interrupted run")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress display")
+    p.set_defaults(run=_cmd_convert)
+
+    p = command("inspect", "Files, records, bytes, compression, and each feature's kind, dtype and value counts.")
+    p.add_argument("--max-records", type=int, default=None, help="look at this many records per file at most")
+    p.set_defaults(run=_cmd_inspect)
+
+    p = sub.add_parser("reshard", help="Rewrite records into new shards (size, compression), with indexes and a "
+                       "sidecar.", description="Rewrite records into new shards, in order, with indexes and a sidecar.")
+    p.add_argument("files", nargs="+", metavar="FILE", help="TFRecord files, glob patterns or fsspec URLs (any "
+                   "compression, detected)")
+    p.add_argument("--out", required=True, help="output folder")
+    p.add_argument("--shard-size", default="128MB")
+    p.add_argument("--compression", dest="out_compression", default=None,
+                   help="compression of the new shards: none (default), gzip or zlib")
+    p.add_argument("--name", help="dataset name (default: from the input sidecar or file names)")
+    p.add_argument("--split", help="split (default: from the input sidecar, else 'train')")
+    p.add_argument("-q", "--quiet", action="store_true")
+    p.set_defaults(run=_cmd_reshard)
     return parser
 
 
