@@ -29,22 +29,13 @@ from tfr_torch.decode.parse import parse_example, parse_single_example
 from tfr_torch.decode.plan import compile_features
 from tfr_torch.decode.sidecar import sidecar_for, spec_from_json
 from tfr_torch.format.index import index_path_for, read_index, scan_index
-from tfr_torch.format.paths import PathLike, expand_paths, is_url
+from tfr_torch.format.paths import PathLike, exists, expand_paths
 from tfr_torch.format.reader import RecordReader
 
 __all__ = ["TFRecordDataset", "resolve_indexes"]
 
 log = logging.getLogger(__name__)
 _STATE_VERSION = 1
-
-
-def _exists(path: str) -> bool:
-    if is_url(path):
-        import fsspec
-
-        fs, inner = fsspec.core.url_to_fs(path)
-        return bool(fs.exists(inner))
-    return os.path.exists(path)
 
 
 def _compressed(path: str, compression: str | None) -> bool:
@@ -59,7 +50,7 @@ def resolve_indexes(paths: Sequence[str], index: Any, compression: str | None) -
         return [None] * len(paths)
     if index == "auto":
         found = [index_path_for(p) for p in paths]
-        chosen = [p if _exists(p) else None for p in found]
+        chosen = [p if exists(p) else None for p in found]
     elif isinstance(index, (str, os.PathLike)):
         raise ValueError('index must be None, "auto" or a list of index paths (one per file)')
     else:
@@ -177,8 +168,13 @@ class TFRecordDataset(IterableDataset):
         return int(self._epoch)
 
     def __len__(self) -> int:
-        """Records (or batches, with batch_size) this rank yields per epoch."""
-        quota = rank_quota(sum(self._ensure_counts("len() needs the record count")), self.world_size, self.pad)
+        """Records (or batches, with batch_size) this rank yields per epoch. Needs the record counts (indexes, the
+        sidecar, or several ranks, which count at construction); otherwise TypeError, as for any stream of
+        unknown length (list() and DataLoader then do without it)."""
+        if self._counts is None:
+            raise TypeError("the length of this TFRecordDataset is unknown: it needs record counts, from indexes "
+                            "(index='auto'; `tfr-torch index FILES` writes them) or the sidecar of ShardedWriter")
+        quota = rank_quota(sum(self._counts), self.world_size, self.pad)
         if self.batch_size is None:
             return quota
         return quota // self.batch_size if self.drop_last else -(-quota // self.batch_size)
@@ -186,8 +182,12 @@ class TFRecordDataset(IterableDataset):
     # ----- resumable state -----------------------------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        """Where this reader (this worker, in a DataLoader worker process) stands in the current epoch."""
-        worker, workers = self._worker
+        """Where this reader (this worker, in a DataLoader worker process) stands in the current epoch. A state
+        loaded but not yet iterated is returned as it is, so saving again right after restoring loses nothing."""
+        if self._resume is not None:
+            return dict(self._resume)
+        info = get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info is not None else self._worker
         return {"version": _STATE_VERSION, "epoch": self.epoch, "yielded": self._position, "seed": self.seed,
                 "worker": worker, "num_workers": workers, "rank": self.rank, "world_size": self.world_size,
                 "files": len(self.paths)}

@@ -64,10 +64,11 @@ class IndexedTFRecordDataset(Dataset):
         n = len(self)
         if not isinstance(index, (int, np.integer)) or isinstance(index, bool):
             raise TypeError(f"record numbers are ints, got {type(index).__name__}")
+        asked = index
         if index < 0:
             index += n
         if not 0 <= index < n:
-            raise IndexError(f"record {index} is out of range: the dataset has {n} records")
+            raise IndexError(f"record {asked} is out of range: the dataset has {n} records")
         f = int(np.searchsorted(self._ends, index, side="right"))
         i = int(index) - (int(self._ends[f - 1]) if f else 0)
         offset, size = (int(v) for v in self.offsets[f][i])

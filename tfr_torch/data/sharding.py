@@ -47,8 +47,9 @@ def rank_quota(total: int, world_size: int, pad: bool) -> int:
 
 
 def split_sizes(n: int, parts: int, multiple: int = 1) -> list[int]:
-    """Cut n into `parts` near-equal sizes; every size but the last is a multiple of `multiple` (a batch size), so
-    the number of batches is ceil(n / multiple) whatever `parts` is."""
+    """Cut n into `parts` near-equal sizes made of whole batches of `multiple`: only the last non-empty part may
+    end with a partial batch (parts after it are empty), so the number of batches is ceil(n / multiple)
+    whatever `parts` is."""
     if parts < 1:
         raise ValueError(f"parts must be >= 1, got {parts}")
     chunks = -(-n // multiple)  # batches

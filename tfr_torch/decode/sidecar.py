@@ -4,7 +4,6 @@ the image encoding and the tfr_torch version. `TFRecordDataset(features="auto")`
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -13,7 +12,7 @@ import torch
 
 from tfr_torch._version import __version__
 from tfr_torch.decode.specs import FixedLenFeature, FixedLenSequenceFeature, VarLenFeature, string
-from tfr_torch.format.paths import as_path, is_url, open_input
+from tfr_torch.format.paths import as_path, exists, open_input
 
 __all__ = ["SIDECAR_FORMAT", "sidecar_path", "spec_to_json", "spec_from_json", "sidecar_for", "read_sidecar"]
 
@@ -76,15 +75,6 @@ def read_sidecar(path: str) -> dict[str, Any]:
     return data
 
 
-def _exists(path: str) -> bool:
-    if is_url(path):
-        import fsspec
-
-        fs, inner = fsspec.core.url_to_fs(path)
-        return bool(fs.exists(inner))
-    return os.path.exists(path)
-
-
 def sidecar_for(paths: Sequence[str]) -> tuple[dict[str, Any], dict[str, int]] | None:
     """If every path is a shard named the TFDS way and one sidecar describes them all: (sidecar, {shard file name:
     record count}); else None."""
@@ -98,7 +88,7 @@ def sidecar_for(paths: Sequence[str]) -> tuple[dict[str, Any], dict[str, int]] |
         return None
     prefix = prefixes.pop()
     candidate = f"{prefix}.tfr_torch.json"
-    if not _exists(candidate):
+    if not exists(candidate):
         return None
     data = read_sidecar(candidate)
     counts = {shard["file"]: int(shard["records"]) for shard in data["shards"]}

@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Iterable, Iterator
 from typing import IO, Union
 
-__all__ = ["PathLike", "as_path", "is_url", "expand_paths", "open_input", "file_size", "AtomicOutput", "atomic_output"]
+__all__ = ["PathLike", "as_path", "is_url", "expand_paths", "open_input", "exists", "file_size", "AtomicOutput", "atomic_output"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -110,6 +110,15 @@ def open_input(path: PathLike, block_size: int = 8 << 20) -> IO[bytes]:
         except FileNotFoundError:
             raise FileNotFoundError(f"no such file: {path!r}") from None
     return open(path, "rb", buffering=0)
+
+
+def exists(path: PathLike) -> bool:
+    """Whether a file exists (locally or behind an fsspec URL)."""
+    path = as_path(path)
+    if is_url(path):
+        fs, inner = _fsspec(path)
+        return bool(fs.exists(inner))
+    return os.path.exists(path)
 
 
 def file_size(path: PathLike) -> int:
