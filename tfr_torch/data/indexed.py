@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -49,6 +50,7 @@ class IndexedTFRecordDataset(Dataset):
         self.offsets = offsets
         self._ends = np.cumsum([len(o) for o in offsets]).astype(np.int64)
         self._files: dict[int, RecordFile] = {}
+        self._pid = os.getpid()
         for path in self.paths:  # refuse compressed files now, not at the first access in a worker
             RecordFile(path).close()
 
@@ -77,6 +79,8 @@ class IndexedTFRecordDataset(Dataset):
     def __getitem__(self, index: int) -> Any:
         f, offset, size = self._where(index)
         path = self.paths[f]
+        if self._pid != os.getpid():  # forked into a DataLoader worker: never share the parent's file handles
+            self._files, self._pid = {}, os.getpid()
         handle = self._files.get(f)
         if handle is None:
             handle = self._files[f] = RecordFile(path, verify=self.verify)

@@ -12,7 +12,7 @@ import torch
 
 from tfr_torch.errors import DecodeError
 
-__all__ = ["decode_image"]
+__all__ = ["decode_image", "normalize_mode"]
 
 
 @functools.lru_cache(maxsize=1)
@@ -33,14 +33,24 @@ def _pillow(data: bytes, name: str | None) -> torch.Tensor:
     try:
         with Image.open(io.BytesIO(data)) as img:
             img.load()
-            if img.mode not in ("L", "RGB", "RGBA"):
-                img = img.convert("RGBA" if "A" in img.getbands() else "RGB")
-            array = np.asarray(img)
+            array = np.array(normalize_mode(img))
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as exc:
         raise DecodeError(f"cannot decode {_what(name)} ({len(data)} bytes): {exc}") from None
     if array.ndim == 2:
         array = array[:, :, None]
     return torch.from_numpy(np.ascontiguousarray(array.transpose(2, 0, 1)))
+
+
+def normalize_mode(img: Any) -> Any:
+    """The image in the mode decoders give: L, LA, RGB and RGBA stay; palette images become RGB (RGBA with
+    transparency); everything else RGB."""
+    if img.mode in ("L", "LA", "RGB", "RGBA"):
+        return img
+    if img.mode == "P":
+        return img.convert("RGBA" if "transparency" in img.info else "RGB")
+    if img.mode in ("I;16", "I", "F"):
+        return img.convert("L")
+    return img.convert("RGBA" if "A" in img.getbands() else "RGB")
 
 
 def _what(name: str | None) -> str:

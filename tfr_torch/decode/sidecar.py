@@ -29,6 +29,27 @@ def _dtype_name(dtype: Any) -> str:
     return "string" if dtype == string else str(dtype).removeprefix("torch.")
 
 
+def _json_default(value: Any) -> Any:
+    """Defaults as JSON: bytes become {"hex": ...}, str {"text": ...} (nested like the value)."""
+    if isinstance(value, (bytes, bytearray)):
+        return {"hex": bytes(value).hex()}
+    if isinstance(value, str):
+        return {"text": value}
+    if isinstance(value, (list, tuple)):
+        return [_json_default(v) for v in value]
+    return value
+
+
+def _from_json_default(value: Any) -> Any:
+    if isinstance(value, dict) and set(value) == {"hex"}:
+        return bytes.fromhex(value["hex"])
+    if isinstance(value, dict) and set(value) == {"text"}:
+        return value["text"]
+    if isinstance(value, list):
+        return [_from_json_default(v) for v in value]
+    return value
+
+
 def spec_to_json(features: Mapping[str, Any]) -> dict[str, Any]:
     """A JSON form of a spec of FixedLenFeature / VarLenFeature / FixedLenSequenceFeature."""
     out = {}
@@ -36,7 +57,7 @@ def spec_to_json(features: Mapping[str, Any]) -> dict[str, Any]:
         if isinstance(spec, FixedLenFeature):
             entry = {"kind": "FixedLen", "shape": list(spec.shape), "dtype": _dtype_name(spec.dtype)}
             if spec.default_value is not None:
-                entry["default_value"] = spec.default_value
+                entry["default_value"] = _json_default(spec.default_value)
         elif isinstance(spec, VarLenFeature):
             entry = {"kind": "VarLen", "dtype": _dtype_name(spec.dtype)}
         elif isinstance(spec, FixedLenSequenceFeature):
@@ -56,7 +77,7 @@ def spec_from_json(data: Mapping[str, Any]) -> dict[str, Any]:
         dtype = entry["dtype"] if entry["dtype"] == "string" else getattr(torch, entry["dtype"])
         kind = entry["kind"]
         if kind == "FixedLen":
-            out[key] = FixedLenFeature(entry["shape"], dtype, entry.get("default_value"))
+            out[key] = FixedLenFeature(entry["shape"], dtype, _from_json_default(entry.get("default_value")))
         elif kind == "VarLen":
             out[key] = VarLenFeature(dtype)
         elif kind == "FixedLenSequence":

@@ -186,7 +186,7 @@ def encode_example(features: Mapping[str, Any]) -> bytes:
     """
     example = example_pb2.Example()
     _fill_features(example.features, features)
-    return example.SerializeToString()
+    return example.SerializeToString(deterministic=True)  # map entries sorted: the same bytes in every process
 
 
 def from_feature(feature: feature_pb2.Feature) -> FeatureValue | None:
@@ -253,7 +253,7 @@ def encode_sequence_example(
             flist = target[key]
             for step, value in enumerate(steps):
                 to_feature(f"{key}[{step}]", value, flist.feature.add())
-    return message.SerializeToString()
+    return message.SerializeToString(deterministic=True)
 
 
 def decode_sequence_example(data: bytes) -> tuple[dict[str, FeatureValue], dict[str, list[FeatureValue | None]]]:

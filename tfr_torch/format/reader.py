@@ -7,6 +7,7 @@ guards every allocation); the data CRC is checked when `verify=True`.
 
 from __future__ import annotations
 
+import os
 import struct
 import warnings
 from collections.abc import Callable, Iterator
@@ -300,8 +301,6 @@ def _skip(stream, count: int) -> int:
 
 def _size_of(raw: IO[bytes]) -> int | None:
     try:
-        import os
-
         return os.fstat(raw.fileno()).st_size
     except (AttributeError, OSError, ValueError):
         size = getattr(raw, "size", None)
@@ -348,6 +347,10 @@ class RecordFile:
         self.verify = verify
         self._raw = open_input(self.path, block_size=1 << 16)
         try:
+            self._fd = self._raw.fileno() if hasattr(os, "pread") and not is_url(self.path) else None
+        except (AttributeError, OSError, ValueError):
+            self._fd = None
+        try:
             kind = normalize_compression(compression, allow_auto=True)
             if kind == "auto":
                 kind = compression_from_name(self.path) or detect_compression(self._raw.read(HEADER_SIZE))
@@ -362,9 +365,7 @@ class RecordFile:
     def read(self, offset: int, size: int | None = None) -> bytes:
         """The data of the record whose header starts at `offset` (`size`, the framed size from the index, is
         checked against the header when given)."""
-        raw = self._raw
-        raw.seek(offset)
-        header = raw.read(HEADER_SIZE)
+        header = self._read_at(offset, HEADER_SIZE)
         if len(header) < HEADER_SIZE:
             raise TruncatedRecordError(f"expected a {HEADER_SIZE}-byte record header, found {len(header)} bytes",
                                        self.path, offset)
@@ -375,7 +376,7 @@ class RecordFile:
         if size is not None and length + _OVERHEAD != size:
             raise CorruptRecordError(f"the record here has {length + _OVERHEAD} bytes but the index says {size}: is "
                                      "the index stale or made for another file?", self.path, offset)
-        body = raw.read(length + FOOTER_SIZE)
+        body = self._read_at(offset + HEADER_SIZE, length + FOOTER_SIZE)
         if len(body) < length + FOOTER_SIZE:
             raise TruncatedRecordError(f"truncated record: expected {length + _OVERHEAD} bytes from this offset, "
                                        f"found {HEADER_SIZE + len(body)}", self.path, offset)
@@ -384,6 +385,21 @@ class RecordFile:
             raise CorruptRecordError(f"corrupt record data: the CRC of its {length} data bytes does not match",
                                      self.path, offset)
         return data
+
+    def _read_at(self, offset: int, size: int) -> bytes:
+        """Read at an absolute offset; local files use pread, which shares no file position with anyone (a
+        handle inherited by forked DataLoader workers stays safe)."""
+        if self._fd is not None:
+            chunks, got = [], 0
+            while got < size:
+                chunk = os.pread(self._fd, size - got, offset + got)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                got += len(chunk)
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        self._raw.seek(offset)
+        return self._raw.read(size)
 
     def close(self) -> None:
         self._raw.close()

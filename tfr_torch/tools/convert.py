@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import io
 import multiprocessing
+from dataclasses import dataclass
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -25,6 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from tfr_torch.decode.images import normalize_mode
 from tfr_torch.decode.specs import FixedLenFeature, string
 from tfr_torch.errors import DecodeError
 from tfr_torch.format.example import encode_example
@@ -48,11 +50,17 @@ IMAGE_FEATURES = {
 }
 
 
-class ConversionResult(dict):
-    """What a conversion did: `paths` (the shards), `records`, `skipped` (list of (item, reason)), `seconds`,
-    `bytes_in`, `resumed_from` (items kept from an interrupted run)."""
+@dataclass
+class ConversionResult:
+    """What a conversion did: `paths` (the shards), `records`, `skipped` ([item, reason] pairs), `seconds`,
+    `bytes_in` (bytes of input read), `resumed_from` (the first item converted by this run)."""
 
-    __getattr__ = dict.__getitem__
+    paths: list
+    records: int
+    skipped: list
+    seconds: float
+    bytes_in: int
+    resumed_from: int
 
 
 def find_classes(root: str) -> tuple[list[str], dict[str, int]]:
@@ -82,8 +90,6 @@ def _pil_format(name: str | None) -> str:
 def _encode_pil(img: Any, fmt: str, quality: int) -> bytes:
     out = io.BytesIO()
     if fmt == "jpeg":
-        if img.mode not in ("L", "RGB"):
-            img = img.convert("RGB")
         img.save(out, "JPEG", quality=quality)
     else:
         img.save(out, "PNG")
@@ -106,9 +112,6 @@ def _image_example(encoded: bytes, fmt: str, height: int, width: int, channels: 
     return encode_example(features)
 
 
-_CHANNELS = {"1": 1, "L": 1, "P": 1, "RGB": 3, "YCbCr": 3, "CMYK": 4, "RGBA": 4, "LA": 2, "I": 1, "F": 1, "I;16": 1}
-
-
 class _FolderJob:
     """Encodes item i of an image folder (picklable: runs in worker processes)."""
 
@@ -126,32 +129,41 @@ class _FolderJob:
             with open(path, "rb") as f:
                 data = f.read()
             with Image.open(io.BytesIO(data)) as img:
-                fmt, size, mode = _pil_format(img.format), img.size, img.mode
+                fmt, size = _pil_format(img.format), img.size
                 if self.fmt == "keep":
                     if self.check:
                         _check_decodes(img)
+                    channels = _decoded_channels(img)
                     encoded = data
                 else:
                     img.load()
-                    encoded, fmt, mode = _reencode(img, self.fmt, self.quality)
+                    encoded, fmt, channels = _reencode(img, self.fmt, self.quality)
         except Image.UnidentifiedImageError:
             return i, None, 0, f"{path}: not an image Pillow can identify"
         except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
             return i, None, 0, f"{path}: cannot read the image: {exc}"
-        record = _image_example(encoded, fmt, size[1], size[0], _CHANNELS.get(mode, 3), label, self.classes[label], rel)
+        record = _image_example(encoded, fmt, size[1], size[0], channels, label, self.classes[label], rel)
         return i, record, len(data), None
 
 
-def _reencode(img: Any, fmt: str, quality: int) -> tuple[bytes, str, str]:
+def _decoded_channels(img: Any) -> int:
+    """Channels of the pixels decoders give for this image (decode_image, tf.io.decode_image, torchvision)."""
+    return len(normalize_mode(img).getbands()) if img.mode != "P" else (4 if "transparency" in img.info else 3)
+
+
+def _reencode(img: Any, fmt: str, quality: int) -> tuple[bytes, str, int]:
+    """(encoded bytes, format name, channels of the stored pixels)."""
+    img = normalize_mode(img)
     if fmt == "raw":
         from tfr_torch.tensors import serialize_tensor
 
-        array = np.asarray(img.convert("RGB") if img.mode not in ("L", "RGB", "RGBA") else img)
+        array = np.array(img)
         array = array[:, :, None] if array.ndim == 2 else array
-        return serialize_tensor(torch.from_numpy(np.ascontiguousarray(array.transpose(2, 0, 1)))), "raw", img.mode
+        return serialize_tensor(torch.from_numpy(np.ascontiguousarray(array.transpose(2, 0, 1)))), "raw", array.shape[2]
+    if fmt == "jpeg" and img.mode not in ("L", "RGB"):
+        img = img.convert("L" if img.mode == "LA" else "RGB")  # JPEG has no alpha
     encoded = _encode_pil(img, fmt, quality)
-    mode = "RGB" if fmt == "jpeg" and img.mode not in ("L", "RGB") else img.mode
-    return encoded, fmt, mode
+    return encoded, fmt, len(img.getbands())
 
 
 class _DatasetJob:
@@ -167,11 +179,11 @@ class _DatasetJob:
             image, target = self.dataset[i]
             label = int(target.item() if hasattr(target, "item") else target)
             img = _to_pil(image)
-            encoded, fmt, mode = _reencode(img, "png" if self.fmt == "keep" else self.fmt, self.quality)
+            encoded, fmt, channels = _reencode(img, "png" if self.fmt == "keep" else self.fmt, self.quality)
         except (OSError, ValueError, TypeError, SyntaxError, Image.DecompressionBombError) as exc:
             return i, None, 0, f"item {i}: cannot convert it: {exc}"
         text = str(self.classes[label]) if self.classes is not None and 0 <= label < len(self.classes) else str(label)
-        record = _image_example(encoded, fmt, img.size[1], img.size[0], _CHANNELS.get(mode, 3), label, text, None)
+        record = _image_example(encoded, fmt, img.size[1], img.size[0], channels, label, text, None)
         return i, record, len(encoded), None
 
 
@@ -251,8 +263,10 @@ def _convert(job: Callable, count: int, out_dir: str, name: str, split: str, *, 
     seconds = meter.done()
     result = ConversionResult(paths=paths, records=writer.records, skipped=skipped, seconds=seconds,
                               bytes_in=meter.bytes, resumed_from=start)
+    for item, reason in skipped[len(list(writer.resumed_state.get("skipped", []))):] if not progress else []:
+        print(f"skipped: {reason}", file=sys.stderr)
     if progress:
-        print(f"converted {meter.items - len(skipped) + 0} items into {len(paths)} shard(s) ({result.records} records"
+        print(f"converted {meter.items - len(skipped)} items into {len(paths)} shard(s) ({result.records} records"
               f" in all), skipped {len(skipped)}, read {meter.bytes / 1e6:,.1f} MB in {seconds:,.1f} s "
               f"({meter.bytes / 1e6 / max(seconds, 1e-9):,.1f} MB/s)", file=sys.stderr)
         for item, reason in skipped:

@@ -33,6 +33,10 @@ def parse_size(size: int | str) -> int:
     return value
 
 
+def _OLD_SHARD(name: str, split: str) -> re.Pattern:
+    return re.compile(re.escape(f"{name}-{split}.tfrecord-") + r"\d+-of-\d+(\.idx)?")
+
+
 def shard_name(name: str, split: str, index: int, count: int) -> str:
     """TFDS's shard name: `{name}-{split}.tfrecord-{index:05d}-of-{count:05d}` (more digits past 99999)."""
     digits = max(5, len(str(count)))
@@ -40,13 +44,14 @@ def shard_name(name: str, split: str, index: int, count: int) -> str:
 
 
 class ShardedWriter:
-    """Write records into shards that roll over by size (`shard_size`, bytes before compression) or by
-    `records_per_shard`, named the TFDS way and renamed to their final count when closed, each with an index
+    """Write records into shards that roll over by size (`shard_size`, bytes before compression) or, when given,
+    by `records_per_shard` instead, named the TFDS way and renamed to their final count when closed, each with an index
     (`<shard>.idx`) and, for the set, a sidecar `{name}-{split}.tfr_torch.json` holding `features` (a spec),
     every shard's record count, `image` (e.g. the image encoding) and the tfr_torch version.
 
     Crash-safe: every shard is written atomically; with `resume=True` the shards a previous, interrupted run
-    finished are kept (see `resumed_position`), and writing continues after them.
+    finished are kept (see `resumed_position`), and writing continues after them. Closing removes the shards of
+    an earlier run of the same name and split that had another shard count.
 
     >>> with ShardedWriter("out", "cifar10", "train", shard_size="64MB") as writer:  # doctest: +SKIP
     ...     for example in examples:
@@ -146,7 +151,7 @@ class ShardedWriter:
         self._index.append((self._pos, framed))
         self._pos += framed
         self._last_position = position
-        self._last_state = dict(state or {})
+        self._last_state = json.dumps(state or {})  # a snapshot: the caller may keep changing its objects
 
     def write_example(self, features: Mapping[str, Any], **kwargs: Any) -> None:
         from tfr_torch.format.example import encode_example
@@ -161,7 +166,7 @@ class ShardedWriter:
             f.write("".join(f"{o} {s}\n" for o, s in self._index).encode("ascii"))
         self._done.append({"partial": partial.rsplit("/", 1)[-1], "records": len(self._index),
                            "bytes": os.path.getsize(partial), "position": self._last_position,
-                           "state": self._last_state})
+                           "state": json.loads(self._last_state)})
         self._index = []
         self._save_progress()
 
@@ -172,20 +177,25 @@ class ShardedWriter:
         if self._writer is not None:
             self._finish_shard()
         count = len(self._done)
-        shards = []
-        for i, shard in enumerate(self._done):
-            final = shard_name(self.name, self.split, i, count)
-            partial = f"{self.out_dir}/{shard['partial']}"
-            os.replace(partial, f"{self.out_dir}/{final}")
-            os.replace(partial + ".idx", f"{self.out_dir}/{final}.idx")
-            shards.append({"file": final, "records": shard["records"], "bytes": shard["bytes"]})
+        finals = [shard_name(self.name, self.split, i, count) for i in range(count)]
+        shards = [{"file": final, "records": shard["records"], "bytes": shard["bytes"]}
+                  for final, shard in zip(finals, self._done)]
         sidecar = {"format": SIDECAR_FORMAT, "name": self.name, "split": self.split,
                    "compression": None if self.compression == "none" else self.compression,
                    "records": sum(s["records"] for s in shards), "shards": shards,
                    "features": spec_to_json(self.features) if self.features is not None else None,
                    "image": self.image, "tfr_torch_version": __version__}
+        text = json.dumps(sidecar, indent=1)  # before renaming anything: a spec that cannot be stored fails here
+        stale = [f for f in os.listdir(self.out_dir) if _OLD_SHARD(self.name, self.split).fullmatch(f)
+                 and f.removesuffix(".idx") not in finals]
+        for f in stale:  # shards of an earlier, differently sharded run of this name and split
+            os.remove(f"{self.out_dir}/{f}")
+        for final, shard in zip(finals, self._done):
+            partial = f"{self.out_dir}/{shard['partial']}"
+            os.replace(partial, f"{self.out_dir}/{final}")
+            os.replace(partial + ".idx", f"{self.out_dir}/{final}.idx")
         with atomic_output(sidecar_path(self.out_dir, self.name, self.split)) as f:
-            f.write(json.dumps(sidecar, indent=1).encode())
+            f.write(text.encode())
         if os.path.exists(self._progress_path()):
             os.remove(self._progress_path())
         self.closed = True
