@@ -20,9 +20,13 @@ Design
   --data-dir (default benchmarks/data/, gitignored); files are named after their record count and regenerated
   when missing or when their sidecar .json does not match.
 - Timing: one untimed warm-up pass (which also brings the file into the page cache), then --repeat timed
-  passes; the best (shortest) is reported, with the process CPU time of that pass as a % of its wall time
-  (over 100% means more than one core was busy). MB are 10**6 bytes of record payload (for gzip, decompressed),
-  not counting the 16 bytes of framing per record.
+  passes; the best (shortest) is reported, with the process CPU time of that pass (plus that of its joined
+  DataLoader workers) as a % of its wall time (over 100% means more than one core was busy). MB are 10**6 bytes
+  of record payload (for gzip, decompressed), not counting the 16 bytes of framing per record.
+- Workloads run on one core (TensorFlow's inter/intra-op pools of 1, OMP_NUM_THREADS=1 for torch) unless
+  registered with parallel=True (loader-16k: DataLoader workers, tf.data AUTOTUNE).
+- A pass may put extra numbers in `ctx.metrics` (loader-16k: the peak RSS of DataLoader workers); a variant's
+  `summary` turns them into a line of the summary.
 """
 
 from __future__ import annotations
@@ -118,12 +122,75 @@ def gen_small(records: int) -> Iterator[bytes]:
         yield encode_example(small_features(i))
 
 
+# The tabular Examples of `decode-tabular`, in the tfrecord package's words.
+TABULAR_KINDS = {"id": "int", "label": "int", "f1": "float", "f2": "float", "emb": "float", "tokens": "int",
+                 "name": "byte"}
+TABULAR_EMB = 32
+
+
+def sorted_example(record: bytes) -> bytes:
+    """The Example re-serialized with its features in key order. encode_example writes the feature map in upb's
+    hash order, which changes from process to process; this makes a generated file byte-for-byte reproducible."""
+    from tfr_torch.format._proto import example_pb2
+
+    return example_pb2.Example.FromString(record).SerializeToString(deterministic=True)
+
+
+def gen_tabular(records: int, chunk: int = 10_000) -> Iterator[bytes]:
+    """Tabular Examples: int64 id and label, float f1 and f2, a 32-float emb, 1 to 20 int64 tokens
+    and a short bytes name (about 280 B). Deterministic (one seeded generator, drawn chunk by chunk)."""
+    import numpy as np
+
+    from tfr_torch import encode_example
+
+    rng = np.random.default_rng(20_000)
+    for first in range(0, records, chunk):
+        k = min(chunk, records - first)
+        labels = rng.integers(0, 10, k)
+        floats = rng.random((k, 2), dtype=np.float32)
+        emb = rng.standard_normal((k, TABULAR_EMB), dtype=np.float32)
+        lengths = rng.integers(1, 21, k)
+        tokens = rng.integers(0, 50_000, int(lengths.sum()))
+        ends = np.cumsum(lengths)
+        for j in range(k):
+            i = first + j
+            yield sorted_example(encode_example({
+                "id": i,
+                "label": int(labels[j]),
+                "f1": float(floats[j, 0]),
+                "f2": float(floats[j, 1]),
+                "emb": emb[j],
+                "tokens": tokens[ends[j] - lengths[j] : ends[j]],
+                "name": b"user-%d" % i,
+            }))
+
+
+def gen_example_16k(records: int, chunk: int = 1000) -> Iterator[bytes]:
+    """Examples of a 16 KiB bytes feature "data" (random bytes) and an int64 "label" (16,407-16,409 B each)."""
+    import numpy as np
+
+    from tfr_torch import encode_example
+
+    rng = np.random.default_rng(4096)
+    for first in range(0, records, chunk):
+        k = min(chunk, records - first)
+        payload = rng.bytes(k * RECORD_16K)
+        labels = rng.integers(0, 1000, k)
+        for j in range(k):
+            yield sorted_example(encode_example({"data": payload[j * RECORD_16K : (j + 1) * RECORD_16K],
+                                                 "label": int(labels[j])}))
+
+
 DATASETS = {
     d.name: d
     for d in (
         Dataset("16k", 20_000, ".tfrecord", None, gen_16k, "16 KiB records, half random bytes, uncompressed"),
         Dataset("16k-gzip", 20_000, ".tfrecord.gz", "gzip", gen_16k, "the 16k records in one GZIP stream (level 6)"),
         Dataset("small", 200_000, ".tfrecord", None, gen_small, "serialized tf.train.Examples, 7 features, ~160 B"),
+        Dataset("tabular", 200_000, ".tfrecord", None, gen_tabular,
+                "tf.train.Examples: id, label, f1, f2, emb[32], 1-20 tokens, name; ~280 B"),
+        Dataset("example-16k", 20_000, ".tfrecord", None, gen_example_16k,
+                "tf.train.Examples of a 16 KiB random bytes feature 'data' and an int64 'label'"),
     )
 }
 
@@ -187,6 +254,7 @@ class Ctx:
     meta: dict[str, Any]
     out: str
     records: int
+    metrics: dict[str, float] = dataclasses.field(default_factory=dict)  # a pass may record extra numbers here
     _cache: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def raw_records(self) -> list[bytes]:
@@ -209,6 +277,8 @@ class Variant:
     setup: Callable[[Ctx], Callable[[], int]]
     note: str = ""
     same_bytes: bool = False  # a write variant whose output must equal the data set's file byte for byte
+    # a summary line of its own from the pass's ctx.metrics: (this row, every row of the workload) -> text
+    summary: Callable[[dict[str, Any], list[dict[str, Any]]], str] | None = None
 
 
 @dataclasses.dataclass
@@ -217,7 +287,12 @@ class Workload:
     dataset: str
     description: str
     baseline: str  # key of the tfr_torch variant that the summary compares with the peers
-    target: str = ""  # the issue's target, printed with a met/not met verdict
+    # the issue's targets, printed with a met/not met verdict: peer library -> (the least tfr_torch ÷ row ratio
+    # over that peer's comparable rows, what the target says)
+    targets: dict[str, tuple[float, str]] = dataclasses.field(default_factory=dict)
+    # False: one core (TensorFlow's inter/intra-op pools of 1, OMP_NUM_THREADS=1 for torch); True: each library's
+    # default threading and worker processes (CPU % then counts the DataLoader workers too)
+    parallel: bool = False
     variants: list[Variant] = dataclasses.field(default_factory=list)
 
     def of(self, library: str) -> list[Variant]:
@@ -227,18 +302,19 @@ class Workload:
 WORKLOADS: dict[str, Workload] = {}
 
 
-def workload(name: str, dataset: str, description: str, baseline: str, target: str = "") -> None:
-    WORKLOADS[name] = Workload(name, dataset, description, baseline, target)
+def workload(name: str, dataset: str, description: str, baseline: str,
+             targets: dict[str, tuple[float, str]] | None = None, parallel: bool = False) -> None:
+    WORKLOADS[name] = Workload(name, dataset, description, baseline, dict(targets or {}), parallel)
 
 
 def variant(workloads: str | tuple[str, ...], library: str, key: str, label: str, kind: str, note: str = "",
-            same_bytes: bool = False):
+            same_bytes: bool = False, summary: Callable[[dict[str, Any], list[dict[str, Any]]], str] | None = None):
     """Register the decorated setup function as a variant of one or more workloads."""
     names = (workloads,) if isinstance(workloads, str) else workloads
 
     def register(setup: Callable[[Ctx], Callable[[], int]]):
         for name in names:
-            WORKLOADS[name].variants.append(Variant(library, key, label, kind, setup, note, same_bytes))
+            WORKLOADS[name].variants.append(Variant(library, key, label, kind, setup, note, same_bytes, summary))
         return setup
 
     return register
@@ -246,12 +322,20 @@ def variant(workloads: str | tuple[str, ...], library: str, key: str, label: str
 
 READS = ("read-16k", "read-small", "read-16k-gzip")
 workload("read-16k", "16k", "read every 16 KiB record of an uncompressed file", "crc",
-         target="at least as fast as TensorFlow's single-threaded TFRecordDataset (every TF variant)")
+         targets={"tensorflow": (1.0, "at least as fast as TensorFlow's single-threaded TFRecordDataset "
+                                      "(every TF variant)")})
 workload("write-16k", "16k", "write the 16 KiB records (already in memory) to a new file", "raw",
-         target="at least as fast as TensorFlow's TFRecordWriter")
+         targets={"tensorflow": (1.0, "at least as fast as TensorFlow's TFRecordWriter")})
 workload("read-small", "small", "read every record of a file of small Examples: per-record overhead", "crc")
 workload("write-small", "small", "write small Examples: pre-serialized, or encoded from dicts", "raw")
 workload("read-16k-gzip", "16k-gzip", "read every 16 KiB record of a GZIP-compressed file", "crc")
+workload("decode-tabular", "tabular", f"decode tabular Examples into tensors, {TF_BATCH} per batch, on one core",
+         "parse",
+         targets={"tfrecord": (3.0, "at least 3× the tfrecord package"),
+                  "tensorflow": (0.5, "at least 0.5× TensorFlow's single-threaded parse_example (every TF variant)")})
+workload("loader-16k", "example-16k", "one pass of a DataLoader (2 workers) or tf.data pipeline over 16 KiB "
+         "Examples, decoded in batches of 256", "loader", parallel=True,
+         targets={"tensorflow": (1.0, "a tfr_torch DataLoader at least as fast as TensorFlow's AUTOTUNE pipeline")})
 
 NOTE_TFRECORD_READ = ("tfrecord.reader.tfrecord_iterator never checks CRCs and yields a memoryview into one reused "
                       "buffer (no copy per record); compared with tfr_torch's verify=False row")
@@ -493,31 +577,331 @@ def _tf_write_example(ctx: Ctx) -> Callable[[], int]:
     return run
 
 
+# ---- decode-tabular: tabular Examples, already in memory (the tfrecord package reads the file), into tensors
+
+
+def _tabular_spec(ns: Any, int64: Any, float32: Any, string: Any) -> dict[str, Any]:
+    """The decode-tabular spec in a library's own terms (tfr_torch or tf.io): all FixedLen but tokens."""
+    return {"id": ns.FixedLenFeature([], int64), "label": ns.FixedLenFeature([], int64),
+            "f1": ns.FixedLenFeature([], float32), "f2": ns.FixedLenFeature([], float32),
+            "emb": ns.FixedLenFeature([TABULAR_EMB], float32), "tokens": ns.VarLenFeature(int64),
+            "name": ns.FixedLenFeature([], string)}
+
+
+def _batches(records: list[bytes]) -> list[list[bytes]]:
+    return [records[i : i + TF_BATCH] for i in range(0, len(records), TF_BATCH)]
+
+
+NOTE_DECODE = (f"batches of {TF_BATCH} serialized records already in memory; tokens (VarLen) comes back as a sparse "
+               f"COO [{TF_BATCH}, max_len] tensor (TF: SparseTensor), name as a list of bytes (TF: an object array)")
+
+
+@variant("decode-tabular", "tfr_torch", "parse", "parse_example(batch, spec)", "decode", note=NOTE_DECODE)
+def _tfr_decode_tabular(ctx: Ctx) -> Callable[[], int]:
+    import torch
+
+    import tfr_torch
+
+    spec = _tabular_spec(tfr_torch, torch.int64, torch.float32, tfr_torch.string)
+    batches, parse_example = _batches(ctx.raw_records()), tfr_torch.parse_example
+
+    def run() -> int:
+        n = 0
+        for batch in batches:
+            out = parse_example(batch, spec)
+            n += len(out["id"])
+        return n
+
+    return run
+
+
+@variant("decode-tabular", "tfrecord", "loader",
+         f"example_loader(path, None, description) + collate {TF_BATCH} into tensors", "decode",
+         note="tfrecord.reader.example_loader reads the file itself (no CRC check) and parses every record on its "
+              "own: a protobuf Example object, then one numpy array per feature; collated here the fastest way: "
+              "np.concatenate (scalars) / np.stack (emb) + torch.from_numpy, name a list of bytes, and tokens left "
+              "as a list of per-record int64 arrays (not padded, no sparse tensor built: less work than the others)")
+def _tfrecord_decode_tabular(ctx: Ctx) -> Callable[[], int]:
+    import itertools
+
+    import numpy as np
+    import torch
+    from tfrecord.reader import example_loader
+
+    path, description = ctx.path, dict(TABULAR_KINDS)
+    scalars = ("id", "label", "f1", "f2")
+    islice, concatenate, stack, from_numpy = itertools.islice, np.concatenate, np.stack, torch.from_numpy
+
+    def run() -> int:
+        n = 0
+        examples = example_loader(path, None, description)
+        while True:
+            chunk = list(islice(examples, TF_BATCH))
+            if not chunk:
+                return n
+            batch = {k: from_numpy(concatenate([e[k] for e in chunk])) for k in scalars}
+            batch["emb"] = from_numpy(stack([e["emb"] for e in chunk]))
+            batch["tokens"] = [e["tokens"] for e in chunk]
+            batch["name"] = [e["name"] for e in chunk]
+            n += len(batch["id"])
+
+    return run
+
+
+NOTE_TF_DECODE = ("eager tf.io.parse_example on pre-built tf.constant batches; one core (inter/intra-op pools of 1, "
+                  "so the op does not shard the batch over threads)")
+
+
+def _tf_decode_setup(ctx: Ctx):
+    tf = _tf()
+    spec = _tabular_spec(tf.io, tf.int64, tf.float32, tf.string)
+    return tf, spec, [tf.constant(b) for b in _batches(ctx.raw_records())]
+
+
+@variant("decode-tabular", "tensorflow", "numpy", "tf.io.parse_example(batch, spec) → .numpy()", "decode",
+         note=NOTE_TF_DECODE)
+def _tf_decode_tabular(ctx: Ctx) -> Callable[[], int]:
+    tf, spec, batches = _tf_decode_setup(ctx)
+    parse_example = tf.io.parse_example
+
+    def run() -> int:
+        n = 0
+        for batch in batches:
+            out = parse_example(batch, spec)
+            arrays = {k: v.numpy() for k, v in out.items() if k != "tokens"}
+            tokens = out["tokens"]
+            arrays["tokens"] = (tokens.indices.numpy(), tokens.values.numpy(), tokens.dense_shape.numpy())
+            n += len(arrays["id"])
+        return n
+
+    return run
+
+
+@variant("decode-tabular", "tensorflow", "torch", "tf.io.parse_example(batch, spec) → torch tensors", "decode",
+         note="as above, then into what tfr_torch returns: torch.from_numpy for dense features, "
+              "torch.sparse_coo_tensor(indices.T, values, dense_shape, is_coalesced=True) for tokens, "
+              ".numpy().tolist() (a list of bytes) for name")
+def _tf_decode_tabular_torch(ctx: Ctx) -> Callable[[], int]:
+    import numpy as np
+    import torch
+
+    tf, spec, batches = _tf_decode_setup(ctx)
+    parse_example, from_numpy = tf.io.parse_example, torch.from_numpy
+    dense = [k for k in spec if k not in ("tokens", "name")]
+
+    def run() -> int:
+        n = 0
+        for batch in batches:
+            out = parse_example(batch, spec)
+            tensors = {k: from_numpy(out[k].numpy()) for k in dense}
+            tensors["name"] = out["name"].numpy().tolist()
+            tokens = out["tokens"]
+            tensors["tokens"] = torch.sparse_coo_tensor(
+                from_numpy(np.ascontiguousarray(tokens.indices.numpy().T)), from_numpy(tokens.values.numpy()),
+                tuple(tokens.dense_shape.numpy().tolist()), is_coalesced=True, check_invariants=False)
+            n += len(tensors["id"])
+        return n
+
+    return run
+
+
+# ---- loader-16k: one epoch through a DataLoader with 2 workers / a tf.data AUTOTUNE pipeline
+
+LOADER_WORKERS = 2
+LOADER_BATCH = 256
+SHUFFLE_BUFFER = 10_000
+
+
+def _proc_status_kb(pid: int, field: str) -> int | None:
+    """A /proc/<pid>/status field in KiB (VmRSS, VmHWM), or None where there is no /proc or the process is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _loader_pass(loader: Any, count: Callable[[Any], int], metrics: dict[str, float]) -> int:
+    """One epoch of a DataLoader with worker processes; records the largest worker's peak RSS (VmHWM, sampled after
+    every batch, while the workers live) and the main process's RSS when it forked them, in MB (10^6 bytes)."""
+    import multiprocessing
+
+    main_kb = _proc_status_kb(os.getpid(), "VmRSS")
+    it = iter(loader)  # starts (forks) the workers
+    pids = [p.pid for p in multiprocessing.active_children()]
+    peak_kb = 0
+    n = 0
+    for batch in it:
+        n += count(batch)
+        for pid in pids:
+            peak_kb = max(peak_kb, _proc_status_kb(pid, "VmHWM") or 0)
+    if peak_kb and main_kb:
+        metrics["worker_peak_rss_mb"] = peak_kb * 1024 / 1e6
+        metrics["main_rss_at_fork_mb"] = main_kb * 1024 / 1e6
+    return n
+
+
+LOADER_SPEC_NOTE = (f"tfr_torch.TFRecordDataset(path, spec, index='auto', batch_size={LOADER_BATCH}) in "
+                    f"DataLoader(batch_size=None, num_workers={LOADER_WORKERS}): indexed, so the workers split the "
+                    f"file by record ranges; each worker decodes whole batches (parse_example); data arrives as a list "
+                    f"of bytes, label as an int64 [{LOADER_BATCH}] tensor. Workers start afresh every pass (fork)")
+
+
+def _tfr_loader(ctx: Ctx, features: bool, **options: Any) -> Callable[[], int]:
+    import torch
+
+    import tfr_torch
+
+    spec = None
+    if features:
+        spec = {"data": tfr_torch.FixedLenFeature([], tfr_torch.string),
+                "label": tfr_torch.FixedLenFeature([], torch.int64)}
+    if options.get("index") == "auto":
+        tfr_torch.build_index(ctx.path)  # <file>.idx, untimed
+    dataset = tfr_torch.TFRecordDataset(ctx.path, spec, batch_size=LOADER_BATCH, **options)
+    loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=LOADER_WORKERS)
+
+    def count(batch: Any) -> int:
+        return len(batch["label"]) if features else len(batch)
+
+    def run() -> int:
+        return _loader_pass(loader, count, ctx.metrics)
+
+    return run
+
+
+@variant("loader-16k", "tfr_torch", "loader",
+         f"DataLoader(TFRecordDataset(path, spec, index='auto', batch_size={LOADER_BATCH}), batch_size=None, "
+         f"num_workers={LOADER_WORKERS})", "decoded", note=LOADER_SPEC_NOTE)
+def _tfr_loader_decoded(ctx: Ctx) -> Callable[[], int]:
+    return _tfr_loader(ctx, True, index="auto")
+
+
+@variant("loader-16k", "tfr_torch", "raw",
+         f"DataLoader(TFRecordDataset(path, None, index='auto', batch_size={LOADER_BATCH}), batch_size=None, "
+         f"num_workers={LOADER_WORKERS})  [raw bytes]", "raw",
+         note="raw bytes mode: each batch is a list of 256 record payloads (serialized Examples), nothing decoded")
+def _tfr_loader_raw(ctx: Ctx) -> Callable[[], int]:
+    return _tfr_loader(ctx, False, index="auto")
+
+
+def _shuffle_memory_line(row: dict[str, Any], rows: list[dict[str, Any]]) -> str:
+    m = row.get("metrics") or {}
+    if "worker_peak_rss_mb" not in m:
+        return "peak memory of a worker with a 10,000-record shuffle buffer of 16 KB records: not measured (no /proc)"
+    text = (f"peak memory of a worker with a {SHUFFLE_BUFFER:,}-record shuffle buffer of 16 KB records: "
+            f"{m['worker_peak_rss_mb']:,.0f} MB (peak RSS, VmHWM, of the larger of {LOADER_WORKERS} workers; the main "
+            f"process had {m['main_rss_at_fork_mb']:,.0f} MB resident when it forked them")
+    plain = next((r for r in rows if r["workload"] == row["workload"] and r["library"] == "tfr_torch"
+                  and r.get("key") == "loader" and (r.get("metrics") or {}).get("worker_peak_rss_mb")), None)
+    if plain is not None:
+        peak = plain["metrics"]["worker_peak_rss_mb"]
+        text += f"; a worker of the indexed, unshuffled DataLoader peaks at {peak:,.0f} MB"
+    return text + ")"
+
+
+@variant("loader-16k", "tfr_torch", "shuffle",
+         f"DataLoader(TFRecordDataset(path, spec, shuffle=True, shuffle_buffer={SHUFFLE_BUFFER:_}, "
+         f"batch_size={LOADER_BATCH}), batch_size=None, num_workers={LOADER_WORKERS})  [no index]", "shuffle",
+         note=f"no index: with one file for {LOADER_WORKERS} workers each worker first counts the file's records "
+              f"(a header scan; its warning is silenced here), then reads its half through a "
+              f"{SHUFFLE_BUFFER:,}-record shuffle buffer, which holds all of its 10,000 records at once; "
+              "its peak memory is in the summary",
+         summary=_shuffle_memory_line)
+def _tfr_loader_shuffle(ctx: Ctx) -> Callable[[], int]:
+    import warnings
+
+    warnings.filterwarnings("ignore", message="counting the records")  # inherited by the forked workers
+    return _tfr_loader(ctx, True, index=None, shuffle=True, shuffle_buffer=SHUFFLE_BUFFER)
+
+
+@variant("loader-16k", "tfrecord", "loader",
+         f"DataLoader(tfrecord.torch.TFRecordDataset(path, index_path, description), batch_size={LOADER_BATCH}, "
+         f"num_workers={LOADER_WORKERS})", "decoded",
+         note="index from tfrecord.tools.tfrecord2idx.create_index (needed to split the file between workers); every "
+              "record is parsed on its own (protobuf Example, a bytes copy of data, a numpy array for label) and "
+              f"the DataLoader's default collate builds each batch in the worker: data a list of bytes, label an "
+              f"int64 [{LOADER_BATCH}, 1] tensor; no CRC check")
+def _tfrecord_loader(ctx: Ctx) -> Callable[[], int]:
+    import torch
+    from tfrecord.tools.tfrecord2idx import create_index
+    from tfrecord.torch.dataset import TFRecordDataset
+
+    index_path = ctx.path + ".tfrecord-pkg.idx"
+    create_index(ctx.path, index_path)  # untimed
+    dataset = TFRecordDataset(ctx.path, index_path, {"data": "byte", "label": "int"})
+    loader = torch.utils.data.DataLoader(dataset, batch_size=LOADER_BATCH, num_workers=LOADER_WORKERS)
+
+    def run() -> int:
+        return _loader_pass(loader, lambda batch: len(batch["label"]), ctx.metrics)
+
+    return run
+
+
+@variant("loader-16k", "tensorflow", "autotune",
+         f"TFRecordDataset(path).batch({LOADER_BATCH}).map(parse_example, AUTOTUNE).prefetch(AUTOTUNE)"
+         ".as_numpy_iterator()", "decoded",
+         note="tf.data with its default threading (AUTOTUNE: all cores), tf.io.parse_example per batch in the map; "
+              "data arrives as an object array of bytes, label as an int64 array; TF checks every CRC")
+def _tf_loader(ctx: Ctx) -> Callable[[], int]:
+    tf = _tf()
+    spec = {"data": tf.io.FixedLenFeature([], tf.string), "label": tf.io.FixedLenFeature([], tf.int64)}
+    ds = (tf.data.TFRecordDataset(ctx.path).batch(LOADER_BATCH)
+          .map(lambda x: tf.io.parse_example(x, spec), num_parallel_calls=tf.data.AUTOTUNE)
+          .prefetch(tf.data.AUTOTUNE))
+
+    def run() -> int:
+        n = 0
+        for batch in ds.as_numpy_iterator():
+            n += len(batch["label"])
+        return n
+
+    return run
+
+
 # --------------------------------------------------------------------------------------------------------------
 # Worker: runs one library's variants of one workload, in its own process
 
 
-def import_library(library: str) -> str:
-    """Import the library; return its version. Raises ImportError (or anything else) when it cannot."""
+def import_library(library: str, one_core: bool = True) -> str:
+    """Import the library; return its version. Raises ImportError (or anything else) when it cannot.
+    `one_core`: TensorFlow gets inter/intra-op pools of 1 (else its defaults: every core)."""
     if library == "tensorflow":
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         tf = importlib.import_module("tensorflow")
-        tf.config.threading.set_inter_op_parallelism_threads(1)
-        tf.config.threading.set_intra_op_parallelism_threads(1)
+        if one_core:
+            tf.config.threading.set_inter_op_parallelism_threads(1)
+            tf.config.threading.set_intra_op_parallelism_threads(1)
         return tf.__version__
     module = importlib.import_module(IMPORT_NAME[library])
     return getattr(module, "__version__", None) or dist_version(library) or "?"
 
 
+def children_cpu() -> float:
+    """CPU seconds of this process's finished, waited-for children (DataLoader workers, once joined)."""
+    try:
+        import resource
+    except ImportError:  # not on POSIX
+        return 0.0
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def time_variant(v: Variant, ctx: Ctx, repeat: int, warmup: int) -> dict[str, Any]:
+    ctx.metrics = {}
     run = v.setup(ctx)
-    times, cpus = [], []
+    times, cpus, metrics = [], [], []
 
     def one_pass() -> tuple[float, float]:
         gc.collect()
-        t0, c0 = time.perf_counter(), time.process_time()
+        ctx.metrics = {}
+        t0, c0, k0 = time.perf_counter(), time.process_time(), children_cpu()
         n = run()
-        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        wall = time.perf_counter() - t0
+        cpu = time.process_time() - c0 + children_cpu() - k0  # worker processes are joined by the pass's end
         if n != ctx.meta["records"]:
             raise RuntimeError(f"handled {n} records, expected {ctx.meta['records']}")
         return wall, cpu
@@ -533,12 +917,18 @@ def time_variant(v: Variant, ctx: Ctx, repeat: int, warmup: int) -> dict[str, An
             remove_outputs(ctx.out)
             times.append(wall)
             cpus.append(cpu)
+            metrics.append(dict(ctx.metrics))
     finally:
         remove_outputs(ctx.out)
     best = min(range(len(times)), key=times.__getitem__)
     # CPU time of other threads is accounted coarsely: below ~50 ms a pass's CPU % means little
     cpu_pct = 100.0 * cpus[best] / times[best] if times[best] >= 0.05 else None
-    return {"times_s": times, "cpu_s": cpus, "best_s": times[best], "cpu_pct": cpu_pct}
+    result = {"times_s": times, "cpu_s": cpus, "best_s": times[best], "cpu_pct": cpu_pct}
+    if any(metrics):  # extra numbers (e.g. peak memory): the largest over the timed passes
+        keys = dict.fromkeys(k for m in metrics for k in m)
+        result["metrics"] = {k: max(m[k] for m in metrics if k in m) for k in keys}
+        result["metrics_per_pass"] = metrics
+    return result
 
 
 def same_file(a: str, b: str) -> bool:
@@ -564,8 +954,10 @@ def worker(args: argparse.Namespace) -> None:
     with open(path + ".json") as f:
         meta = json.load(f)
     result: dict[str, Any] = {"library": library, "workload": name, "rows": []}
+    if not wl.parallel:
+        os.environ["OMP_NUM_THREADS"] = "1"  # torch's intra-op pool, when a variant imports it: one core
     try:
-        result["version"] = import_library(library)
+        result["version"] = import_library(library, one_core=not wl.parallel)
     except Exception as exc:  # noqa: BLE001 - any failure to import means "not installed" here
         result["status"] = "not installed"
         result["error"] = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
@@ -691,6 +1083,10 @@ def build_rows(results: list[dict[str, Any]], metas: dict[str, dict[str, Any]]) 
                 row["records_per_s"] = meta["records"] / r["best_s"]
                 row["mb_per_s"] = meta["payload_bytes"] / r["best_s"] / 1e6
             rows.append(row)
+    for row in rows:  # lines of their own in the summary, which may refer to other rows
+        v = next((v for v in WORKLOADS[row["workload"]].of(row["library"]) if v.key == row["key"]), None)
+        if v is not None and v.summary is not None and row["status"] == "ok":
+            row["summary_line"] = v.summary(row, rows)
     # ratios: tfr_torch's rate of the same kind / this row's rate
     for row in rows:
         if row.get("records_per_s") and row["library"] != "tfr_torch":
@@ -713,7 +1109,8 @@ def print_table(rows: list[dict[str, Any]], metas: dict[str, dict[str, Any]], fa
     print("- versions: " + ", ".join(f"{k} {v[k] or 'not installed'}" for k in v))
     print(f"- command: `{command}`")
     print(f"- timing: best of {args.repeat} after {args.warmup} warm-up pass(es); each library in its own subprocess; "
-          "MB = 10^6 bytes of record payload; CPU % = process CPU time / wall time of the best pass")
+          "MB = 10^6 bytes of record payload; CPU % = process CPU time (with its DataLoader workers') / wall time "
+          "of the best pass")
     print()
     notes: list[str] = []
     contended = False
@@ -746,9 +1143,10 @@ def print_table(rows: list[dict[str, Any]], metas: dict[str, dict[str, Any]], fa
     for i, note in enumerate(notes, 1):
         print(f"[{i}] {note}  ")
     if contended:
-        print(f"⚠ CPU % under {LOW_CPU_PCT}% in a single-threaded pass: the process spent part of its best pass "
-              "waiting (other load on the machine, or write-back I/O), so that rate is pessimistic; rerun with a "
-              "larger --repeat on a quieter machine  ")
+        print(f"⚠ CPU % under {LOW_CPU_PCT}%: the process (with its DataLoader workers, if any) spent part of its "
+              "best pass waiting (other load on the machine, or write-back I/O; for a multi-threaded pipeline, "
+              "possibly its own stalls), so that rate is likely pessimistic; rerun with a larger --repeat on a "
+              "quieter machine  ")
     print()
     print("Data: " + "; ".join(
         f"{name}: {m['records']:,} records, {m['payload_bytes'] / 1e6:,.1f} MB payload, "
@@ -778,12 +1176,16 @@ def print_table(rows: list[dict[str, Any]], metas: dict[str, dict[str, Any]], fa
             parts.append(f"{ratio:.2f}× {lib} `{best['label']}`"
                          + (f" (vs tfr_torch `{best['compared_with']}`)" if best["compared_with"] != base["label"]
                             else ""))
-            if lib == "tensorflow" and wl.target:
+            if lib in wl.targets:
+                need, text = wl.targets[lib]
                 worst = min(r["tfr_torch_ratio"] for r in peers)
-                parts[-1] += f" — target, {wl.target}: **{'met' if worst >= 1.0 else 'NOT met'}**"
+                parts[-1] += f" — target, {text}: **{'met' if worst >= need else 'NOT met'}**"
         if not parts:
             parts = ["no peer ran"]
         print(f"- {name} (`{base['label']}`, {fmt_int(base['records_per_s'])} records/s): " + "; ".join(parts))
+    for row in rows:
+        if row.get("summary_line"):
+            print(f"- {row['workload']}: {row['summary_line']}")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -794,7 +1196,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--repeat", type=int, default=3, help="timed passes per variant; the best is reported (default 3)")
     p.add_argument("--warmup", type=int, default=1, help="untimed passes first (default 1)")
     p.add_argument("--records", type=int, help="records per data set (default: 20,000 for the 16k sets, "
-                                               "200,000 for small)")
+                                               "200,000 for small and tabular)")
     p.add_argument("--data-dir", default=os.path.join(HERE, "data"), help="cache of generated data "
                                                                           "(default benchmarks/data/)")
     p.add_argument("--regenerate", action="store_true", help="rebuild the data even when cached")

@@ -843,7 +843,7 @@ def test_convert_cifar_and_mnist_like_datasets(tmp_path):
     records = list(TFRecordDataset(result.paths, features="auto"))
     assert len(records) == len(mnist)
     for record, image, target in zip(records, mnist.images, mnist.targets.tolist()):
-        assert torch.equal(tfr_torch.parse_tensor(record["image/encoded"]), torch.from_numpy(np.asarray(image))[None])
+        assert torch.equal(tfr_torch.parse_tensor(record["image/encoded"]), torch.from_numpy(np.array(image))[None])
         assert int(record["image/class/label"]) == target
         assert record["image/class/text"] == str(target).encode()
         assert int(record["image/channels"]) == 1
