@@ -128,17 +128,10 @@ TABULAR_KINDS = {"id": "int", "label": "int", "f1": "float", "f2": "float", "emb
 TABULAR_EMB = 32
 
 
-def sorted_example(record: bytes) -> bytes:
-    """The Example re-serialized with its features in key order. encode_example writes the feature map in upb's
-    hash order, which changes from process to process; this makes a generated file byte-for-byte reproducible."""
-    from tfr_torch.format._proto import example_pb2
-
-    return example_pb2.Example.FromString(record).SerializeToString(deterministic=True)
-
-
 def gen_tabular(records: int, chunk: int = 10_000) -> Iterator[bytes]:
     """Tabular Examples: int64 id and label, float f1 and f2, a 32-float emb, 1 to 20 int64 tokens
-    and a short bytes name (about 280 B). Deterministic (one seeded generator, drawn chunk by chunk)."""
+    and a short bytes name (about 280 B). Deterministic: one seeded generator, drawn chunk by chunk, and
+    encode_example writes the feature map in key order."""
     import numpy as np
 
     from tfr_torch import encode_example
@@ -154,7 +147,7 @@ def gen_tabular(records: int, chunk: int = 10_000) -> Iterator[bytes]:
         ends = np.cumsum(lengths)
         for j in range(k):
             i = first + j
-            yield sorted_example(encode_example({
+            yield encode_example({
                 "id": i,
                 "label": int(labels[j]),
                 "f1": float(floats[j, 0]),
@@ -162,7 +155,7 @@ def gen_tabular(records: int, chunk: int = 10_000) -> Iterator[bytes]:
                 "emb": emb[j],
                 "tokens": tokens[ends[j] - lengths[j] : ends[j]],
                 "name": b"user-%d" % i,
-            }))
+            })
 
 
 def gen_example_16k(records: int, chunk: int = 1000) -> Iterator[bytes]:
@@ -177,8 +170,7 @@ def gen_example_16k(records: int, chunk: int = 1000) -> Iterator[bytes]:
         payload = rng.bytes(k * RECORD_16K)
         labels = rng.integers(0, 1000, k)
         for j in range(k):
-            yield sorted_example(encode_example({"data": payload[j * RECORD_16K : (j + 1) * RECORD_16K],
-                                                 "label": int(labels[j])}))
+            yield encode_example({"data": payload[j * RECORD_16K : (j + 1) * RECORD_16K], "label": int(labels[j])})
 
 
 DATASETS = {

@@ -570,8 +570,8 @@ def test_interrupted_dataset_conversion_resumes(tmp_path, capsys):
     capsys.readouterr()
 
     second = ToyCIFAR()
-    result = convert_dataset(second, out, "toy", image_format="png", records_per_shard=2)
-    assert "resuming" in capsys.readouterr().err
+    with pytest.warns(UserWarning, match="resuming"):  # without progress=True the notice is a warning
+        result = convert_dataset(second, out, "toy", image_format="png", records_per_shard=2)
     assert second.calls == list(range(6, 11))  # the finished shards' items are not read again
     assert result.resumed_from == 6
     assert result.records == 11
@@ -588,7 +588,9 @@ def test_resume_false_starts_over(tmp_path, capsys):
         convert_dataset(ToyCIFAR(interrupt_at=7), out, "toy", image_format="raw", records_per_shard=2)
     capsys.readouterr()
     again = ToyCIFAR()
-    result = convert_dataset(again, out, "toy", image_format="raw", records_per_shard=2, resume=False)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="resuming")
+        result = convert_dataset(again, out, "toy", image_format="raw", records_per_shard=2, resume=False)
     assert "resuming" not in capsys.readouterr().err
     assert again.calls == list(range(11))
     assert result.resumed_from == 0
@@ -615,7 +617,7 @@ def test_resume_keeps_each_skipped_item_once(tmp_path, capsys):
         convert_dataset(ToyCIFAR(broken={2}, interrupt_at=4), out, "toy", image_format="png", records_per_shard=2,
                         on_error="skip")
     result = convert_dataset(ToyCIFAR(broken={2}), out, "toy", image_format="png", records_per_shard=2,
-                             on_error="skip")
+                             on_error="skip", progress=True)
     assert "resuming" in capsys.readouterr().err
     assert [list(entry) for entry in result.skipped] == [list(entry) for entry in ref.skipped]
     assert dir_bytes(out) == dir_bytes(str(tmp_path / "ref"))
@@ -633,7 +635,7 @@ def test_fixing_a_broken_image_and_rerunning_resumes(folder, tmp_path, capsys):
     kept = {i: os.stat(os.path.join(out, n)).st_ino for i, n in enumerate(partials)}
     shutil.copy(os.path.join(root, "cat", "c2.jpg"), broken["garbage"])
     capsys.readouterr()
-    result = convert_image_folder(root, out, "imgs", records_per_shard=2, workers=2)
+    result = convert_image_folder(root, out, "imgs", records_per_shard=2, workers=2, progress=True)
     assert "resuming" in capsys.readouterr().err
     assert result.resumed_from == 4 and result.records == 12
     assert {i: os.stat(result.paths[i]).st_ino for i in kept} == kept

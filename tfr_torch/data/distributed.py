@@ -33,7 +33,7 @@ def _detect() -> tuple[int, int]:
             import torch_xla.runtime as xr
 
             return int(xr.global_ordinal()), int(xr.world_size())
-        except Exception:  # noqa: BLE001 - torch_xla present but no XLA device set up: fall through
+        except (ImportError, RuntimeError, AttributeError):  # torch_xla installed but no XLA runtime here
             pass
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         try:

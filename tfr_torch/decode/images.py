@@ -23,7 +23,7 @@ def _torchvision_io() -> Any:
 
         tvio.decode_image  # noqa: B018 - the attribute exists from torchvision 0.8
         return tvio
-    except Exception:  # noqa: BLE001 - a torchvision built for another torch fails in many ways at import
+    except (ImportError, RuntimeError, OSError, AttributeError):  # a torchvision built for another torch
         return None
 
 

@@ -159,6 +159,15 @@ def decode_column(raws: Sequence[bytes | None], kind: str, key: str) -> Column:
                 counts[i] = 1
                 out.append(raw[4:])
                 continue
+            if n >= 0x80 and raw[0] == 0x0A:  # one long string: 0a L(varint) 0a l(varint) <bytes>
+                outer, p = _varint(raw, 1)
+                if p + outer == n and p < n and raw[p] == 0x0A:
+                    inner, q = _varint(raw, p + 1)
+                    if q + inner == n:
+                        present[i] = True
+                        counts[i] = 1
+                        out.append(raw[q:])
+                        continue
             found, values = _slow(raw, key)
             if found is None:
                 continue

@@ -16,10 +16,12 @@ read by many TF input functions):
 from __future__ import annotations
 
 import io
+import logging
 import multiprocessing
 from dataclasses import dataclass
 import os
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -36,6 +38,7 @@ from tfr_torch.tools.shards import ShardedWriter
 __all__ = ["IMAGE_FEATURES", "IMG_EXTENSIONS", "ConversionResult", "convert_image_folder", "convert_dataset",
            "find_classes", "image_folder_items"]
 
+log = logging.getLogger(__name__)
 IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")  # torchvision's
 FORMATS = ("keep", "jpeg", "png", "raw")
 
@@ -241,6 +244,16 @@ def _convert(job: Callable, count: int, out_dir: str, name: str, split: str, *, 
     if on_error not in ("raise", "skip"):
         raise ValueError(f'on_error must be "raise" or "skip", got {on_error!r}')
     workers = max(int(workers), 1)
+
+    def say(message: str, always: bool = False) -> None:
+        """On screen (stderr) with progress=True; otherwise to the log (skipped images: as warnings too)."""
+        if progress:
+            sys.stderr.write(message + "\n")
+        elif always:
+            warnings.warn(message, stacklevel=4)
+        else:
+            log.info(message)
+
     features = dict(IMAGE_FEATURES)
     if image.get("filenames"):
         features["image/filename"] = FixedLenFeature([], string)
@@ -251,8 +264,8 @@ def _convert(job: Callable, count: int, out_dir: str, name: str, split: str, *, 
     if writer.resumed_position is not None:
         start = int(writer.resumed_position) + 1
         skipped = list(writer.resumed_state.get("skipped", []))
-        print(f"resuming: keeping {len(writer._done)} finished shard(s) with {writer.records} records from an "
-              f"interrupted run; converting items {start} to {count - 1}", file=sys.stderr)
+        say(f"resuming: keeping the finished shard(s) of an interrupted run ({writer.records} records); converting "
+            f"items {start} to {count - 1}", always=True)
     meter = Progress(count - start, f"{name}-{split}: ", enabled=progress)
     try:
         _run(job, count, writer, workers, on_error, meter, start, skipped)
@@ -263,14 +276,11 @@ def _convert(job: Callable, count: int, out_dir: str, name: str, split: str, *, 
     seconds = meter.done()
     result = ConversionResult(paths=paths, records=writer.records, skipped=skipped, seconds=seconds,
                               bytes_in=meter.bytes, resumed_from=start)
-    for item, reason in skipped[len(list(writer.resumed_state.get("skipped", []))):] if not progress else []:
-        print(f"skipped: {reason}", file=sys.stderr)
-    if progress:
-        print(f"converted {meter.items - len(skipped)} items into {len(paths)} shard(s) ({result.records} records"
-              f" in all), skipped {len(skipped)}, read {meter.bytes / 1e6:,.1f} MB in {seconds:,.1f} s "
-              f"({meter.bytes / 1e6 / max(seconds, 1e-9):,.1f} MB/s)", file=sys.stderr)
-        for item, reason in skipped:
-            print(f"skipped: {reason}", file=sys.stderr)
+    say(f"converted {meter.items - (len(skipped) - len(writer.resumed_state.get('skipped', [])))} items into "
+        f"{len(paths)} shard(s) ({result.records} records in all), skipped {len(skipped)}, read "
+        f"{meter.bytes / 1e6:,.1f} MB in {seconds:,.1f} s ({meter.bytes / 1e6 / max(seconds, 1e-9):,.1f} MB/s)")
+    for _, reason in skipped:
+        say(f"skipped: {reason}", always=True)
     return result
 
 

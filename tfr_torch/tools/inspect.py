@@ -6,6 +6,8 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from google.protobuf.message import DecodeError as ProtoDecodeError
+
 from tfr_torch.decode.infer import infer_features
 from tfr_torch.decode.sidecar import sidecar_for, spec_from_json
 from tfr_torch.errors import DecodeError
@@ -33,7 +35,7 @@ def inspect_files(paths: Sequence[str], compression: str | None = "auto", max_re
                 if max_records is None or n <= max_records:
                     try:
                         maps.append(dict(raw_example_pb2.RawExample.FromString(record).features.feature))
-                    except Exception:  # noqa: BLE001 - protobuf's DecodeError: not an Example, counted below
+                    except ProtoDecodeError:  # not an Example: counted below
                         not_examples += 1
             lines.append(f"{path}\t{n}\t{file_size(path)}\t{reader.compression}")
     lines.append("")
