@@ -15,14 +15,17 @@ read by many TF input functions):
 
 from __future__ import annotations
 
+import collections
 import io
+import itertools
 import logging
 import multiprocessing
-from dataclasses import dataclass
 import os
 import sys
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -215,12 +218,12 @@ def _run(job: Callable[[int], tuple], count: int, writer: ShardedWriter, workers
          progress: Progress, start: int, skipped: list) -> None:
     """Encode items start..count-1 (in worker processes when workers > 1) and write them in order."""
     indices = range(start, count)
+    pool = None
     if workers > 1:
         context = multiprocessing.get_context("fork" if sys.platform != "win32" else "spawn")
-        pool = context.Pool(workers)
-        results = pool.imap(job, indices, chunksize=8)
+        pool = ProcessPoolExecutor(workers, mp_context=context)  # a dead worker raises BrokenProcessPool, never hangs
+        results: Any = _ordered_map(pool, job, indices, window=workers * 4, chunk=8)
     else:
-        pool = None
         results = map(job, indices)
     try:
         for i, record, nbytes, error in results:
@@ -234,8 +237,27 @@ def _run(job: Callable[[int], tuple], count: int, writer: ShardedWriter, workers
             progress.update(1, nbytes)
     finally:
         if pool is not None:
-            pool.terminate()
-            pool.join()
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _run_chunk(job: Callable[[int], tuple], indices: range) -> list[tuple]:
+    return [job(i) for i in indices]
+
+
+def _ordered_map(pool: ProcessPoolExecutor, job: Callable[[int], tuple], indices: range, window: int,
+                 chunk: int) -> Iterator[tuple]:
+    """job(i) for every index, in order, computed in the pool with at most `window` chunks in flight (so memory
+    stays bounded however many items there are)."""
+    chunks = (indices[k : k + chunk] for k in range(0, len(indices), chunk))
+    pending: collections.deque = collections.deque()
+    for part in itertools.islice(chunks, window):
+        pending.append(pool.submit(_run_chunk, job, part))
+    while pending:
+        results = pending.popleft().result()
+        part = next(chunks, None)
+        if part is not None:
+            pending.append(pool.submit(_run_chunk, job, part))
+        yield from results
 
 
 def _convert(job: Callable, count: int, out_dir: str, name: str, split: str, *, shard_size: Any,
