@@ -324,6 +324,8 @@ def convert_image_folder(src_dir: str, out_dir: str, name: str, split: str = "tr
         raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {format!r}")
     items, classes = image_folder_items(src_dir)
     job = _FolderJob(os.path.abspath(src_dir), items, classes, format, quality, check)
+    if format == "keep" and not check:
+        workers = 1  # nothing to compute: copying bytes in one process beats shipping them between processes
     image = {"encoding": format, "key": "image/encoded", "label_key": "image/class/label", "classes": classes,
              "filenames": True}
     settings = {"source": os.path.abspath(src_dir), "items": len(items), "format": format, "quality": quality}
