@@ -8,6 +8,7 @@ import numpy as np
 import torch
 
 from tfr_torch.decode.specs import DType, string, wire_kind
+from tfr_torch.format.tensor import nest
 
 __all__ = ["DoesNotFit", "to_torch", "wire_default", "nest", "NUMPY_OF_WIRE"]
 
@@ -63,13 +64,3 @@ def wire_default(default: Any, dtype: DType, count: int, key: str, what: str) ->
         except DoesNotFit as exc:
             raise ValueError(f"{what} {key!r}: default_value {exc.detail}") from None
     return flat
-
-
-def nest(flat: list, shape: tuple) -> Any:
-    """Nest a flat list of bytes into lists shaped like `shape` (a scalar shape gives the single value)."""
-    if not shape:
-        return flat[0]
-    if len(shape) == 1:
-        return list(flat)
-    step = len(flat) // shape[0] if shape[0] else 0
-    return [nest(flat[i * step : (i + 1) * step], shape[1:]) for i in range(shape[0])]

@@ -19,6 +19,7 @@ from google.protobuf.message import DecodeError as _ProtoDecodeError
 
 from tfr_torch.errors import DecodeError
 from tfr_torch.format._proto import example_pb2, feature_pb2
+from tfr_torch.format.wire import length_delimited
 
 __all__ = [
     "ByteStrings",
@@ -43,15 +44,6 @@ class ByteStrings(list):
 FeatureValue = Union[np.ndarray, list]  # float32/int64 arrays, or lists of bytes
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 def _torch_like(value: Any) -> bool:
@@ -80,8 +72,7 @@ def _array_feature(key: str, array: np.ndarray, feature: feature_pb2.Feature) ->
         with np.errstate(over="ignore"):  # float64 beyond float32's range becomes inf, as in TensorFlow
             payload = array.astype("<f4").tobytes()
         # parse the packed list from its bytes: keeps every bit (NaN payloads too), unlike a trip through Python floats
-        inner = b"\x0a" + _varint(len(payload)) + payload if payload else b""
-        feature.MergeFromString(b"\x12" + _varint(len(inner)) + inner)
+        feature.MergeFromString(length_delimited(0x12, length_delimited(0x0A, payload) if payload else b""))
     elif kind == "S":
         feature.bytes_list.SetInParent()
         feature.bytes_list.value.extend(array.ravel().tolist())

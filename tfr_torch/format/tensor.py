@@ -14,8 +14,9 @@ from google.protobuf.message import DecodeError as _ProtoDecodeError
 
 from tfr_torch.errors import DecodeError
 from tfr_torch.format._proto import tensor_pb2, types_pb2
+from tfr_torch.format.wire import encode_varint, length_delimited
 
-__all__ = ["DataType", "DTYPES", "TensorData", "encode_tensor_proto", "decode_tensor_proto", "dtype_code_of"]
+__all__ = ["DataType", "DTYPES", "TensorData", "encode_tensor_proto", "decode_tensor_proto", "dtype_code_of", "nest"]
 
 # Broadcasting one *_val to a huge declared shape is refused above this many bytes, so that a tiny payload cannot
 # make the reader allocate gigabytes (TensorFlow would allocate them).
@@ -73,22 +74,6 @@ def dtype_code_of(array: np.ndarray) -> int:
         raise TypeError(f"cannot serialize a tensor of dtype {array.dtype}: TensorFlow has no such dtype") from None
 
 
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
-
-
-def _field(tag: int, payload: bytes) -> bytes:
-    return bytes((tag,)) + _varint(len(payload)) + payload
-
-
 def encode_tensor_proto(array: np.ndarray | Any, dtype: int | None = None) -> bytes:
     """Serialize an array as TensorFlow's serialize_tensor does: `dtype`, `tensor_shape`, then `tensor_content`
     (raw little-endian bytes, absent when empty) or, for strings, one `string_val` per element.
@@ -100,20 +85,20 @@ def encode_tensor_proto(array: np.ndarray | Any, dtype: int | None = None) -> by
     code = dtype_code_of(array) if dtype is None else dtype
     if code not in DTYPES:
         raise ValueError(f"unknown DataType code {code}")
-    shape = b"".join(_field(0x12, b"\x08" + _varint(d) if d else b"") for d in array.shape)
-    out = [b"\x08", _varint(code), _field(0x12, shape)]
+    shape = b"".join(length_delimited(0x12, b"\x08" + encode_varint(d) if d else b"") for d in array.shape)
+    out = [b"\x08", encode_varint(code), length_delimited(0x12, shape)]
     if code == DataType.STRING:
         for item in array.ravel().tolist():
             if isinstance(item, str):
                 item = item.encode("utf-8")
             elif not isinstance(item, (bytes, bytearray)):
                 raise TypeError(f"a string tensor holds bytes or str, found {type(item).__name__}")
-            out.append(_field(0x42, bytes(item)))
+            out.append(length_delimited(0x42, bytes(item)))
     elif array.size:
         storage = DTYPES[code][1]
         if array.dtype.itemsize != storage.itemsize:
             raise TypeError(f"array of dtype {array.dtype} cannot carry DataType {DTYPES[code][0]}")
-        out.append(_field(0x22, np.ascontiguousarray(array).astype(storage.newbyteorder("<"), copy=False).tobytes()))
+        out.append(length_delimited(0x22, np.ascontiguousarray(array).astype(storage.newbyteorder("<"), copy=False).tobytes()))
     return b"".join(out)
 
 
@@ -155,7 +140,7 @@ def decode_tensor_proto(data: bytes, *, what: str = "TensorProto") -> TensorData
             raise DecodeError(f"{what} declares string shape {list(shape)} ({count} strings) but carries "
                               f"{len(values)} values: refusing to expand it beyond {MAX_STRING_ELEMENTS} elements")
         flat = _complete(values, count, b"")
-        return TensorData(code, shape, _nest(flat, shape))
+        return TensorData(code, shape, nest(flat, shape))
 
     nbytes = count * storage.itemsize
     if proto.tensor_content:
@@ -199,10 +184,11 @@ def _complete(values: list, count: int, zero: Any) -> list:
     return values + [values[-1]] * (count - len(values))
 
 
-def _nest(flat: list, shape: tuple[int, ...]) -> Any:
+def nest(flat: list, shape: tuple[int, ...]) -> Any:
+    """Nest a flat list into lists shaped like `shape` (a scalar shape gives the single value)."""
     if not shape:
         return flat[0]
     if len(shape) == 1:
         return list(flat)
     step = len(flat) // shape[0] if shape[0] else 0
-    return [_nest(flat[i * step : (i + 1) * step], shape[1:]) for i in range(shape[0])]
+    return [nest(flat[i * step : (i + 1) * step], shape[1:]) for i in range(shape[0])]
