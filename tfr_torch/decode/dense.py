@@ -56,6 +56,8 @@ class FixedLenDecoder:
             raise units.error(key, i, detail)
         b = units.n
         if spec.dtype == string:
+            if not spec.shape and not missing.any():  # the common case: one string per example
+                return col.values[0] if single else list(col.values)
             rows, it = [], iter(col.values)
             for i in range(b):
                 flat = [next(it) for _ in range(n)] if col.present[i] else list(self.default)

@@ -102,15 +102,18 @@ class ExamplePlan:
               single: bool = False) -> dict[str, Any]:
         records = _records(serialized, example_names, "parse_example")
         locator = Locator(example_names, single)
-        maps = []
-        for i, record in enumerate(records):
-            data = _record_bytes(record, locator, i)
-            try:
-                maps.append(_parse_raw_example(data).features.feature)
-            except _ProtoDecodeError as exc:
-                path, offset = locator.location(i)
-                raise DecodeError(f"{locator.describe(i)}: cannot parse {len(data)} bytes as a tf.train.Example: {exc}",
-                                  path, offset) from None
+        try:  # the fast path: every record is bytes and parses
+            maps = [_parse_raw_example(record).features.feature for record in records]
+        except (_ProtoDecodeError, TypeError):
+            maps = []
+            for i, record in enumerate(records):
+                data = _record_bytes(record, locator, i)
+                try:
+                    maps.append(_parse_raw_example(data).features.feature)
+                except _ProtoDecodeError as exc:
+                    path, offset = locator.location(i)
+                    raise DecodeError(f"{locator.describe(i)}: cannot parse {len(data)} bytes as a tf.train.Example: "
+                                      f"{exc}", path, offset) from None
         units = Units(maps, locator)
         return {key: decoder(units, single) for key, decoder in self.decoders.items()}
 
