@@ -7,6 +7,7 @@ guards every allocation); the data CRC is checked when `verify=True`.
 
 from __future__ import annotations
 
+import operator
 import os
 import struct
 import warnings
@@ -67,9 +68,11 @@ class RecordReader:
     ) -> None:
         self.path = as_path(path)
         self.verify = bool(verify)
-        if not isinstance(start, int) or start < 0:
+        start = _offset(start, "start")
+        end = None if end is None else _offset(end, "end")
+        if start < 0:
             raise ValueError(f"start must be a non-negative byte offset, got {start!r}")
-        if end is not None and (not isinstance(end, int) or end < start):
+        if end is not None and end < start:
             raise ValueError(f"end must be None or a byte offset >= start ({start}), got {end!r}")
         self._policy = _resolve_policy(on_error)
         self._buffer_size = max(int(buffer_size), 64)
@@ -258,6 +261,14 @@ class RecordReader:
         finally:
             view.release()
             self._raw.close()
+
+
+def _offset(value: object, name: str) -> int:
+    """An int from an int-like offset (numpy integers from an index array included)."""
+    try:
+        return operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        raise ValueError(f"{name} must be a byte offset (an int), got {value!r}") from None
 
 
 def _seekable(raw: IO[bytes]) -> bool:
