@@ -826,7 +826,7 @@ INDEXED = [b"", b"abcd", b"x" * 10]  # framed sizes 16, 20, 26
 def indexed(tmp_path):
     path = tmp_path / "data.tfrecord"
     write_file(path, INDEXED)
-    index = tfr_torch.build_index(path)
+    assert tfr_torch.build_index(path) == str(tmp_path / "data.tfrecord.idx")
     assert (tmp_path / "data.tfrecord.idx").read_text() == "0 16\n16 20\n36 26\n"
     return path, tmp_path / "data.tfrecord.idx"
 

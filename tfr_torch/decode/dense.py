@@ -6,7 +6,6 @@ import math
 from typing import Any
 
 import numpy as np
-import torch
 
 from tfr_torch.decode.convert import NUMPY_OF_WIRE, nest, wire_default
 from tfr_torch.decode.specs import FixedLenFeature, FixedLenSequenceFeature, string, wire_kind

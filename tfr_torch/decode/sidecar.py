@@ -10,7 +10,6 @@ from typing import Any
 
 import torch
 
-from tfr_torch._version import __version__
 from tfr_torch.decode.specs import FixedLenFeature, FixedLenSequenceFeature, VarLenFeature, string
 from tfr_torch.format.paths import as_path, exists, open_input
 
