@@ -3,7 +3,6 @@ exactly once per epoch (or an equal-sized subset per rank), shuffled, and resuma
 
 from __future__ import annotations
 
-import logging
 import os
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -34,7 +33,6 @@ from tfr_torch.format.reader import RecordReader
 
 __all__ = ["TFRecordDataset", "resolve_indexes"]
 
-log = logging.getLogger(__name__)
 _STATE_VERSION = 1
 
 
