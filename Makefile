@@ -16,7 +16,7 @@ $(PY):
 # torch first (only if missing), then the package pinned to the torch that is there, so pip never swaps it.
 install: $(PY)
 	@$(PY) -c "import torch" 2>/dev/null || { echo "installing $(TORCH_SPEC)"; $(PIP) install "$(TORCH_SPEC)"; }
-	@$(PY) -c "import torch; print(f'torch=={torch.__version__}')" > $(VENV)/torch-constraint.txt
+	@$(PY) -c "from importlib.metadata import version; print('torch==' + version('torch'))" > $(VENV)/torch-constraint.txt
 	$(PIP) install -c $(VENV)/torch-constraint.txt -e .
 
 install-test: install
