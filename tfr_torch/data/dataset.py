@@ -27,6 +27,7 @@ from tfr_torch.data.sharding import (
 from tfr_torch.decode.parse import parse_example, parse_single_example
 from tfr_torch.decode.plan import compile_features
 from tfr_torch.decode.sidecar import sidecar_for, spec_from_json
+from tfr_torch.format.compression import normalize_compression
 from tfr_torch.format.index import index_path_for, read_index, scan_index
 from tfr_torch.format.paths import PathLike, exists, expand_paths
 from tfr_torch.format.reader import RecordReader
@@ -37,6 +38,8 @@ _STATE_VERSION = 1
 
 
 def _compressed(path: str, compression: str | None) -> bool:
+    if normalize_compression(compression, allow_auto=True) != "auto":  # known without opening the file
+        return normalize_compression(compression) != "none"
     with RecordReader(path, compression, verify=False) as reader:
         return reader.compression != "none"
 

@@ -85,8 +85,6 @@ def _record_bytes(record: Any, locator: Locator, i: int) -> bytes:
         return record
     if isinstance(record, (bytearray, memoryview)):
         return bytes(record)
-    if isinstance(record, np.bytes_):
-        return bytes(record)
     raise TypeError(f"{locator.describe(i)}: a serialized record must be bytes, got {type(record).__name__}")
 
 
