@@ -14,6 +14,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from tfr_torch.data.distributed import detect_rank_world
 from tfr_torch.data.reading import Located, Source, interleave, iter_random, iter_run, shuffle_buffer
+from tfr_torch.data.transport import shared_memory_available, wrap_for_transport
 from tfr_torch.data.sharding import (
     Run,
     epoch_rng,
@@ -77,6 +78,9 @@ class TFRecordDataset(IterableDataset):
       With world_size > 1 every rank yields the same number of records (and batches): the remainder of the
       dataset is dropped, or with `pad=True` the first records are repeated to fill the last ranks.
     - `state_dict()` / `load_state_dict()` resume mid-epoch (torchdata's StatefulDataLoader calls them).
+    - `shared_memory`: in DataLoader workers, batches (dicts and lists) reach the main process through a
+      shared-memory buffer each worker reuses, copied out on arrival (plain dicts, lists, bytes and tensors);
+      False sends them through the DataLoader's pipe as usual.
 
     >>> loader = torch.utils.data.DataLoader(  # doctest: +SKIP
     ...     TFRecordDataset("train-*.tfrecord", features=spec, batch_size=256, shuffle=True, index="auto"),
@@ -102,6 +106,7 @@ class TFRecordDataset(IterableDataset):
         interleave: int = 4,
         verify: bool = True,
         on_error: Any = "raise",
+        shared_memory: bool = True,
     ) -> None:
         super().__init__()
         self.paths = expand_paths(paths)
@@ -130,6 +135,7 @@ class TFRecordDataset(IterableDataset):
         self.interleave = max(int(interleave), 1)
         self.verify = verify
         self.on_error = on_error
+        self.shared_memory = bool(shared_memory)
         self.rank, self.world_size = detect_rank_world(rank, world_size)
         self.offsets = resolve_indexes(self.paths, index, compression)
         self._counts: list[int] | None = (
@@ -223,9 +229,13 @@ class TFRecordDataset(IterableDataset):
             items: Iterator[Any] = (self._decode_one(r) for r in _drop(records, skip))
         else:
             items = self._batches(_drop(records, skip * self.batch_size))
+        transform = self.transform
+        wrap = info is not None and self.shared_memory and shared_memory_available()
         for item in items:
-            if self.transform is not None:
-                item = self.transform(item)
+            if transform is not None:
+                item = transform(item)
+            if wrap:
+                item = wrap_for_transport(item)
             self._position += 1
             yield item
 

@@ -1,0 +1,158 @@
+"""Batches from DataLoader workers through reused shared memory (tfr_torch.data.transport).
+
+What must hold: a batch that crosses from a worker arrives equal to what the worker yielded, as plain dicts,
+lists, bytes and tensors the main process owns (nothing points into memory a worker reuses); slabs are reused,
+not made per batch; values the slabs do not carry travel the usual way; plain pickle and copy are untouched;
+without shared memory the DataLoader's pipe still delivers everything.
+"""
+
+from __future__ import annotations
+
+import copy
+import pickle
+from multiprocessing.reduction import ForkingPickler
+
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+import tfr_torch
+from tfr_torch.data import transport
+from tfr_torch.data.transport import Batch, RecordBatch
+
+needs_shm = pytest.mark.skipif(not transport.shared_memory_available(), reason="no memfd_create or /proc here")
+
+
+def _send(obj):
+    """What a DataLoader worker's queue does to an item: ForkingPickler out, pickle in."""
+    return pickle.loads(ForkingPickler.dumps(obj))
+
+
+def _sample_batch():
+    return {
+        "data": [b"", b"abc", bytes(range(256)) * 70],
+        "label": torch.tensor([3, -1, 2**40], dtype=torch.int64),
+        "f": torch.arange(12, dtype=torch.float32).reshape(3, 4)[:, ::2],  # not contiguous
+        "bf": torch.tensor([1.5, -2.0], dtype=torch.bfloat16),
+        "mask": torch.tensor([True, False, True]),
+        "empty": torch.zeros((0, 5), dtype=torch.int16),
+        "scalar": torch.tensor(7, dtype=torch.uint8),
+        "sparse": torch.tensor([[0, 1.5], [0, 0]]).to_sparse(),
+        "name": "not a tensor",
+        "nested": {"ids": [1, 2, 3]},
+    }
+
+
+def _assert_same(got, want):
+    assert type(got) is dict and list(got) == list(want)
+    for key, value in want.items():
+        if isinstance(value, torch.Tensor):
+            assert type(got[key]) is torch.Tensor and got[key].dtype == value.dtype, key
+            assert got[key].shape == value.shape, key
+            assert torch.equal(got[key].to_dense(), value.to_dense()), key
+        else:
+            assert got[key] == value and type(got[key]) is type(value), key
+
+
+@needs_shm
+@pytest.mark.filterwarnings("ignore:Sparse invariant checks:UserWarning")  # torch's own reduction of the sparse value
+def test_forking_pickler_round_trip_gives_plain_owned_values():
+    want = _sample_batch()
+    got = _send(Batch(want))
+    _assert_same(got, want)
+    assert all(type(b) is bytes for b in got["data"])
+    # the tensors own their memory: writing into a reused slab afterwards cannot change them
+    label = got["label"].clone()
+    again = _send(Batch({"label": torch.tensor([9, 9, 9])}))
+    assert torch.equal(again["label"], torch.tensor([9, 9, 9]))
+    assert torch.equal(got["label"], label)
+
+
+@needs_shm
+def test_record_batches_arrive_as_lists_of_bytes():
+    records = [b"r%d" % i * (i + 1) for i in range(50)]
+    got = _send(RecordBatch(records))
+    assert type(got) is list and got == records
+
+
+@needs_shm
+def test_slabs_are_reused_and_grow_when_a_batch_is_larger():
+    pool = transport._pool()
+    before = list(pool.slabs)
+    for _ in range(20):
+        _send(Batch({"data": [b"x" * 1000] * 100}))
+    assert len(pool.slabs) - len(before) <= 1  # every batch was copied out before the next: one slab serves all
+    big = [b"y" * (1 << 20)] * 3  # 3 MB: more than a 1 MB slab holds
+    assert _send(Batch({"data": big}))["data"] == big
+    assert max(s.size for s in pool.slabs) >= 3 << 20
+
+
+@needs_shm
+def test_unreceived_batches_take_new_slabs_and_never_overwrite_pending_ones():
+    pending = [ForkingPickler.dumps(Batch({"v": torch.full((1000,), i)})) for i in range(5)]
+    for i, message in enumerate(pending):  # received only now, in order: each still holds its own values
+        assert torch.equal(pickle.loads(message)["v"], torch.full((1000,), i))
+
+
+def test_plain_pickle_and_copy_keep_the_types():
+    batch = Batch({"data": [b"a"], "t": torch.ones(2)})
+    for clone in (pickle.loads(pickle.dumps(batch)), copy.copy(batch), copy.deepcopy(batch)):
+        assert type(clone) is Batch and clone["data"] == [b"a"] and torch.equal(clone["t"], torch.ones(2))
+    records = RecordBatch([b"a", b"b"])
+    assert type(pickle.loads(pickle.dumps(records))) is RecordBatch
+
+
+@pytest.mark.filterwarnings("ignore:Sparse invariant checks:UserWarning")
+def test_without_shared_memory_batches_go_inline(monkeypatch):
+    monkeypatch.setattr(transport._pool(), "disabled", "test: no shared memory")
+    want = _sample_batch()
+    _assert_same(_send(Batch(want)), want)
+    assert _send(RecordBatch([b"a", b"bc"])) == [b"a", b"bc"]
+
+
+def _write(path, n):
+    with tfr_torch.TFRecordWriter(path) as writer:
+        for i in range(n):
+            writer.write(tfr_torch.encode_example({"id": i, "data": bytes([i % 251]) * (i * 37 % 5000)}))
+    tfr_torch.build_index(path)
+
+
+SPEC = {"id": tfr_torch.FixedLenFeature([], torch.int64), "data": tfr_torch.FixedLenFeature([], tfr_torch.string)}
+
+
+@pytest.mark.parametrize("shared_memory", [True, False])
+@pytest.mark.parametrize("features", [SPEC, None])
+def test_dataloader_batches_equal_the_in_process_ones(tmp_path, shared_memory, features):
+    path = str(tmp_path / "d.tfrecord")
+    _write(path, 203)
+    dataset = tfr_torch.TFRecordDataset(path, features, index="auto", batch_size=16, shared_memory=shared_memory)
+    want = list(dataset)
+    loader = DataLoader(dataset, batch_size=None, num_workers=2)
+    got = list(loader)
+    assert len(got) == len(want) == 13  # 203 records in batches of 16, split between workers by whole batches
+    key = (lambda b: b["id"].tolist()) if features else (lambda b: b)
+    assert sorted(map(key, got)) == sorted(map(key, want))
+    for batch in got:
+        assert type(batch) is (dict if features else list)
+        if features:
+            assert batch["id"].dtype == torch.int64
+            assert batch["data"] == [bytes([i % 251]) * (i * 37 % 5000) for i in batch["id"].tolist()]
+
+
+def test_dataloader_per_record_items_collated_in_workers(tmp_path):
+    path = str(tmp_path / "d.tfrecord")
+    _write(path, 40)
+    dataset = tfr_torch.TFRecordDataset(path, SPEC, index="auto")
+    got = list(DataLoader(dataset, batch_size=8, num_workers=2))
+    ids = sorted(i for batch in got for i in batch["id"].tolist())
+    assert ids == list(range(40))
+    assert all(type(batch) is dict for batch in got)
+
+
+def test_transform_output_that_is_not_a_dict_passes_through(tmp_path):
+    path = str(tmp_path / "d.tfrecord")
+    _write(path, 20)
+    dataset = tfr_torch.TFRecordDataset(path, SPEC, index="auto", batch_size=5,
+                                        transform=lambda b: (b["id"], b["data"]))
+    got = list(DataLoader(dataset, batch_size=None, num_workers=2))
+    assert sorted(i for ids, _ in got for i in ids.tolist()) == list(range(20))

@@ -1,0 +1,279 @@
+"""Moving batches from DataLoader workers to the main process through reused shared memory.
+
+A DataLoader worker pickles what it yields and sends it to the main process. For a batch of 256 byte strings
+of 16 KB that is 4 MB pickled, pushed through a 64 KB pipe and unpickled (four copies and dozens of wake-ups);
+every tensor gets a new shared-memory segment, whose pages the kernel faults in and zeroes batch after batch
+(on a VM, ~3 ms per 4 MB). Both cap a loader of large records far below what the workers decode.
+
+So a TFRecordDataset worker yields its batches as `Batch` (a dict) or `RecordBatch` (a list). When
+DataLoader's pickler (multiprocessing's ForkingPickler) sends one, its byte strings and dense CPU tensors are
+written into a shared-memory slab that the worker reuses; the main process copies them out (into bytes objects
+and tensors it owns) while it unpickles the batch, then marks the slab free. One copy on each side, no page
+faults once the slabs are warm, and nothing the user holds ever points into memory that is reused.
+
+Plain pickle, copy and deepcopy see the dict or list they are; other values of a batch (sparse tensors, nested
+results) travel the usual way. Slabs are anonymous memory files (memfd_create) that the main process maps through
+/proc/<worker pid>/fd/<fd>: they have no name, so a killed worker leaks nothing, and they do not count against
+/dev/shm (64 MB in a default Docker container). Without memfd and /proc (macOS, Windows), or when a slab cannot
+be made, batches travel the usual way (with one warning in the second case).
+"""
+
+from __future__ import annotations
+
+import itertools
+import mmap
+import os
+import struct
+import threading
+import warnings
+from multiprocessing.reduction import ForkingPickler
+from typing import Any, Callable
+
+import torch
+
+__all__ = ["Batch", "RecordBatch", "shared_memory_available", "wrap_for_transport"]
+
+_HEADER = 64  # bytes before the data: a uint64 count of the batches the receiver has copied out
+_ALIGN = 64
+_MIN_SLAB = 1 << 20
+_MAX_SLABS = 8  # per worker: more batches in flight means nobody releases them, so send the next ones inline
+_RELEASED = struct.Struct("<Q")
+
+
+class Batch(dict):
+    """A decoded batch (a plain dict) that a DataLoader worker sends through shared memory; see the module doc."""
+
+    __slots__ = ()
+
+
+class RecordBatch(list):
+    """A batch of raw records (a plain list of bytes) that a DataLoader worker sends through shared memory."""
+
+    __slots__ = ()
+
+
+def shared_memory_available() -> bool:
+    """Whether slabs can be made here (Linux: memfd_create and /proc/<pid>/fd) and have not failed in this
+    process."""
+    return _pool().disabled is None and hasattr(os, "memfd_create") and os.path.isdir(f"/proc/{os.getpid()}/fd")
+
+
+def wrap_for_transport(item: Any) -> Any:
+    """In a worker: a batch as the type that travels through shared memory (exact dicts and lists only)."""
+    kind = type(item)
+    if kind is dict:
+        return Batch(item)
+    if kind is list:
+        return RecordBatch(item)
+    return item
+
+
+# ----- the worker side --------------------------------------------------------------------------------------------
+
+class _Slab:
+    """One anonymous shared-memory file (memfd), mapped, reused batch after batch. The receiver maps it through
+    /proc/<pid>/fd/<fd>; it vanishes when both sides have closed it (no name, so nothing can leak). Free when the
+    receiver has copied out every batch written into it (its released count, which only the receiver writes,
+    equals `sent`)."""
+
+    def __init__(self, size: int, serial: int) -> None:
+        fd = os.memfd_create(f"tfr_torch-{serial}", getattr(os, "MFD_CLOEXEC", 0))
+        try:
+            # reserve the pages now: out of memory fails here with an error, not later with SIGBUS
+            os.posix_fallocate(fd, 0, _HEADER + size)
+            self.mm = mmap.mmap(fd, _HEADER + size)
+        except BaseException:
+            os.close(fd)
+            raise
+        self.fd, self.size, self.serial, self.sent = fd, size, serial, 0
+
+    def free(self) -> bool:
+        return _RELEASED.unpack_from(self.mm, 0)[0] == self.sent
+
+    def close(self) -> None:
+        self.mm.close()
+        os.close(self.fd)
+
+
+class _Pool:
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.slabs: list[_Slab] = []
+        self.serials = itertools.count()
+        self.retired: list[int] = []  # serials of closed slabs, for the receiver to unmap
+        self.disabled: str | None = None
+        self.lock = threading.Lock()  # DataLoader pickles in the queue's feeder thread
+
+    def take(self, size: int) -> _Slab | None:
+        """A free slab of at least `size` bytes (reused, or made), or None: send inline."""
+        if self.disabled is not None:
+            return None
+        free = [s for s in self.slabs if s.free()]
+        fitting = [s for s in free if s.size >= size]
+        if fitting:
+            return min(fitting, key=lambda s: s.size)
+        if len(self.slabs) >= _MAX_SLABS:
+            if not free:
+                return None
+            victim = min(free, key=lambda s: s.size)
+            self.slabs.remove(victim)
+            self.retired.append(victim.serial)
+            victim.close()
+        try:
+            slab = _Slab(max(_MIN_SLAB, 1 << (size - 1).bit_length()), next(self.serials))
+        except OSError as exc:
+            self.disabled = str(exc.strerror or exc)
+            warnings.warn(f"tfr_torch: cannot make shared memory for DataLoader batches ({self.disabled}); batches "
+                          "go through the DataLoader's pipe instead (slower for large records)", RuntimeWarning,
+                          stacklevel=2)
+            return None
+        self.slabs.append(slab)
+        return slab
+
+
+_POOL: _Pool | None = None
+
+
+def _pool() -> _Pool:
+    global _POOL
+    if _POOL is None or _POOL.pid != os.getpid():  # a forked child never reuses its parent's slabs
+        _POOL = _Pool()
+    return _POOL
+
+
+def _slab_tensor(value: Any) -> bool:
+    return (type(value) is torch.Tensor and value.layout == torch.strided and value.device.type == "cpu"
+            and not value.requires_grad and not value.is_quantized and not value.is_conj() and not value.is_neg())
+
+
+def _slab_bytes(value: Any) -> bool:
+    return type(value) is list and all(type(v) is bytes for v in value)
+
+
+def _pad(n: int) -> int:
+    return -(-n // _ALIGN) * _ALIGN
+
+
+def _reduce(batch: Any, items: list[tuple[Any, Any]], kind: str) -> tuple[Callable[..., Any], tuple]:
+    """What ForkingPickler calls for Batch and RecordBatch: the values written into a slab plus what is left."""
+    plan, inline, size = [], [], 0
+    for key, value in items:
+        if _slab_tensor(value):
+            plan.append((key, "t", value))
+            size += _pad(value.numel() * value.element_size())
+        elif _slab_bytes(value):
+            plan.append((key, "b", value))
+            size += _pad(sum(map(len, value)))
+        else:
+            inline.append((key, value))
+    pool = _pool()
+    with pool.lock:
+        slab = pool.take(size) if plan else None
+        if slab is None:
+            return _rebuild_inline, (kind, list(items))
+        entries, pos = [], _HEADER
+        mm = slab.mm
+        for key, what, value in plan:
+            if what == "t":
+                nbytes = value.numel() * value.element_size()
+                if nbytes:
+                    dst = torch.frombuffer(mm, dtype=torch.uint8, count=nbytes, offset=pos)
+                    dst.copy_(value.contiguous().reshape(-1).view(torch.uint8))
+                    del dst
+                entries.append((key, "t", pos, nbytes, str(value.dtype).rpartition(".")[2], tuple(value.shape)))
+            else:
+                mm.seek(pos)
+                lengths = [mm.write(v) for v in value]
+                nbytes = sum(lengths)
+                entries.append((key, "b", pos, nbytes, lengths))
+            pos += _pad(nbytes)
+        slab.sent += 1
+        retired, pool.retired = pool.retired, []
+    keys = [key for key, _ in items]
+    return _rebuild, (kind, pool.pid, slab.fd, slab.serial, _HEADER + slab.size, keys, entries, inline, retired)
+
+
+def _reduce_batch(batch: Batch) -> tuple[Callable[..., Any], tuple]:
+    return _reduce(batch, list(batch.items()), "dict")
+
+
+def _reduce_records(batch: RecordBatch) -> tuple[Callable[..., Any], tuple]:
+    return _reduce(batch, [(None, list(batch))], "list")
+
+
+ForkingPickler.register(Batch, _reduce_batch)
+ForkingPickler.register(RecordBatch, _reduce_records)
+
+
+# ----- the receiving side (the main process) ----------------------------------------------------------------------
+
+_MAPS: dict[tuple[int, int], mmap.mmap] = {}  # (worker pid, slab serial) -> mapping
+_MAPS_LOCK = threading.Lock()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _mapping(pid: int, fd: int, serial: int, size: int, retired: list[int]) -> mmap.mmap:
+    with _MAPS_LOCK:
+        for old in retired:
+            gone = _MAPS.pop((pid, old), None)
+            if gone is not None:
+                gone.close()
+        mm = _MAPS.get((pid, serial))
+        if mm is not None:
+            return mm
+        dead = {p for p, _ in _MAPS if p != pid and not _alive(p)}  # unmap what workers that are gone left
+        for key in [key for key in _MAPS if key[0] in dead]:
+            _MAPS.pop(key).close()
+        path = f"/proc/{pid}/fd/{fd}"
+        try:
+            own = os.open(path, os.O_RDWR)
+        except OSError as exc:
+            raise RuntimeError(f"tfr_torch: cannot open the shared memory of DataLoader worker {pid} ({path}: "
+                               f"{exc.strerror}); the worker may have exited, or /proc is not readable here: pass "
+                               "shared_memory=False to the dataset to send batches through the pipe") from None
+        try:
+            mm = mmap.mmap(own, size)
+        finally:
+            os.close(own)
+        _MAPS[(pid, serial)] = mm
+        return mm
+
+
+def _rebuild(kind: str, pid: int, fd: int, serial: int, size: int, keys: list, entries: list, inline: list,
+             retired: list) -> Any:
+    mm = _mapping(pid, fd, serial, size, retired)
+    values: dict[Any, Any] = dict(inline)
+    for entry in entries:
+        key, what, pos = entry[:3]
+        if what == "t":
+            _, _, _, nbytes, dtype_name, shape = entry
+            dtype = getattr(torch, dtype_name)
+            if nbytes:
+                flat = torch.frombuffer(mm, dtype=torch.uint8, count=nbytes, offset=pos).clone()
+                values[key] = flat.view(dtype).reshape(shape)
+            else:
+                values[key] = torch.empty(shape, dtype=dtype)
+        else:
+            lengths = entry[4]
+            ends = itertools.accumulate(lengths, initial=pos)
+            start = next(ends)
+            out = []
+            for end in ends:
+                out.append(mm[start:end])
+                start = end
+            values[key] = out
+    _RELEASED.pack_into(mm, 0, _RELEASED.unpack_from(mm, 0)[0] + 1)  # the worker may reuse the slab now
+    return _rebuild_inline(kind, [(key, values[key]) for key in keys])
+
+
+def _rebuild_inline(kind: str, items: list[tuple[Any, Any]]) -> Any:
+    return items[0][1] if kind == "list" else dict(items)
