@@ -10,7 +10,9 @@ Parity with TensorFlow's values lives in test_parse_golden.py; this file covers 
 - non-canonical wire encodings (unpacked lists, split runs, oneof overrides, unknown fields) decode exactly as a
   full protobuf parse (decode_example) does;
 - compile_features' cache, infer_features and `tfr-torch schema`;
-- a property test: random specs and conforming Examples come back value for value (floats by their bits).
+- a property test: random specs and conforming Examples come back value for value (floats by their bits);
+- the tests marked with the `batch_path` fixture run twice: also with every batch taking the path parse_example
+  takes for large records (each record parsed in full, its features taken at once).
 """
 
 from __future__ import annotations
@@ -204,12 +206,14 @@ EXAMPLE_ERRORS = [
 
 
 @pytest.mark.parametrize("spec, bad, key, fragments, good", EXAMPLE_ERRORS)
+@pytest.mark.usefixtures("batch_path")
 def test_example_error_names_key_example_and_location(spec, bad, key, fragments, good):
     parse_example([encode_example(good)], spec)  # the good record is fine
     records = [encode_example(good)] * 3 + [encode_example(bad)]
     assert_located_error(lambda names: parse_example(records, spec, example_names=names), 4, 3, key, *fragments)
 
 
+@pytest.mark.usefixtures("batch_path")
 def test_first_bad_example_is_reported():
     spec = {"x": FixedLenFeature([2], torch.float32)}
     records = [encode_example({"x": [1.0, 2.0]}), encode_example({"x": [1.0]}), encode_example({"x": [1.0]})]
@@ -217,6 +221,7 @@ def test_first_bad_example_is_reported():
                          "holds 1 float values, expected 2")
 
 
+@pytest.mark.usefixtures("batch_path")
 def test_unparseable_record_names_example():
     records = [encode_example(GOOD)] * 3 + [b"\xff\xff\xff"]
     spec = {"label": FixedLenFeature([], torch.int64)}
@@ -243,6 +248,7 @@ def _raw_example(features: dict[str, bytes]) -> bytes:
     (b"\x1a\x03\x0a\x01\x80", torch.int64, "ends inside a varint"),
     (b"\x12\x05\x0a\x07abc", torch.float32, "cannot parse its tf.train.Feature"),
 ], ids=["float-payload", "int64-varint", "feature"])
+@pytest.mark.usefixtures("batch_path")
 def test_malformed_feature_names_key_and_example(raw, kind, fragment):
     good = encode_example({"f": [1.0] if kind == torch.float32 else [1]})
     records = [good] * 3 + [_raw_example({"f": raw})]
@@ -251,6 +257,7 @@ def test_malformed_feature_names_key_and_example(raw, kind, fragment):
     assert isinstance(err, ValueError)  # DecodeError is a ValueError too
 
 
+@pytest.mark.usefixtures("batch_path")
 def test_plain_example_names_appear_in_message():
     records = [encode_example({"a": 1}), encode_example({"b": 1})]
     with pytest.raises(DecodeError) as raised:
@@ -448,6 +455,7 @@ def test_two_specs_reading_one_key_as_different_kinds():
     assert out["small"].unbind()[0].tolist() == [1, 2]
 
 
+@pytest.mark.usefixtures("batch_path")
 def test_non_bytes_record_is_a_type_error():
     records = [encode_example({"a": 1})] * 3 + ["not bytes"]
     with pytest.raises(TypeError) as raised:
@@ -565,6 +573,7 @@ def test_int_that_does_not_fit_names_key_and_value(kind, dtype, value):
 
 
 @pytest.mark.parametrize("kind", ["fixed", "varlen", "ragged", "sequence", "sparse"])
+@pytest.mark.usefixtures("batch_path")
 def test_int_that_does_not_fit_names_example_and_location(kind):
     """The overflow error is a data error like the others: it names the example and carries path and offset."""
     spec, features = _overflow_specs(torch.uint8)[kind]
@@ -650,6 +659,7 @@ def test_empty_batch_of_sequence_examples():
     assert set(lengths) == {"f"}
 
 
+@pytest.mark.usefixtures("batch_path")
 def test_all_missing_varlen():
     records = [encode_example({"other": 1})] * 3
     out = parse_example(records, {"v": VarLenFeature(torch.float32), "s": VarLenFeature(tfr_torch.string)})
@@ -662,6 +672,7 @@ def test_all_missing_varlen():
     assert single.shape == (0,) and single._nnz() == 0
 
 
+@pytest.mark.usefixtures("batch_path")
 def test_fixed_len_2x3_numeric_and_strings():
     numbers = np.arange(6, dtype=np.int64).reshape(2, 3)
     words = [[b"a", b"b", b"c"], [b"d", b"e", b"f"]]
@@ -682,6 +693,7 @@ def test_fixed_len_2x3_numeric_and_strings():
     assert parse_example([record, record], spec) == {"s": ["héllo".encode()] * 2, "l": [[b"x", b"y"]] * 2}
 
 
+@pytest.mark.usefixtures("batch_path")
 def test_fixed_len_defaults_fill_missing_examples():
     records = [encode_example({"x": [1.0, 2.0], "id": 7}), encode_example({})]
     spec = {"x": FixedLenFeature([2], torch.float32, default_value=[-1.0, -0.0]),
@@ -799,6 +811,7 @@ def test_ragged_without_partitions_is_a_jagged_nested_tensor():
     assert [t.tolist() for t in out.unbind()] == [[[1, 2], [3, 4], [5, 6]], [[7, 8]]]
 
 
+@pytest.mark.usefixtures("batch_path")
 def test_ragged_with_two_levels_is_a_ragged_tensor():
     records = [encode_example({"v": [1.0, 2.0, 3.0, 4.0, 5.0], "inner": [2, 0, 3], "outer": [2, 1]}),
                encode_example({"v": [6.0], "inner": [1], "outer": [0, 1]}),
@@ -834,6 +847,7 @@ def test_ragged_feature_lists_in_sequence_example():
     assert [t.tolist() for t in single["f"].unbind()] == [[1, 2], [], [3]]
 
 
+@pytest.mark.usefixtures("batch_path")
 def test_sparse_feature_sorts_by_index_unless_already_sorted():
     # the order of the stored entries is what already_sorted is about: read it with _indices() / _values(), which
     # (unlike indices()) torch allows on a tensor not marked coalesced (duplicate indices are legal, as in TF)
@@ -856,6 +870,7 @@ def test_sparse_feature_sorts_by_index_unless_already_sorted():
     assert two._values().tolist() == [2, 1, 3]
 
 
+@pytest.mark.usefixtures("batch_path")
 def test_string_sparse_feature_gives_sparse_bytes():
     records = [encode_example({"i": [3, 1], "w": [b"c", b"a"]}), encode_example({"i": [0], "w": [b"z"]})]
     out = parse_example(records, {"s": SparseFeature("i", "w", tfr_torch.string, 4)})["s"]
@@ -982,6 +997,7 @@ def _assert_parse_matches_decode_example(records: list[bytes], key: str) -> None
 
 
 @pytest.mark.parametrize("name", list(NON_CANONICAL))
+@pytest.mark.usefixtures("batch_path")
 def test_non_canonical_feature_decodes_as_protobuf_does(name):
     raw = NON_CANONICAL[name]
     odd = _raw_example({"f": raw})
@@ -995,6 +1011,7 @@ def test_non_canonical_feature_decodes_as_protobuf_does(name):
     _assert_parse_matches_decode_example([canonical, odd, canonical, odd, encode_example({})], "f")
 
 
+@pytest.mark.usefixtures("batch_path")
 def test_non_canonical_fixed_len_equals_canonical():
     canonical = encode_example({"i": np.array(INTS, dtype=np.int64),
                                 "x": np.array(FLOAT_BITS, dtype=np.uint32).view(np.float32)})
@@ -1011,6 +1028,7 @@ def test_non_canonical_fixed_len_equals_canonical():
         parse_example([canonical, flipped], {"i": FixedLenFeature([7], torch.int64)})
 
 
+@pytest.mark.usefixtures("batch_path")
 def test_kind_less_feature_counts_as_missing():
     records = [_raw_example({"f": b""}), _raw_example({"f": b"\x38\x01"}), encode_example({"f": [1.0, 2.0]})]
     out = parse_example(records, {"f": FixedLenFeature([2], torch.float32, default_value=[7.0, 8.0])})
@@ -1019,6 +1037,7 @@ def test_kind_less_feature_counts_as_missing():
         parse_example(records, {"f": FixedLenFeature([2], torch.float32)})
 
 
+@pytest.mark.usefixtures("batch_path")
 def test_repeated_map_entry_last_wins():
     record = _ld(1, _ld(1, _ld(1, b"f") + _ld(2, _int64_feature(_packed_ints([1, 2])))) +
                  _ld(1, _ld(1, b"f") + _ld(2, _int64_feature(_packed_ints([3, 4, 5])))))
@@ -1431,3 +1450,22 @@ def test_random_specs_round_trip(case):
         single = parse_single_example(record, spec)
         for key, kind, dtype, details, per_example in checks:
             _check(single[key], kind, dtype, details, [per_example[i]], single=True)
+
+
+def test_large_records_decode_like_small_ones():
+    """Batches of large records (here ~5 KB) take another path (see batch_path); the values must not change."""
+    spec = {"img": tfr_torch.FixedLenFeature([], tfr_torch.string),
+            "tags": tfr_torch.VarLenFeature(tfr_torch.string),
+            "label": tfr_torch.FixedLenFeature([], torch.int64),
+            "box": tfr_torch.FixedLenFeature([4], torch.float32)}
+    rng = np.random.default_rng(5)
+    records = [tfr_torch.encode_example({"img": rng.bytes(5000 + i), "tags": [b"t%d" % j for j in range(i % 3)],
+                                         "label": i * 7, "box": [i, 0.5, -1.0, 2.0]}) for i in range(9)]
+    batch = tfr_torch.parse_example(records, spec)
+    for i, record in enumerate(records):
+        one = tfr_torch.parse_single_example(record, spec)
+        assert batch["img"][i] == one["img"] and len(one["img"]) == 5000 + i
+        assert batch["label"][i] == one["label"] == i * 7
+        assert torch.equal(batch["box"][i], one["box"])
+    assert batch["tags"].values == [b"t0", b"t0", b"t1", b"t0", b"t0", b"t1"]
+    assert batch["tags"].indices.tolist() == [[1, 0], [2, 0], [2, 1], [4, 0], [5, 0], [5, 1]]

@@ -464,7 +464,7 @@ OVERRIDES: dict[str, tuple] = {
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
-def test_parse_matches_tensorflow(case):
+def test_parse_matches_tensorflow(case, batch_path):
     name = case["name"]
     override = OVERRIDES.get(name)
     if (override is not None and override[0] == "error") or (override is None and "error" in case):

@@ -21,7 +21,8 @@ from tfr_torch.decode.specs import (
 )
 from tfr_torch.decode.units import Locator, Units
 from tfr_torch.errors import DecodeError
-from tfr_torch.format._proto import raw_example_pb2
+from tfr_torch.format._proto import example_pb2, raw_example_pb2
+from tfr_torch.format.columns import Column
 
 __all__ = ["ExamplePlan", "SequenceExamplePlan", "compile_features"]
 
@@ -39,6 +40,11 @@ _SEQUENCE_DECODERS = {
 }
 _parse_raw_example = raw_example_pb2.RawExample.FromString
 _parse_raw_sequence = raw_example_pb2.RawSequenceExample.FromString
+_parse_example = example_pb2.Example.FromString
+# From this average record size on, parse_example takes the features it needs out of each record as soon as the
+# record is parsed, so each record's parse (a copy of it) is dropped at once and its memory, still in cache, is
+# reused for the next: for 16 KB records this halves the memory a batch sweeps through
+_GATHER_FROM = 2048
 
 
 def _decoders(features: Mapping[str, Any] | None, table: dict, what: str) -> dict[str, Any]:
@@ -95,12 +101,17 @@ class ExamplePlan:
         self.features = dict(features)
         self.decoders = _decoders(features, _EXAMPLE_DECODERS, "features")
         _check_wire_kinds(self.decoders, "features")
+        self._wire_kinds = {key: kind for decoder in self.decoders.values() for key, kind in decoder.wire_keys().items()}
 
     def parse(self, serialized: Sequence[bytes], example_names: Sequence[str] | None = None,
               single: bool = False) -> dict[str, Any]:
         records = _records(serialized, example_names, "parse_example")
         locator = Locator(example_names, single)
         try:  # the fast path: every record is bytes and parses
+            if len(records) > 1 and sum(map(len, records)) >= _GATHER_FROM * len(records):
+                gathered = self._gather(records)
+                if gathered is not None:
+                    return self._decode(gathered, locator, single)
             maps = [_parse_raw_example(record).features.feature for record in records]
         except (_ProtoDecodeError, TypeError):
             maps = []
@@ -112,7 +123,44 @@ class ExamplePlan:
                     path, offset = locator.location(i)
                     raise DecodeError(f"{locator.describe(i)}: cannot parse {len(data)} bytes as a tf.train.Example: "
                                       f"{exc}", path, offset) from None
-        units = Units(maps, locator)
+        return self._decode(Units(maps, locator), locator, single)
+
+    def _gather(self, records: Sequence[bytes]) -> Units | None:
+        """Units for large records (see _GATHER_FROM): each record is parsed as a full Example and dropped once its
+        features are taken. Bytes features become columns right here (one copy of each value); numeric ones are
+        kept as their serialized Feature for the array decoders. None when a bytes feature holds another kind:
+        the usual path then reports it."""
+        n = len(records)
+        strings = {key: ([], np.zeros(n, dtype=bool), np.zeros(n, dtype=np.int64))
+                   for key, kind in self._wire_kinds.items() if kind == "bytes"}
+        raws: dict[str, list] = {key: [] for key, kind in self._wire_kinds.items() if kind != "bytes"}
+        numeric = list(raws.items())
+        text = [(key, *column) for key, column in strings.items()]
+        for i, record in enumerate(records):
+            found = _parse_example(record).features.feature
+            for key, column in numeric:
+                feature = found.get(key)
+                column.append(None if feature is None else feature.SerializeToString())
+            for key, values, present, counts in text:
+                feature = found.get(key)
+                if feature is None:
+                    continue
+                kind = feature.WhichOneof("kind")
+                if kind == "bytes_list":
+                    got = feature.bytes_list.value
+                    present[i] = True
+                    counts[i] = len(got)
+                    values.extend(got)
+                elif kind is not None:
+                    return None
+        units = Units([None] * n, Locator(None))
+        units.raw_columns = raws
+        for key, column in strings.items():
+            units.preset(key, "bytes", Column(*column[1:], column[0]))
+        return units
+
+    def _decode(self, units: Units, locator: Locator, single: bool) -> dict[str, Any]:
+        units.locator = locator
         return {key: decoder(units, single) for key, decoder in self.decoders.items()}
 
 

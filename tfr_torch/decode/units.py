@@ -58,6 +58,7 @@ class Units:
                  step: np.ndarray | None = None, what: str = "feature") -> None:
         self.maps = maps
         self.n = len(maps)
+        self.raw_columns: dict[str, list] | None = None  # key -> raw Feature per unit, when gathered up front
         self.locator = locator
         self.example = example
         self.step = step
@@ -81,11 +82,18 @@ class Units:
                 raise self.locator.error(key, where, str(exc), what=self.what) from None
             raise self.error(key, where, str(exc)) from None
 
+    def preset(self, key: str, kind: str, column: Column) -> None:
+        """Give the column of `key` read as `kind`, already decoded."""
+        self._cache[(key, kind)] = column
+
     def column(self, key: str, kind: str) -> Column:
         cached = self._cache.get((key, kind))
         if cached is not None:
             return cached
-        raws = [m.get(key) for m in self.maps]
+        if self.raw_columns is not None and key in self.raw_columns:
+            raws = self.raw_columns[key]
+        else:
+            raws = [m.get(key) for m in self.maps]
         try:
             column = decode_column(raws, kind, key)
         except ColumnKindError as exc:
