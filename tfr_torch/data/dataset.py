@@ -252,7 +252,7 @@ class TFRecordDataset(IterableDataset):
             if self.features is None:
                 yield [r.data for r in chunk]
             else:
-                yield parse_example([r.data for r in chunk], self.features, [f"{r.path}:{r.offset}" for r in chunk])
+                yield parse_example([r.data for r in chunk], self.features, _Names(chunk))
 
     def _source(self) -> Source:
         return Source(self.paths, self.offsets, self.compression, self.verify, self.on_error)
@@ -281,6 +281,22 @@ class TFRecordDataset(IterableDataset):
             return _chain(streams)
         rng = epoch_rng(self.seed, epoch, 3 + worker + workers * self.rank)
         return shuffle_buffer(interleave(streams, self.interleave), self.shuffle_buffer, rng)
+
+
+class _Names(Sequence):
+    """The "path:offset" name of each record of a batch, made only when an error message needs one."""
+
+    def __init__(self, chunk: list[Located]) -> None:
+        self._chunk = chunk
+
+    def __len__(self) -> int:
+        return len(self._chunk)
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return [f"{r.path}:{r.offset}" for r in self._chunk[i]]
+        record = self._chunk[i]
+        return f"{record.path}:{record.offset}"
 
 
 def _chain(streams) -> Iterator[Located]:

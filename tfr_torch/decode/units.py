@@ -28,7 +28,7 @@ class Locator:
     (TensorFlow's `example_names`) are `path:offset` strings, as the datasets pass them."""
 
     def __init__(self, names: Sequence[str] | None, single: bool = False) -> None:
-        self.names = list(names) if names is not None else None
+        self.names = names if names is None or isinstance(names, Sequence) else list(names)  # read on errors only
         self.single = single
 
     def describe(self, i: int, step: int | None = None) -> str:
