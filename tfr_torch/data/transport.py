@@ -120,7 +120,7 @@ class _Pool:
             self.retired.append(victim.serial)
             victim.close()
         try:
-            slab = _Slab(max(_MIN_SLAB, 1 << (size - 1).bit_length()), next(self.serials))
+            slab = _Slab(_slab_size(size), next(self.serials))
         except OSError as exc:
             self.disabled = str(exc.strerror or exc)
             warnings.warn(f"tfr_torch: cannot make shared memory for DataLoader batches ({self.disabled}); batches "
@@ -129,6 +129,12 @@ class _Pool:
             return None
         self.slabs.append(slab)
         return slab
+
+
+def _slab_size(size: int) -> int:
+    """Room for `size` bytes and 1/8 more (batches of variable-length records vary a little), in whole MB: every
+    byte of a slab is reserved up front, so a power of two would waste up to half."""
+    return max(_MIN_SLAB, -(-(size + size // 8) // _MIN_SLAB) * _MIN_SLAB)
 
 
 _POOL: _Pool | None = None
