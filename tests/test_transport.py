@@ -9,6 +9,7 @@ without shared memory the DataLoader's pipe still delivers everything.
 from __future__ import annotations
 
 import copy
+import os
 import pickle
 from multiprocessing.reduction import ForkingPickler
 
@@ -156,3 +157,18 @@ def test_transform_output_that_is_not_a_dict_passes_through(tmp_path):
                                         transform=lambda b: (b["id"], b["data"]))
     got = list(DataLoader(dataset, batch_size=None, num_workers=2))
     assert sorted(i for ids, _ in got for i in ids.tolist()) == list(range(20))
+
+
+@needs_shm
+def test_spawned_workers_and_mappings_of_finished_workers_are_dropped(tmp_path):
+    path = str(tmp_path / "d.tfrecord")
+    _write(path, 64)
+    dataset = tfr_torch.TFRecordDataset(path, SPEC, index="auto", batch_size=8)
+    loader = DataLoader(dataset, batch_size=None, num_workers=2, multiprocessing_context="spawn")
+    for _ in range(2):
+        assert sorted(i for batch in loader for i in batch["id"].tolist()) == list(range(64))
+    fork_loader = DataLoader(dataset, batch_size=None, num_workers=2)
+    for _ in range(3):  # new workers every epoch: the main process keeps the mappings of the last ones only
+        assert sorted(i for batch in fork_loader for i in batch["id"].tolist()) == list(range(64))
+    workers = {pid for pid, _ in transport._MAPS} - {os.getpid()}  # (this process's own slabs: earlier tests)
+    assert len(workers) <= 2
