@@ -5,13 +5,17 @@ from __future__ import annotations
 import pytest
 
 
-@pytest.fixture(params=["parse", "gather"])
+@pytest.fixture(params=["parse", "gather", "arrays"])
 def batch_path(request, monkeypatch):
-    """Run a test twice: as is, and with every batch of Examples taking the path parse_example takes for large
-    records (each record parsed in full and its features taken at once), which must agree value by value and
-    error by error."""
+    """Run a test three times: as is; with every batch of Examples taking the path parse_example takes for large
+    records (each record parsed in full and its features taken at once); and with every numeric column decoded
+    by the array path (which small batches skip). All must agree value by value and error by error."""
     if request.param == "gather":
         from tfr_torch.decode import plan
 
         monkeypatch.setattr(plan, "_GATHER_FROM", 0)
+    if request.param == "arrays":
+        from tfr_torch.format import columns
+
+        monkeypatch.setattr(columns, "_FEW", 0)
     return request.param

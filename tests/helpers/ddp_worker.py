@@ -38,7 +38,9 @@ def main() -> None:
     dataset = tfr_torch.TFRecordDataset(
         config["paths"], features=spec, index=config["index"], shuffle=True, seed=config["seed"],
         batch_size=config["batch_size"])
-    loader = DataLoader(dataset, batch_size=None, num_workers=config["num_workers"])
+    # persistent workers (forked once), as in training: forking new workers every epoch while the last epoch's
+    # queue threads exit can deadlock the child in CPython 3.11's after-fork code (seen once in this test)
+    loader = DataLoader(dataset, batch_size=None, num_workers=config["num_workers"], persistent_workers=True)
 
     result = {"rank": rank, "world_size": world, "env": [int(env_rank), int(env_world)],
               "dataset_rank": dataset.rank, "dataset_world_size": dataset.world_size, "len": len(dataset),

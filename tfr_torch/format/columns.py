@@ -178,7 +178,9 @@ def decode_column(raws: Sequence[bytes | None], kind: str, key: str) -> Column:
             out.extend(values)
         return Column(present, counts, out)
 
-    fast = _bulk_numeric(raws, tag, kind, key)
+    fast = _few_numeric(raws, tag, kind) if len(raws) <= _FEW else None
+    if fast is None:
+        fast = _bulk_numeric(raws, tag, kind, key)
     if fast is not None:
         return fast
     chunks: list = []
@@ -214,6 +216,61 @@ def decode_column(raws: Sequence[bytes | None], kind: str, key: str) -> Column:
     values, per_chunk = _decode_payloads(chunks, kind, key)
     counts[present] = per_chunk
     return Column(present, counts, values)
+
+
+# A column of at most this many records (parse_single_example: one) with short numeric lists is decoded in plain
+# Python: the array path's dozen numpy calls cost more than the work itself
+_FEW = 8
+_FEW_BYTES = 512
+
+
+def _py_varints(payload: bytes) -> list[int] | None:
+    """The int64 values of a packed varint payload, or None when it is malformed (the array path reports it)."""
+    out = []
+    result = shift = 0
+    for byte in payload:
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            if shift > 63:
+                return None  # longer than 10 bytes
+            result &= 0xFFFF_FFFF_FFFF_FFFF
+            out.append(result - (1 << 64) if result >> 63 else result)
+            result = shift = 0
+        else:
+            shift += 7
+    return None if shift else out
+
+
+def _few_numeric(raws: Sequence[bytes | None], tag: int, kind: str) -> Column | None:
+    """A numeric column of a few canonical Features with short payloads; None sends the caller to the array path."""
+    n = len(raws)
+    present = np.zeros(n, dtype=bool)
+    counts = np.zeros(n, dtype=np.int64)
+    payloads = []
+    for i, raw in enumerate(raws):
+        if raw is None:
+            continue
+        split = _split(raw)
+        if split is None or split[0] != tag or len(raw) - split[1] > _FEW_BYTES:
+            return None
+        payloads.append(raw[split[1]:])
+        present[i] = True
+    if kind == "float":
+        sizes = [len(p) for p in payloads]
+        if any(size % 4 for size in sizes):
+            return None
+        counts[present] = [size // 4 for size in sizes]
+        return Column(present, counts, np.frombuffer(b"".join(payloads), dtype="<f4").astype(np.float32))
+    values: list[int] = []
+    per = []
+    for payload in payloads:
+        got = _py_varints(payload)
+        if got is None:
+            return None
+        values.extend(got)
+        per.append(len(got))
+    counts[present] = per
+    return Column(present, counts, np.array(values, dtype=np.int64))
 
 
 def _small_varint(flat: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
