@@ -172,3 +172,16 @@ def test_spawned_workers_and_mappings_of_finished_workers_are_dropped(tmp_path):
         assert sorted(i for batch in fork_loader for i in batch["id"].tolist()) == list(range(64))
     workers = {pid for pid, _ in transport._MAPS} - {os.getpid()}  # (this process's own slabs: earlier tests)
     assert len(workers) <= 2
+
+
+@pytest.mark.parametrize("shared_memory", [True, False])
+def test_indexed_dataset_batches_collated_in_workers(tmp_path, shared_memory):
+    path = str(tmp_path / "d.tfrecord")
+    _write(path, 50)
+    dataset = tfr_torch.IndexedTFRecordDataset(path, SPEC, shared_memory=shared_memory)
+    assert type(dataset[3]) is dict  # not in a worker: a plain dict
+    got = list(DataLoader(dataset, batch_size=8, num_workers=2))
+    assert all(type(batch) is dict for batch in got)
+    ids = [i for batch in got for i in batch["id"].tolist()]
+    assert ids == list(range(50))
+    assert [d for batch in got for d in batch["data"]] == [dataset[i]["data"] for i in range(50)]

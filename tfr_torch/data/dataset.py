@@ -25,7 +25,6 @@ from tfr_torch.data.sharding import (
     runs_of_block,
     worker_block,
 )
-from tfr_torch.decode.parse import parse_example, parse_single_example
 from tfr_torch.decode.plan import compile_features
 from tfr_torch.decode.sidecar import sidecar_for, spec_from_json
 from tfr_torch.format.compression import normalize_compression
@@ -225,10 +224,13 @@ class TFRecordDataset(IterableDataset):
             self._resume = None
         self._position = skip
         records = self._records(epoch, worker, workers)
+        plan = compile_features(self.features) if self.features is not None else None  # once per epoch
         if self.batch_size is None:
-            items: Iterator[Any] = (self._decode_one(r) for r in _drop(records, skip))
+            items: Iterator[Any] = (
+                (r.data for r in _drop(records, skip)) if plan is None else
+                (plan.parse([r.data], _Names([r]), single=True) for r in _drop(records, skip)))
         else:
-            items = self._batches(_drop(records, skip * self.batch_size))
+            items = self._batches(_drop(records, skip * self.batch_size), plan)
         transform = self.transform
         wrap = info is not None and self.shared_memory and shared_memory_available()
         for item in items:
@@ -239,12 +241,7 @@ class TFRecordDataset(IterableDataset):
             self._position += 1
             yield item
 
-    def _decode_one(self, record: Located) -> Any:
-        if self.features is None:
-            return record.data
-        return parse_single_example(record.data, self.features, f"{record.path}:{record.offset}")
-
-    def _batches(self, records: Iterator[Located]) -> Iterator[Any]:
+    def _batches(self, records: Iterator[Located], plan: Any) -> Iterator[Any]:
         while True:
             chunk = [r for _, r in zip(range(self.batch_size), records)]
             if not chunk or (len(chunk) < self.batch_size and self.drop_last):
@@ -252,7 +249,7 @@ class TFRecordDataset(IterableDataset):
             if self.features is None:
                 yield [r.data for r in chunk]
             else:
-                yield parse_example([r.data for r in chunk], self.features, _Names(chunk))
+                yield plan.parse([r.data for r in chunk], _Names(chunk))
 
     def _source(self) -> Source:
         return Source(self.paths, self.offsets, self.compression, self.verify, self.on_error)

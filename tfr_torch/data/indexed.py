@@ -8,10 +8,10 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, get_worker_info
 
 from tfr_torch.data.dataset import resolve_indexes
-from tfr_torch.decode.parse import parse_single_example
+from tfr_torch.data.transport import Batch, shared_memory_available
 from tfr_torch.decode.plan import compile_features
 from tfr_torch.format.index import scan_index
 from tfr_torch.format.paths import PathLike, expand_paths
@@ -28,19 +28,22 @@ class IndexedTFRecordDataset(Dataset):
     files are never read whole). `index="auto"` uses `<file>.idx` beside each file and scans files that have
     none (with a warning); a list gives one index path per file. `features=None` returns the record's bytes,
     a spec dict the decoded Example (as parse_single_example); `transform` is applied to what is returned.
+    In DataLoader workers, decoded dicts are marked so that the batches the default collate makes of them reach
+    the main process through shared memory (see TFRecordDataset's `shared_memory`; False turns it off).
 
     >>> ds = IndexedTFRecordDataset("train-*.tfrecord", features=spec)  # doctest: +SKIP
     >>> sampler = torch.utils.data.DistributedSampler(ds)                 # doctest: +SKIP
     """
 
     def __init__(self, paths: PathLike | Sequence[PathLike], features: Mapping[str, Any] | None = None,
-                 index: Any = "auto", *, transform: Callable[[Any], Any] | None = None, verify: bool = True) -> None:
+                 index: Any = "auto", *, transform: Callable[[Any], Any] | None = None, verify: bool = True,
+                 shared_memory: bool = True) -> None:
         self.paths = expand_paths(paths)
-        if features is not None:
-            compile_features(features)
         self.features = features
+        self._plan = compile_features(features) if features is not None else None  # checks the spec now
         self.transform = transform
         self.verify = verify
+        self.shared_memory = bool(shared_memory)
         offsets = resolve_indexes(self.paths, index if index is not None else "auto", "auto")
         missing = [p for p, o in zip(self.paths, offsets) if o is None]
         if missing:
@@ -85,12 +88,23 @@ class IndexedTFRecordDataset(Dataset):
         if handle is None:
             handle = self._files[f] = RecordFile(path, verify=self.verify)
         data = handle.read(offset, size)
-        item: Any = data if self.features is None else parse_single_example(data, self.features, f"{path}:{offset}")
-        return self.transform(item) if self.transform is not None else item
+        if self.features is None:
+            item: Any = data
+        else:
+            if self._plan is None:
+                self._plan = compile_features(self.features)
+            item = self._plan.parse([data], [f"{path}:{offset}"], single=True)
+        if self.transform is not None:
+            item = self.transform(item)
+        if self.shared_memory and type(item) is dict and get_worker_info() is not None and shared_memory_available():
+            # in a DataLoader worker: the default collate keeps the type, so the batch goes through shared memory
+            item = Batch(item)
+        return item
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_files"] = {}  # open handles stay in the process that opened them
+        state["_plan"] = None  # compiled again where it is used
         return state
 
     def close(self) -> None:

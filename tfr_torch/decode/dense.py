@@ -40,6 +40,12 @@ class FixedLenDecoder:
     def __call__(self, units: Units, single: bool = False) -> Any:
         key, n, spec = self.key, self.count, self.spec
         col = units.column(key, self.kind)
+        if units.n == 1 and col.present[0] and col.counts[0] == n:  # one example with its feature: few array calls
+            if spec.dtype == string:
+                row = nest(list(col.values), spec.shape)
+                return row if single else [row]
+            tensor = units.convert(np.asarray(col.values), spec.dtype, key, lambda pos: 0).reshape(1, *spec.shape)
+            return tensor[0] if single else tensor
         missing = ~col.present
         if self.default is None and missing.any():
             raise units.error(key, int(np.flatnonzero(missing)[0]),
