@@ -804,6 +804,42 @@ def _tfr_loader_raw(ctx: Ctx) -> Callable[[], int]:
     return _tfr_loader(ctx, False, index="auto")
 
 
+@variant("loader-16k", "tfr_torch", "records",
+         f"DataLoader(TFRecordDataset(path, spec, index='auto'), batch_size={LOADER_BATCH}, "
+         f"num_workers={LOADER_WORKERS}, {PERSISTENT})  [per record, collated]", "decoded-record",
+         note="per-record items (the tfrecord package's style): each worker decodes one Example at a time and the "
+              "DataLoader's default collate batches them in the worker")
+def _tfr_loader_records(ctx: Ctx) -> Callable[[], int]:
+    import torch
+
+    import tfr_torch
+
+    spec = {"data": tfr_torch.FixedLenFeature([], tfr_torch.string), "label": tfr_torch.FixedLenFeature([], torch.int64)}
+    tfr_torch.build_index(ctx.path)  # untimed
+    dataset = tfr_torch.TFRecordDataset(ctx.path, spec, index="auto")
+    loader = torch.utils.data.DataLoader(dataset, batch_size=LOADER_BATCH, num_workers=LOADER_WORKERS,
+                                         persistent_workers=True)
+    return lambda: _loader_pass(loader, lambda batch: len(batch["label"]), ctx.metrics)
+
+
+@variant("loader-16k", "tfr_torch", "map",
+         f"DataLoader(IndexedTFRecordDataset(path, spec), batch_size={LOADER_BATCH}, num_workers={LOADER_WORKERS}, "
+         f"{PERSISTENT})  [map-style]", "decoded-map",
+         note="map-style: every item read by its offset (os.pread) and decoded on its own, in index order "
+              "(a DistributedSampler or shuffle=True would read the same way, in another order)")
+def _tfr_loader_map(ctx: Ctx) -> Callable[[], int]:
+    import torch
+
+    import tfr_torch
+
+    spec = {"data": tfr_torch.FixedLenFeature([], tfr_torch.string), "label": tfr_torch.FixedLenFeature([], torch.int64)}
+    tfr_torch.build_index(ctx.path)  # untimed
+    dataset = tfr_torch.IndexedTFRecordDataset(ctx.path, spec)
+    loader = torch.utils.data.DataLoader(dataset, batch_size=LOADER_BATCH, num_workers=LOADER_WORKERS,
+                                         persistent_workers=True)
+    return lambda: _loader_pass(loader, lambda batch: len(batch["label"]), ctx.metrics)
+
+
 def _shuffle_memory_line(row: dict[str, Any], rows: list[dict[str, Any]]) -> str:
     m = row.get("metrics") or {}
     if "worker_peak_rss_mb" not in m:
