@@ -52,10 +52,13 @@ class RecordBatch(list):
     __slots__ = ()
 
 
+_SUPPORTED = hasattr(os, "memfd_create") and os.path.isdir("/proc/self/fd")  # Linux
+
+
 def shared_memory_available() -> bool:
     """Whether slabs can be made here (Linux: memfd_create and /proc/<pid>/fd) and have not failed in this
     process."""
-    return _pool().disabled is None and hasattr(os, "memfd_create") and os.path.isdir(f"/proc/{os.getpid()}/fd")
+    return _SUPPORTED and _pool().disabled is None
 
 
 def wrap_for_transport(item: Any) -> Any:
