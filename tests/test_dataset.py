@@ -547,6 +547,42 @@ def test_indexed_len_and_every_record(corpus, indexed):
     assert IndexedTFRecordDataset(corpus["plain"], transform=lambda r: ID_OF[r])[30] == 30
 
 
+def test_indexed_getitems_equals_items_one_by_one(tmp_path):
+    """DataLoader fetches a batch of indices with __getitems__: decoded as one batch for FixedLen specs, one by
+    one otherwise; either way each item equals ds[i], including defaults, shaped strings and missing features."""
+    path = str(tmp_path / "g.tfrecord")
+    with tfr_torch.TFRecordWriter(path) as writer:
+        for i in range(12):
+            values = {"id": i, "pair": [b"a%d" % i, b"b"], "f": [i / 2, -1.0, 3.0]}
+            if i % 3:
+                values["opt"] = [i * 10]
+            writer.write(tfr_torch.encode_example(values))
+    tfr_torch.build_index(path)
+    dense = {"id": tfr_torch.FixedLenFeature([], torch.int64),
+             "pair": tfr_torch.FixedLenFeature([2], tfr_torch.string),
+             "f": tfr_torch.FixedLenFeature([3], torch.float64),
+             "opt": tfr_torch.FixedLenFeature([1], torch.int32, default_value=[-7])}
+    mixed = dict(dense, tokens=tfr_torch.VarLenFeature(torch.int64))
+    for spec in (dense, mixed):
+        ds = IndexedTFRecordDataset(path, spec)
+        order = [11, 0, 5, 5, 3]
+        got = ds.__getitems__(order)
+        for item, i in zip(got, order):
+            one = ds[i]
+            assert list(item) == list(one)
+            for key in dense:
+                if isinstance(one[key], torch.Tensor):
+                    assert item[key].dtype == one[key].dtype and torch.equal(item[key], one[key]), key
+                else:
+                    assert item[key] == one[key], key
+        assert [int(x["opt"]) for x in got] == [110, -7, 50, 50, -7]
+    assert IndexedTFRecordDataset(path).__getitems__([2, 1]) == [IndexedTFRecordDataset(path)[2],
+                                                                  IndexedTFRecordDataset(path)[1]]
+    batches = list(DataLoader(IndexedTFRecordDataset(path, dense), batch_size=5, num_workers=2))
+    assert [i for b in batches for i in b["id"].tolist()] == list(range(12))
+    assert [list(x) for x in batches[0]["pair"]] == [[b"a0", b"a1", b"a2", b"a3", b"a4"], [b"b"] * 5]  # transposed
+
+
 @pytest.mark.parametrize("index", [N, N + 5, -N - 1, -N - 10])
 def test_indexed_out_of_range_states_the_numbers(indexed, index):
     with pytest.raises(IndexError, match=rf"record {index} is out of range: the dataset has {N} records"):

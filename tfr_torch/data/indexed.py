@@ -13,6 +13,7 @@ from torch.utils.data import Dataset, get_worker_info
 from tfr_torch.data.dataset import resolve_indexes
 from tfr_torch.data.transport import Batch, shared_memory_available
 from tfr_torch.decode.plan import compile_features
+from tfr_torch.decode.specs import FixedLenFeature
 from tfr_torch.format.index import scan_index
 from tfr_torch.format.paths import PathLike, expand_paths
 from tfr_torch.format.reader import RecordFile
@@ -41,6 +42,7 @@ class IndexedTFRecordDataset(Dataset):
         self.paths = expand_paths(paths)
         self.features = features
         self._plan = compile_features(features) if features is not None else None  # checks the spec now
+        self._dense = features is not None and all(type(spec) is FixedLenFeature for spec in features.values())
         self.transform = transform
         self.verify = verify
         self.shared_memory = bool(shared_memory)
@@ -79,7 +81,8 @@ class IndexedTFRecordDataset(Dataset):
         offset, size = (int(v) for v in self.offsets[f][i])
         return f, offset, size
 
-    def __getitem__(self, index: int) -> Any:
+    def _read(self, index: int) -> tuple[bytes, str]:
+        """Record `index` and its "path:offset" name."""
         f, offset, size = self._where(index)
         path = self.paths[f]
         if self._pid != os.getpid():  # forked into a DataLoader worker: never share the parent's file handles
@@ -87,19 +90,40 @@ class IndexedTFRecordDataset(Dataset):
         handle = self._files.get(f)
         if handle is None:
             handle = self._files[f] = RecordFile(path, verify=self.verify)
-        data = handle.read(offset, size)
-        if self.features is None:
-            item: Any = data
-        else:
-            if self._plan is None:
-                self._plan = compile_features(self.features)
-            item = self._plan.parse([data], [f"{path}:{offset}"], single=True)
+        return handle.read(offset, size), f"{path}:{offset}"
+
+    def _plan_here(self) -> Any:
+        if self._plan is None:
+            self._plan = compile_features(self.features)
+        return self._plan
+
+    def _finish(self, item: Any, mark: bool) -> Any:
         if self.transform is not None:
             item = self.transform(item)
-        if self.shared_memory and type(item) is dict and get_worker_info() is not None and shared_memory_available():
+        if mark and type(item) is dict:
             # in a DataLoader worker: the default collate keeps the type, so the batch goes through shared memory
             item = Batch(item)
         return item
+
+    def _mark(self) -> bool:
+        return self.shared_memory and get_worker_info() is not None and shared_memory_available()
+
+    def __getitem__(self, index: int) -> Any:
+        data, name = self._read(index)
+        item = data if self.features is None else self._plan_here().parse([data], [name], single=True)
+        return self._finish(item, self._mark())
+
+    def __getitems__(self, indices: Sequence[int]) -> list[Any]:
+        """Several items at once (what DataLoader asks for when it batches): the records are decoded as one batch
+        when every feature is a FixedLenFeature (each item then holds its row of the batch), else one by one."""
+        indices = list(indices)
+        if self.features is None or len(indices) < 2 or not self._dense:
+            return [self[i] for i in indices]
+        read = [self._read(i) for i in indices]
+        batch = self._plan_here().parse([data for data, _ in read], [name for _, name in read])
+        mark = self._mark()
+        keys = list(batch)
+        return [self._finish({key: batch[key][j] for key in keys}, mark) for j in range(len(indices))]
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
