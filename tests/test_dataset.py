@@ -547,6 +547,37 @@ def test_indexed_len_and_every_record(corpus, indexed):
     assert IndexedTFRecordDataset(corpus["plain"], transform=lambda r: ID_OF[r])[30] == 30
 
 
+def test_per_record_items_equal_single_parses_and_stop_at_a_bad_record(tmp_path):
+    """Per-record mode decodes FixedLen specs in chunks (rows of a batch): each item must equal
+    parse_single_example of its record; a record that does not decode ends the stream at that record, after the
+    ones before it, with the error that record gives alone."""
+    path = str(tmp_path / "r.tfrecord")
+    good = lambda i: tfr_torch.encode_example({"id": i, "name": b"n%d" % i, "v": [i, i + 1]})  # noqa: E731
+    records = [good(i) for i in range(70)]
+    records[45] = tfr_torch.encode_example({"id": 45, "name": b"n45", "v": [1, 2, 3]})  # 3 values for shape [2]
+    with tfr_torch.TFRecordWriter(path) as writer:
+        for record in records:
+            writer.write(record)
+    offset_45 = int(tfr_torch.read_index(tfr_torch.build_index(path), path)[45, 0])
+    spec = {"id": tfr_torch.FixedLenFeature([], torch.int64), "name": tfr_torch.FixedLenFeature([], tfr_torch.string),
+            "v": tfr_torch.FixedLenFeature([2], torch.int16)}
+    got = []
+    with pytest.raises(tfr_torch.DecodeError) as info:
+        for item in TFRecordDataset(path, spec):
+            got.append(item)
+    assert len(got) == 45
+    for i, item in enumerate(got):
+        one = tfr_torch.parse_single_example(records[i], spec)
+        assert item["name"] == one["name"] == b"n%d" % i
+        assert item["id"].dtype == torch.int64 and int(item["id"]) == i
+        assert item["v"].dtype == torch.int16 and item["v"].tolist() == one["v"].tolist() == [i, i + 1]
+    assert (info.value.path, info.value.offset) == (path, offset_45)
+    with pytest.raises(tfr_torch.DecodeError) as alone:
+        tfr_torch.parse_single_example(records[45], spec, f"{path}:{offset_45}")
+    assert str(info.value) == str(alone.value)
+    assert "feature 'v' in the example holds 3 int64 values, expected 2" in str(info.value)
+
+
 def test_indexed_getitems_equals_items_one_by_one(tmp_path):
     """DataLoader fetches a batch of indices with __getitems__: decoded as one batch for FixedLen specs, one by
     one otherwise; either way each item equals ds[i], including defaults, shaped strings and missing features."""
