@@ -26,9 +26,7 @@ from tfr_torch.data.sharding import (
     worker_block,
 )
 from tfr_torch.decode.plan import compile_features
-from tfr_torch.decode.specs import FixedLenFeature
 from tfr_torch.decode.sidecar import sidecar_for, spec_from_json
-from tfr_torch.errors import DecodeError
 from tfr_torch.format.compression import normalize_compression
 from tfr_torch.format.index import index_path_for, read_index, scan_index
 from tfr_torch.format.paths import PathLike, exists, expand_paths
@@ -244,26 +242,12 @@ class TFRecordDataset(IterableDataset):
             yield item
 
     def _rows(self, records: Iterator[Located], plan: Any) -> Iterator[Any]:
-        """One decoded dict per record. With only FixedLenFeatures, records are decoded _ROW_CHUNK at a time as a
-        batch and each dict is a row of it (a third of the cost); a chunk with a bad record is decoded again one by
-        one, so the records before it are yielded and the error is the one that record gives alone."""
-        if not all(type(spec) is FixedLenFeature for spec in self.features.values()):
-            for r in records:
-                yield plan.parse([r.data], _Names([r]), single=True)
-            return
+        """One decoded dict per record, decoded _ROW_CHUNK records at a time (see ExamplePlan.iter_rows)."""
         while True:
             chunk = [r for _, r in zip(range(_ROW_CHUNK), records)]
             if not chunk:
                 return
-            try:
-                batch = plan.parse([r.data for r in chunk], _Names(chunk))
-            except DecodeError:
-                for r in chunk:
-                    yield plan.parse([r.data], _Names([r]), single=True)
-                continue
-            keys = list(batch)
-            for j in range(len(chunk)):
-                yield {key: batch[key][j] for key in keys}
+            yield from plan.iter_rows([r.data for r in chunk], _Names(chunk))
 
     def _batches(self, records: Iterator[Located], plan: Any) -> Iterator[Any]:
         while True:

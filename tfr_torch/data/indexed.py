@@ -13,7 +13,6 @@ from torch.utils.data import Dataset, get_worker_info
 from tfr_torch.data.dataset import resolve_indexes
 from tfr_torch.data.transport import Batch, shared_memory_available
 from tfr_torch.decode.plan import compile_features
-from tfr_torch.decode.specs import FixedLenFeature
 from tfr_torch.format.index import scan_index
 from tfr_torch.format.paths import PathLike, expand_paths
 from tfr_torch.format.reader import RecordFile
@@ -42,7 +41,6 @@ class IndexedTFRecordDataset(Dataset):
         self.paths = expand_paths(paths)
         self.features = features
         self._plan = compile_features(features) if features is not None else None  # checks the spec now
-        self._dense = features is not None and all(type(spec) is FixedLenFeature for spec in features.values())
         self.transform = transform
         self.verify = verify
         self.shared_memory = bool(shared_memory)
@@ -114,16 +112,15 @@ class IndexedTFRecordDataset(Dataset):
         return self._finish(item, self._mark())
 
     def __getitems__(self, indices: Sequence[int]) -> list[Any]:
-        """Several items at once (what DataLoader asks for when it batches): the records are decoded as one batch
-        when every feature is a FixedLenFeature (each item then holds its row of the batch), else one by one."""
+        """Several items at once (what DataLoader asks for when it batches), each equal to `self[i]`; the records are
+        decoded together where the spec allows (see ExamplePlan.iter_rows)."""
         indices = list(indices)
-        if self.features is None or len(indices) < 2 or not self._dense:
+        if self.features is None or len(indices) < 2:
             return [self[i] for i in indices]
         read = [self._read(i) for i in indices]
-        batch = self._plan_here().parse([data for data, _ in read], [name for _, name in read])
+        rows = self._plan_here().iter_rows([data for data, _ in read], [name for _, name in read])
         mark = self._mark()
-        keys = list(batch)
-        return [self._finish({key: batch[key][j] for key in keys}, mark) for j in range(len(indices))]
+        return [self._finish(row, mark) for row in rows]
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()

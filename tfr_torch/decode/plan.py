@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -102,6 +102,7 @@ class ExamplePlan:
         self.decoders = _decoders(features, _EXAMPLE_DECODERS, "features")
         _check_wire_kinds(self.decoders, "features")
         self._wire_kinds = {key: kind for decoder in self.decoders.values() for key, kind in decoder.wire_keys().items()}
+        self._dense = all(type(spec) is FixedLenFeature for spec in self.features.values())  # rows split cleanly
 
     def parse(self, serialized: Sequence[bytes], example_names: Sequence[str] | None = None,
               single: bool = False) -> dict[str, Any]:
@@ -124,6 +125,25 @@ class ExamplePlan:
                     raise DecodeError(f"{locator.describe(i)}: cannot parse {len(data)} bytes as a tf.train.Example: "
                                       f"{exc}", path, offset) from None
         return self._decode(Units(maps, locator), locator, single)
+
+    def iter_rows(self, serialized: Sequence[bytes], example_names: Sequence[str] | None = None) -> Iterator[dict]:
+        """What parse_single_example gives for each record, in order. When every feature is a FixedLenFeature the
+        records are decoded as one batch and each dict is a row of it (a third of the cost); if the batch does not
+        decode they are decoded one by one, so the rows before the bad record come out and its error is the one it
+        gives alone. `example_names` must support slicing."""
+        if self._dense and len(serialized) > 1:
+            try:
+                batch = self.parse(serialized, example_names)
+            except DecodeError:
+                pass
+            else:
+                keys = list(batch)
+                for j in range(len(serialized)):
+                    yield {key: batch[key][j] for key in keys}
+                return
+        for i in range(len(serialized)):
+            yield self.parse(serialized[i : i + 1], None if example_names is None else example_names[i : i + 1],
+                             single=True)
 
     def _gather(self, records: Sequence[bytes]) -> Units | None:
         """Units for large records (see _GATHER_FROM): each record is parsed as a full Example and dropped once its
