@@ -745,15 +745,29 @@ LOADER_SPEC_NOTE = (f"tfr_torch.TFRecordDataset(path, spec, index='auto', batch_
 PERSISTENT = "persistent_workers=True"
 
 
+def _loader_spec() -> dict[str, Any]:
+    import torch
+
+    import tfr_torch
+
+    return {"data": tfr_torch.FixedLenFeature([], tfr_torch.string), "label": tfr_torch.FixedLenFeature([], torch.int64)}
+
+
+def _collating_loader(ctx: Ctx, dataset: Any) -> Callable[[], int]:
+    """A pass of DataLoader(batch_size=LOADER_BATCH) over a per-item dataset of the loader spec."""
+    import torch
+
+    loader = torch.utils.data.DataLoader(dataset, batch_size=LOADER_BATCH, num_workers=LOADER_WORKERS,
+                                         persistent_workers=True)
+    return lambda: _loader_pass(loader, lambda batch: len(batch["label"]), ctx.metrics)
+
+
 def _tfr_loader(ctx: Ctx, features: bool, persistent: bool = True, **options: Any) -> Callable[[], int]:
     import torch
 
     import tfr_torch
 
-    spec = None
-    if features:
-        spec = {"data": tfr_torch.FixedLenFeature([], tfr_torch.string),
-                "label": tfr_torch.FixedLenFeature([], torch.int64)}
+    spec = _loader_spec() if features else None
     if options.get("index") == "auto":
         tfr_torch.build_index(ctx.path)  # <file>.idx, untimed
     dataset = tfr_torch.TFRecordDataset(ctx.path, spec, batch_size=LOADER_BATCH, **options)
@@ -807,37 +821,26 @@ def _tfr_loader_raw(ctx: Ctx) -> Callable[[], int]:
 @variant("loader-16k", "tfr_torch", "records",
          f"DataLoader(TFRecordDataset(path, spec, index='auto'), batch_size={LOADER_BATCH}, "
          f"num_workers={LOADER_WORKERS}, {PERSISTENT})  [per record, collated]", "decoded-record",
-         note="per-record items (the tfrecord package's style): each worker decodes one Example at a time and the "
-              "DataLoader's default collate batches them in the worker")
+         note="per-record items (the tfrecord package's style): each worker yields one dict per Example (decoded "
+              "32 at a time, a row each) and the DataLoader's default collate batches them in the worker")
 def _tfr_loader_records(ctx: Ctx) -> Callable[[], int]:
-    import torch
-
     import tfr_torch
 
-    spec = {"data": tfr_torch.FixedLenFeature([], tfr_torch.string), "label": tfr_torch.FixedLenFeature([], torch.int64)}
     tfr_torch.build_index(ctx.path)  # untimed
-    dataset = tfr_torch.TFRecordDataset(ctx.path, spec, index="auto")
-    loader = torch.utils.data.DataLoader(dataset, batch_size=LOADER_BATCH, num_workers=LOADER_WORKERS,
-                                         persistent_workers=True)
-    return lambda: _loader_pass(loader, lambda batch: len(batch["label"]), ctx.metrics)
+    return _collating_loader(ctx, tfr_torch.TFRecordDataset(ctx.path, _loader_spec(), index="auto"))
 
 
 @variant("loader-16k", "tfr_torch", "map",
          f"DataLoader(IndexedTFRecordDataset(path, spec), batch_size={LOADER_BATCH}, num_workers={LOADER_WORKERS}, "
          f"{PERSISTENT})  [map-style]", "decoded-map",
-         note="map-style: every item read by its offset (os.pread) and decoded on its own, in index order "
-              "(a DistributedSampler or shuffle=True would read the same way, in another order)")
+         note="map-style: every item read by its offset (os.pread), in index order (a DistributedSampler or "
+              "shuffle=True would read the same way, in another order); DataLoader fetches 256 indices at a time "
+              "(__getitems__), decoded together")
 def _tfr_loader_map(ctx: Ctx) -> Callable[[], int]:
-    import torch
-
     import tfr_torch
 
-    spec = {"data": tfr_torch.FixedLenFeature([], tfr_torch.string), "label": tfr_torch.FixedLenFeature([], torch.int64)}
     tfr_torch.build_index(ctx.path)  # untimed
-    dataset = tfr_torch.IndexedTFRecordDataset(ctx.path, spec)
-    loader = torch.utils.data.DataLoader(dataset, batch_size=LOADER_BATCH, num_workers=LOADER_WORKERS,
-                                         persistent_workers=True)
-    return lambda: _loader_pass(loader, lambda batch: len(batch["label"]), ctx.metrics)
+    return _collating_loader(ctx, tfr_torch.IndexedTFRecordDataset(ctx.path, _loader_spec()))
 
 
 def _shuffle_memory_line(row: dict[str, Any], rows: list[dict[str, Any]]) -> str:
