@@ -19,3 +19,16 @@ def batch_path(request, monkeypatch):
 
         monkeypatch.setattr(columns, "_FEW", 0)
     return request.param
+
+
+@pytest.fixture(params=["python", "native"])
+def backend(request):
+    """Run a test on both backends: the pure-Python reference and the compiled core (skipped when it was not
+    built). Every golden, parity, corruption and error-message test takes this fixture."""
+    import tfr_torch
+
+    if request.param == "native" and not tfr_torch._native.available():
+        pytest.skip(f"the compiled core is not built: {tfr_torch._native.import_error}")
+    previous = tfr_torch.set_backend(request.param)
+    yield request.param
+    tfr_torch.set_backend(previous)

@@ -29,6 +29,8 @@ _EXPORTS = {
     "read_index": "tfr_torch.format.index",
     "check_index": "tfr_torch.format.index",
     "expand_paths": "tfr_torch.format.paths",
+    "backend": "tfr_torch._native",
+    "set_backend": "tfr_torch._native",
     "TFRecordError": "tfr_torch.errors",
     "CorruptRecordError": "tfr_torch.errors",
     "TruncatedRecordError": "tfr_torch.errors",
@@ -90,6 +92,7 @@ if TYPE_CHECKING:  # pragma: no cover
     )
     from tfr_torch.format.index import build_index, check_index, read_index
     from tfr_torch.format.paths import expand_paths
+    from tfr_torch._native import backend, set_backend
     from tfr_torch.format.reader import RecordReader, read_records
     from tfr_torch.format.writer import TFRecordWriter
     from tfr_torch.data.dataset import TFRecordDataset
