@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import struct
 import warnings
 import zlib
@@ -10,7 +11,7 @@ from typing import Any
 
 from tfr_torch.format.compression import NONE, make_compressor, normalize_compression
 from tfr_torch.format.crc import crc32c, masked_crc32c
-from tfr_torch.format.paths import AtomicOutput, PathLike
+from tfr_torch.format.paths import AtomicOutput, PathLike, as_path
 
 __all__ = ["TFRecordWriter", "frame_record"]
 
@@ -46,7 +47,11 @@ class TFRecordWriter:
             self._compressor = None
         else:
             self._compressor = make_compressor(self.compression, compression_level)
-        self._out = AtomicOutput(path)
+        try:
+            self._out = AtomicOutput(path)
+        except FileNotFoundError:  # the temporary file's name would say nothing to the user: name their path
+            folder = os.path.dirname(as_path(path)) or "."
+            raise FileNotFoundError(f"cannot write {as_path(path)!r}: no such folder {folder!r}") from None
         self.path = self._out.path
         self._file = self._out.file
         self._closed = False

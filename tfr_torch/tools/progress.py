@@ -1,48 +1,101 @@
-"""A one-line progress display for long conversions (records/s, MB/s, ETA) on stderr."""
+"""Progress on stderr for long CLI runs (count, verify, index, inspect, reshard, convert), drawn by tqdm.
+
+Shown only when the stream is a terminal, so logs, pipes and CI output stay clean; `enabled=False` (the
+commands' `-q`) turns it off everywhere, `tty_only=False` shows it on any stream.
+"""
 
 from __future__ import annotations
 
 import sys
 import time
-from typing import TextIO
+from typing import Any, TextIO
 
-__all__ = ["Progress"]
+from tqdm import tqdm
+
+__all__ = ["Progress", "is_terminal"]
+
+
+def is_terminal(stream: Any) -> bool:
+    """Whether `stream` is an interactive terminal (False for files, pipes, StringIO, closed streams)."""
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError, OSError):
+        return False
 
 
 class Progress:
-    """Counts items and bytes; redraws at most every `interval` seconds when enabled."""
+    """Counts items (records, images) and bytes, and draws a tqdm bar of them.
 
-    def __init__(self, total: int | None, label: str = "", enabled: bool = True, stream: TextIO | None = None,
-                 interval: float = 0.5) -> None:
-        self.total, self.label, self.enabled = total, label, enabled
-        self.stream = stream or sys.stderr
-        self.interval = interval
+    The bar follows bytes when `total_bytes` is given (e.g. the sizes of the files being read: an ETA), items
+    otherwise (`total` items, or no total); the other count is shown beside it. `items` and `bytes` are always
+    counted, shown or not (a conversion reports them).
+
+    >>> meter = Progress(total=3, label="demo")  # doctest: +SKIP
+    >>> for record in records:  # doctest: +SKIP
+    ...     meter.update(1, len(record))
+    >>> seconds = meter.done()  # doctest: +SKIP
+    """
+
+    def __init__(self, total: int | None = None, label: str = "", enabled: bool = True, stream: TextIO | None = None,
+                 interval: float = 0.5, *, total_bytes: int | None = None, unit: str = "items",
+                 tty_only: bool = True) -> None:
+        self.total, self.total_bytes, self.unit = total, total_bytes, unit
+        self.label = label.rstrip().rstrip(":")
+        self.stream = stream if stream is not None else sys.stderr
+        self.shown = bool(enabled) and (not tty_only or is_terminal(self.stream))
         self.items = self.bytes = 0
-        self.start = self._last = time.perf_counter()
+        self.start = time.perf_counter()
+        self._by_bytes = total_bytes is not None
+        self._bar: tqdm | None = None
+        if self.shown:
+            self._bar = tqdm(total=total_bytes if self._by_bytes else total, desc=self.label or None,
+                             unit="B" if self._by_bytes else f" {unit}", unit_scale=self._by_bytes,
+                             file=self.stream, mininterval=interval, dynamic_ncols=True, leave=True)
+        self._postfix_at = self.start
 
     def update(self, items: int = 1, nbytes: int = 0) -> None:
+        """Count `items` more items and `nbytes` more bytes."""
         self.items += items
         self.bytes += nbytes
-        now = time.perf_counter()
-        if self.enabled and now - self._last >= self.interval:
-            self._last = now
-            self.stream.write("\r" + self.line(now) + " " * 4)
-            self.stream.flush()
+        bar = self._bar
+        if bar is not None:
+            bar.update(nbytes if self._by_bytes else items)
+            now = time.perf_counter()
+            if now - self._postfix_at >= bar.mininterval:
+                self._postfix_at = now
+                bar.set_postfix_str(self._other(), refresh=False)
 
-    def line(self, now: float | None = None) -> str:
-        elapsed = max((now or time.perf_counter()) - self.start, 1e-9)
-        rate = self.items / elapsed
-        text = f"{self.label}{self.items}" + (f"/{self.total}" if self.total else "") + " items"
-        text += f"  {rate:,.0f} items/s  {self.bytes / elapsed / 1e6:,.1f} MB/s"
-        if self.total and rate > 0:
-            left = max(self.total - self.items, 0) / rate
-            text += f"  ETA {int(left // 3600)}:{int(left % 3600 // 60):02d}:{int(left % 60):02d}"
-        return text
+    def unknown_total(self) -> None:
+        """Drop the total (e.g. a compressed file: its decompressed bytes are not known in advance)."""
+        self.total = self.total_bytes = None
+        if self._bar is not None:
+            self._bar.total = None
+            self._bar.refresh()
+
+    def write(self, line: str) -> None:
+        """Print a line (e.g. a problem found) to the stream without breaking the bar."""
+        if self._bar is not None:
+            self._bar.write(line, file=self.stream)
+        else:
+            print(line, file=self.stream)
+
+    def _other(self) -> str:
+        if self._by_bytes:
+            return f"{self.items:,} {self.unit}"
+        return f"{self.bytes / max(time.perf_counter() - self.start, 1e-9) / 1e6:,.1f} MB/s" if self.bytes else ""
+
+    def line(self) -> str:
+        """A one-line summary: items (of the total), items/s and MB/s since the start."""
+        elapsed = max(time.perf_counter() - self.start, 1e-9)
+        text = f"{self.label + ': ' if self.label else ''}{self.items:,}"
+        text += f"/{self.total:,}" if self.total else ""
+        return text + f" {self.unit}  {self.items / elapsed:,.0f} {self.unit}/s  {self.bytes / elapsed / 1e6:,.1f} MB/s"
 
     def done(self) -> float:
-        """End the display line; return the elapsed seconds."""
+        """Close the bar (its last state stays on screen); return the seconds since the start."""
         elapsed = time.perf_counter() - self.start
-        if self.enabled:
-            self.stream.write("\r" + self.line() + "\n")
-            self.stream.flush()
+        if self._bar is not None:
+            self._bar.set_postfix_str(self._other(), refresh=False)
+            self._bar.close()
+            self._bar = None
         return elapsed
