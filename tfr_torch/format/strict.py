@@ -1,0 +1,417 @@
+"""One answer for every encoding of a tf.train.Example / SequenceExample: the wire rules every decoding path applies.
+
+TensorFlow has two readers of an Example that disagree on non-canonical encodings: `tf.io.parse_example` (its fast
+parser reads one list per Feature and ignores what follows, rejects groups and odd map entries) and protobuf
+(`tf.train.Example.FromString`: merges repeated fields, skips unknown fields and groups up to a depth limit).
+tfr_torch accepts a record only where both accept it and agree on every value, and raises DecodeError (naming the
+byte offset in the record and the feature key) everywhere else, so `parse_example` (batched, single, large-record,
+compiled) and `decode_example` give one answer for every input. The rules, checked against TensorFlow 2.21:
+
+1. Example: field 1 is Features (may repeat; entries concatenate, a duplicate key: the last wins). Other fields
+   are skipped by wire type. A group (wire types 3, 4) anywhere in the record is an error (TensorFlow's fast
+   parser rejects groups; protobuf rejects deep ones). Tags must be minimally encoded.
+2. Features hold only map entries (field 1).
+3. A map entry holds exactly one key (field 1, UTF-8) and one value (field 2), in either order, nothing else
+   (TensorFlow rejects an entry whose value appears twice; protobuf would merge the two).
+4. A Feature is empty (no kind: the feature counts as missing) or starts with its one list (bytes_list,
+   float_list or int64_list); after it only unknown fields (numbers >= 4) may follow; a second list is an error.
+5. BytesList: only its values (field 1). FloatList / Int64List: one packed run (floats: a multiple of 4 bytes)
+   followed only by unknown fields (numbers >= 2), or only unpacked values.
+6. Every length is checked against the bytes that remain in its enclosing message before it is used.
+
+`example_features` and `sequence_example_features` split a record into raw Feature bytes by key (protobuf's C
+parser for canonical records, proved canonical by two size checks; the rule walk otherwise); `decode_feature`
+decodes one raw Feature. All run in linear time.
+"""
+
+from __future__ import annotations
+
+from typing import Union
+
+import numpy as np
+from google.protobuf import descriptor_pb2, message_factory
+from google.protobuf.message import DecodeError as _ProtoDecodeError
+
+from tfr_torch.errors import DecodeError
+from tfr_torch.format._proto import raw_example_pb2
+from tfr_torch.format._proto._pool import POOL
+
+__all__ = ["example_features", "sequence_example_features", "decode_feature", "walk_example",
+           "walk_sequence_example", "Values"]
+
+Values = Union[np.ndarray, list]
+_KINDS = {0x0A: "bytes", 0x12: "float", 0x1A: "int64"}
+_WIRE_NAMES = {0: "varint", 1: "fixed64", 2: "length-delimited", 3: "group start", 4: "group end", 5: "fixed32"}
+
+
+class _Bad(Exception):
+    """A rule broken at `pos` (an offset in the record); turned into DecodeError by the entry points."""
+
+    def __init__(self, pos: int, message: str, key: str | None = None) -> None:
+        super().__init__(message)
+        self.pos, self.message, self.key = pos, message, key
+
+
+# --------------------------------------------------------------------------------------------- wire primitives
+
+def _varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
+    """A base-128 varint at `pos` (at most 10 bytes, within `end`): (value, position after it)."""
+    start = pos
+    result = shift = 0
+    while True:
+        if pos >= end:
+            raise _Bad(start, "ends inside a varint")
+        byte = buf[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return result, pos
+        shift += 7
+        if shift >= 70:
+            raise _Bad(start, "has a varint longer than 10 bytes")
+
+
+def _tag(buf: bytes, pos: int, end: int) -> tuple[int, int, int]:
+    """A field tag at `pos`: (field number, wire type, position after it). Padded (non-minimal) tags, field
+    number 0 and unknown wire types are errors."""
+    byte = buf[pos]
+    if byte < 0x80:
+        tag, after = byte, pos + 1
+    else:
+        tag, after = _varint(buf, pos, end)
+        if buf[after - 1] == 0:
+            raise _Bad(pos, "has a padded (non-minimal) field tag")
+    number, wire = tag >> 3, tag & 7
+    if number == 0 or wire > 5:
+        raise _Bad(pos, f"has an invalid field tag {tag:#x} (field {number}, wire type {wire})")
+    if wire in (3, 4):
+        raise _Bad(pos, f"has a group (field {number}, wire type {wire}): groups are not part of tf.train.Example "
+                        "and TensorFlow's parse_example rejects them")
+    return number, wire, after
+
+
+def _delimited(buf: bytes, pos: int, end: int, what: str) -> tuple[int, int]:
+    """The payload bounds (start, stop) of a length-delimited field whose length varint is at `pos`."""
+    length, start = _varint(buf, pos, end)
+    if length > end - start:
+        raise _Bad(pos, f"has a {what} of {length} bytes but only {end - start} bytes remain in its message")
+    return start, start + length
+
+
+def _skip(buf: bytes, pos: int, end: int, wire: int) -> int:
+    """Skip an unknown field's value (wire types 0, 1, 2, 5); return the position after it."""
+    if wire == 0:
+        return _varint(buf, pos, end)[1]
+    if wire == 2:
+        return _delimited(buf, pos, end, "length-delimited unknown field")[1]
+    size = 8 if wire == 1 else 4
+    if pos + size > end:
+        raise _Bad(pos, f"ends inside a {_WIRE_NAMES[wire]} field")
+    return pos + size
+
+
+# --------------------------------------------------------------------------------------------- message walks
+
+def _entry(buf: bytes, pos: int, end: int, what: str) -> tuple[str, int, int]:
+    """A map entry in buf[pos:end]: (key, value start, value stop)."""
+    entry_start = pos
+    key: str | None = None
+    value: tuple[int, int] | None = None
+    while pos < end:
+        number, wire, after = _tag(buf, pos, end)
+        if number == 1 and wire == 2:
+            if key is not None:
+                raise _Bad(pos, f"has a {what} map entry with two keys", key)
+            start, pos = _delimited(buf, after, end, "key")
+            try:
+                key = bytes(buf[start:pos]).decode("utf-8")
+            except UnicodeDecodeError:
+                raise _Bad(start, f"has a {what} key that is not valid UTF-8: {bytes(buf[start:pos])[:40]!r}") from None
+        elif number == 2 and wire == 2:
+            if value is not None:
+                raise _Bad(pos, f"has a {what} map entry whose value field appears twice (TensorFlow's parse_example "
+                                "rejects such a record; protobuf would merge the two values)", key)
+            value = _delimited(buf, after, end, "value")
+            pos = value[1]
+        else:
+            raise _Bad(pos, f"has an unexpected field {number} ({_WIRE_NAMES[wire]}) in a {what} map entry "
+                            "(expected only a key and a value)", key)
+    if key is None:
+        raise _Bad(entry_start, f"has a {what} map entry without a key")
+    if value is None:
+        raise _Bad(entry_start, f"has a {what} map entry without a value", key)
+    return key, value[0], value[1]
+
+
+def _features(buf: bytes, pos: int, end: int, out: dict, what: str = "feature") -> None:
+    """Entries of a Features message in buf[pos:end] into `out` (key -> (start, stop) of the raw Feature)."""
+    while pos < end:
+        if buf[pos] != 0x0A:
+            number, wire, _ = _tag(buf, pos, end)
+            raise _Bad(pos, f"has an unexpected field {number} ({_WIRE_NAMES[wire]}) among its {what}s (a Features "
+                            "message holds only map entries)")
+        start, pos = _delimited(buf, pos + 1, end, f"{what} map entry")
+        key, vstart, vstop = _entry(buf, start, pos, what)
+        out[key] = (vstart, vstop)
+
+
+def _message_fields(buf: bytes, fields: dict, what: str):
+    """Walk a top-level message whose known fields (all length-delimited) are in `fields` (number -> handler
+    taking (start, stop)); unknown fields are skipped."""
+    pos, end = 0, len(buf)
+    while pos < end:
+        number, wire, after = _tag(buf, pos, end)
+        handler = fields.get(number) if wire == 2 else None
+        if handler is None:
+            pos = _skip(buf, after, end, wire)
+            continue
+        start, pos = _delimited(buf, after, end, what)
+        handler(start, pos)
+
+
+def walk_example(data: bytes) -> dict[str, bytes]:
+    """Split a serialized Example into {key: raw Feature bytes} by walking its wire format under the rules
+    (pure Python, linear time). Raises DecodeError naming the byte offset where a rule is broken."""
+    buf = memoryview(data)
+    spans: dict[str, tuple[int, int]] = {}
+    try:
+        _message_fields(buf, {1: lambda s, e: _features(buf, s, e, spans)}, "features message")
+    except _Bad as bad:
+        raise _error(bad, "tf.train.Example", len(data)) from None
+    return {key: bytes(buf[s:e]) for key, (s, e) in spans.items()}
+
+
+def walk_sequence_example(data: bytes) -> tuple[dict[str, bytes], dict[str, list[bytes]]]:
+    """Split a serialized SequenceExample into ({key: raw Feature}, {key: [raw Feature per step]}) under the
+    rules (linear time). Raises DecodeError naming the byte offset where a rule is broken."""
+    buf = memoryview(data)
+    context: dict[str, tuple[int, int]] = {}
+    lists: dict[str, tuple[int, int]] = {}
+
+    def feature_lists(start: int, stop: int) -> None:
+        _features(buf, start, stop, lists, "feature list")
+
+    try:
+        _message_fields(buf, {1: lambda s, e: _features(buf, s, e, context, "context feature"), 2: feature_lists},
+                        "SequenceExample field")
+        steps = {key: _feature_list(buf, s, e, key) for key, (s, e) in lists.items()}
+    except _Bad as bad:
+        raise _error(bad, "tf.train.SequenceExample", len(data)) from None
+    return {key: bytes(buf[s:e]) for key, (s, e) in context.items()}, steps
+
+
+def _feature_list(buf, pos: int, end: int, key: str) -> list[bytes]:
+    out = []
+    while pos < end:
+        if buf[pos] != 0x0A:
+            number, wire, _ = _tag(buf, pos, end)
+            raise _Bad(pos, f"has an unexpected field {number} ({_WIRE_NAMES[wire]}) in a FeatureList (expected "
+                            "only Features)", key)
+        start, pos = _delimited(buf, pos + 1, end, "Feature")
+        out.append(bytes(buf[start:pos]))
+    return out
+
+
+def _error(bad: _Bad, what: str, size: int) -> DecodeError:
+    where = f" (feature {bad.key!r})" if bad.key is not None else ""
+    err = DecodeError(f"cannot parse {size} bytes as a {what}: byte {bad.pos}{where} {bad.message}")
+    err.key = bad.key  # type: ignore[attr-defined]
+    err.position = bad.pos  # type: ignore[attr-defined]
+    return err
+
+
+# --------------------------------------------------------------------------------------------- fast checks
+
+def _list_views():
+    """Message classes that read an Example / SequenceExample with every map entry kept as a list item with
+    explicit presence (proto2 `optional`), for the size checks in `example_features`."""
+    fdp = descriptor_pb2.FileDescriptorProto(name="tfr_torch/strict_views.proto", package="tfr_torch_strict",
+                                             syntax="proto2")
+    opt = descriptor_pb2.FieldDescriptorProto
+
+    def message(name: str, *fields: tuple[str, int, int, int, str]) -> None:
+        msg = fdp.message_type.add(name=name)
+        for field_name, number, label, ftype, type_name in fields:
+            msg.field.add(name=field_name, number=number, label=label, type=ftype, type_name=type_name or None)
+
+    O, R, B, M = opt.LABEL_OPTIONAL, opt.LABEL_REPEATED, opt.TYPE_BYTES, opt.TYPE_MESSAGE
+    message("Entry", ("key", 1, O, B, ""), ("value", 2, O, B, ""))
+    message("Features", ("feature", 1, R, M, ".tfr_torch_strict.Entry"))
+    message("Example", ("features", 1, O, M, ".tfr_torch_strict.Features"))
+    message("FeatureList", ("feature", 1, R, B, ""))
+    message("ListEntry", ("key", 1, O, B, ""), ("value", 2, O, M, ".tfr_torch_strict.FeatureList"))
+    message("FeatureLists", ("feature_list", 1, R, M, ".tfr_torch_strict.ListEntry"))
+    message("SequenceExample", ("context", 1, O, M, ".tfr_torch_strict.Features"),
+            ("feature_lists", 2, O, M, ".tfr_torch_strict.FeatureLists"))
+    POOL.Add(fdp)
+    get = lambda name: message_factory.GetMessageClass(POOL.FindMessageTypeByName(f"tfr_torch_strict.{name}"))
+    return get("Example"), get("SequenceExample")
+
+
+_ListExample, _ListSequenceExample = _list_views()
+_parse_raw_example = raw_example_pb2.RawExample.FromString
+_parse_raw_sequence = raw_example_pb2.RawSequenceExample.FromString
+
+
+def is_canonical_example(data: bytes, parsed: raw_example_pb2.RawExample) -> bool:
+    """True when `data`, already parsed by protobuf as `parsed` (a RawExample), follows the rules and every entry
+    survives in the parsed map, proved by sizes only: `parsed` re-encodes to exactly len(data) bytes, so does a
+    list view that keeps every field present in the record and drops unknown fields, and both hold the same number
+    of entries. (A missing key or value, a duplicate field or entry, an unknown field or group, a padded varint,
+    a split Features message: each makes one of the three differ.) Map entries may come in any order."""
+    size = len(data)
+    if parsed.ByteSize() != size:
+        return False
+    view = _ListExample.FromString(data)
+    view.DiscardUnknownFields()
+    return view.ByteSize() == size and len(view.features.feature) == len(parsed.features.feature)
+
+
+def example_features(data: bytes) -> dict[str, bytes] | object:
+    """The features of a serialized Example as {key: raw Feature bytes} (a mapping with `get`), under the rules.
+
+    Canonical records (all that TensorFlow and tfr_torch write, in any entry order) take protobuf's C parser and
+    two size checks; others are walked in Python, which applies the rules and raises DecodeError naming the byte
+    offset. The raw Features still have to pass `decode_feature` (or an equivalent fast path)."""
+    try:
+        parsed = _parse_raw_example(data)
+    except _ProtoDecodeError:
+        parsed = None
+    if parsed is not None and is_canonical_example(data, parsed):
+        return parsed.features.feature
+    return walk_example(data)
+
+
+def is_canonical_sequence_example(data: bytes, parsed: raw_example_pb2.RawSequenceExample) -> bool:
+    """`is_canonical_example` for a SequenceExample parsed as a RawSequenceExample."""
+    size = len(data)
+    if parsed.ByteSize() != size:
+        return False
+    view = _ListSequenceExample.FromString(data)
+    view.DiscardUnknownFields()
+    return (view.ByteSize() == size and len(view.context.feature) == len(parsed.context.feature)
+            and len(view.feature_lists.feature_list) == len(parsed.feature_lists.feature_list))
+
+
+def sequence_example_features(data: bytes) -> tuple[object, object]:
+    """(context {key: raw Feature}, feature lists {key: sequence of raw Features}) of a serialized
+    SequenceExample under the rules; like `example_features`."""
+    try:
+        parsed = _parse_raw_sequence(data)
+    except _ProtoDecodeError:
+        parsed = None
+    if parsed is not None and is_canonical_sequence_example(data, parsed):
+        return parsed.context.feature, {key: flist.feature for key, flist in parsed.feature_lists.feature_list.items()}
+    return walk_sequence_example(data)
+
+
+# --------------------------------------------------------------------------------------------- Features
+
+def decode_feature(raw: bytes, key: str = "?") -> tuple[str | None, Values]:
+    """Decode one serialized tf.train.Feature under the rules: (kind, values) with kind "bytes" (a list of bytes),
+    "float" (float32 array) or "int64" (int64 array), or (None, []) for a Feature with no kind set (it counts as
+    missing). Raises DecodeError naming the key and the byte offset in the Feature."""
+    try:
+        return _decode_feature(memoryview(raw), len(raw))
+    except _Bad as bad:
+        err = DecodeError(f"feature {key!r}: its tf.train.Feature ({len(raw)} bytes) {bad.message} (at byte {bad.pos})")
+        err.key = key  # type: ignore[attr-defined]
+        err.position = bad.pos  # type: ignore[attr-defined]
+        raise err from None
+
+
+def _decode_feature(buf, end: int) -> tuple[str | None, Values]:
+    if end == 0:
+        return None, []
+    tag = buf[0]
+    kind = _KINDS.get(tag)
+    if kind is None:
+        number, wire, _ = _tag(buf, 0, end)
+        raise _Bad(0, f"starts with field {number} ({_WIRE_NAMES[wire]}): expected its list first (bytes_list, "
+                      "float_list or int64_list)")
+    start, stop = _delimited(buf, 1, end, f"{kind} list")
+    pos = stop
+    while pos < end:  # only unknown fields may follow the list
+        number, wire, after = _tag(buf, pos, end)
+        if number <= 3:
+            raise _Bad(pos, "holds a second list after its first (a Feature holds one list; TensorFlow's "
+                            "parse_example reads the first, protobuf would merge them)")
+        pos = _skip(buf, after, end, wire)
+    if kind == "bytes":
+        return kind, _bytes_list(buf, start, stop)
+    if kind == "float":
+        return kind, _numeric_list(buf, start, stop, 0x0D, "float")
+    return kind, _numeric_list(buf, start, stop, 0x08, "int64")
+
+
+def _bytes_list(buf, pos: int, end: int) -> list:
+    out = []
+    while pos < end:
+        if buf[pos] != 0x0A:
+            number, wire, _ = _tag(buf, pos, end)
+            raise _Bad(pos, f"has field {number} ({_WIRE_NAMES[wire]}) in its bytes_list (expected only values)")
+        start, pos = _delimited(buf, pos + 1, end, "bytes value")
+        out.append(bytes(buf[start:pos]))
+    return out
+
+
+def _numeric_list(buf, pos: int, end: int, unpacked_tag: int, kind: str) -> np.ndarray:
+    dtype = np.float32 if kind == "float" else np.int64
+    if pos == end:
+        return np.zeros(0, dtype=dtype)
+    if buf[pos] == 0x0A:  # one packed run, then only unknown fields
+        start, stop = _delimited(buf, pos + 1, end, f"packed {kind} run")
+        rest = stop
+        while rest < end:
+            number, wire, after = _tag(buf, rest, end)
+            if number == 1:
+                raise _Bad(rest, f"has more {kind} values after its packed run (TensorFlow's parse_example reads only "
+                                 "the run, protobuf would append them)")
+            rest = _skip(buf, after, end, wire)
+        payload = np.frombuffer(buf[start:stop], dtype=np.uint8)
+        if kind == "float":
+            if len(payload) % 4:
+                raise _Bad(start, f"has a packed float run of {len(payload)} bytes, not a multiple of 4")
+            return payload.view("<f4").astype(np.float32)
+        return _packed_varints(payload, start)
+    if buf[pos] == unpacked_tag:  # only unpacked values
+        values = []
+        while pos < end:
+            if buf[pos] != unpacked_tag:
+                number, wire, _ = _tag(buf, pos, end)
+                raise _Bad(pos, f"has field {number} ({_WIRE_NAMES[wire]}) among its unpacked {kind} values")
+            if kind == "float":
+                if pos + 5 > end:
+                    raise _Bad(pos, "ends inside a float value")
+                values.append(bytes(buf[pos + 1 : pos + 5]))
+                pos += 5
+            else:
+                value, pos = _varint(buf, pos + 1, end)
+                values.append(value & 0xFFFF_FFFF_FFFF_FFFF)
+        if kind == "float":
+            return np.frombuffer(b"".join(values), dtype="<f4").astype(np.float32)
+        return np.array(values, dtype=np.uint64).view(np.int64)
+    number, wire, _ = _tag(buf, pos, end)
+    raise _Bad(pos, f"has field {number} ({_WIRE_NAMES[wire]}) first in its {kind} list (expected values)")
+
+
+def _packed_varints(payload: np.ndarray, offset: int) -> np.ndarray:
+    """Decode a packed run of varints (each at most 10 bytes, the last ending the run) into int64 values, as
+    protobuf and TensorFlow read them (bits beyond 64 dropped)."""
+    if payload.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    ends = np.flatnonzero(payload < 0x80)
+    if ends.size == 0 or ends[-1] != payload.size - 1:
+        raise _Bad(offset + (int(ends[-1]) + 1 if ends.size else 0), "has a packed int64 run that ends inside a varint")
+    starts = np.empty_like(ends)
+    starts[0] = 0
+    starts[1:] = ends[:-1] + 1
+    lengths = ends - starts + 1
+    if lengths.max() > 10:
+        raise _Bad(offset + int(starts[np.argmax(lengths > 10)]), "has a varint longer than 10 bytes")
+    if lengths.max() == 1:
+        return payload.astype(np.int64)
+    shift = (7 * (np.arange(payload.size) - np.repeat(starts, lengths))).astype(np.uint64)
+    with np.errstate(over="ignore"):
+        parts = (payload & 0x7F).astype(np.uint64) << shift  # shifts of 63 keep the low bit; 64+ never occur
+    return np.add.reduceat(parts, starts).view(np.int64)
