@@ -81,6 +81,9 @@ class TFRecordDataset(IterableDataset):
     - `shared_memory`: in DataLoader workers, batches (dicts and lists) reach the main process through a
       shared-memory buffer each worker reuses, copied out on arrival (plain dicts, lists, bytes and tensors);
       False sends them through the DataLoader's pipe as usual.
+    - A TensorFlow Datasets folder (`~/tensorflow_datasets/mnist` or its version folder) with `split` in TFDS's
+      syntax ("train[:10%]", "train+test"): its shards, counts and features from its metadata, decoded as TFDS
+      does (images as uint8 [C, H, W]); `as_supervised=True` gives (input, target) pairs. See tfr_torch.tfds.
 
     >>> loader = torch.utils.data.DataLoader(  # doctest: +SKIP
     ...     TFRecordDataset("train-*.tfrecord", features=spec, batch_size=256, shuffle=True, index="auto"),
@@ -107,10 +110,18 @@ class TFRecordDataset(IterableDataset):
         verify: bool = True,
         on_error: Any = "raise",
         shared_memory: bool = True,
+        split: str | None = None,
+        as_supervised: bool = False,
     ) -> None:
         super().__init__()
+        self.tfds = None  # a TFDS dataset folder: its split's shards, counts and decoder (tfr_torch.tfds)
+        if split is not None or as_supervised or _is_tfds(paths):
+            from tfr_torch.tfds.source import open_tfds
+
+            self.tfds = open_tfds(paths, split, features, as_supervised)
+            paths, features = self.tfds.paths, self.tfds.features
         self.paths = expand_paths(paths)
-        sidecar = sidecar_for(self.paths)  # written by ShardedWriter: the spec and every shard's record count
+        sidecar = sidecar_for(self.paths) if self.tfds is None else None  # ShardedWriter's: spec and record counts
         if isinstance(features, str) and features == "auto":
             if sidecar is None or not sidecar[0].get("features"):
                 raise ValueError("features='auto' needs the sidecar ShardedWriter writes beside its shards "
@@ -118,7 +129,7 @@ class TFRecordDataset(IterableDataset):
                                  "(tfr_torch.infer_features(paths) proposes one)")
             features = spec_from_json(sidecar[0]["features"])
         if features is not None:
-            compile_features(features)  # check the spec now, in the main process
+            plan_of(features)  # check the spec now, in the main process
         if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
             raise ValueError(f"batch_size must be None or a positive int, got {batch_size!r}")
         if not isinstance(shuffle_buffer, int) or shuffle_buffer < 0:
@@ -142,6 +153,9 @@ class TFRecordDataset(IterableDataset):
             [len(o) for o in self.offsets] if all(o is not None for o in self.offsets) else None)
         if self._counts is None and sidecar is not None:
             self._counts = [sidecar[1][p.rsplit("/", 1)[-1]] for p in self.paths]
+        if self.tfds is not None:  # dataset_info.json's counts; indexes cut to the records the split selects
+            self.offsets = self.tfds.windowed(self.offsets)
+            self._counts = list(self.tfds.counts)
         if self.world_size > 1:
             self._ensure_counts("every rank must yield the same number of records")
         # a global shuffle reads records by offset: only for indexed, uncompressed files (else: buffered shuffle)
@@ -225,7 +239,7 @@ class TFRecordDataset(IterableDataset):
             self._resume = None
         self._position = skip
         records = self._records(epoch, worker, workers)
-        plan = compile_features(self.features) if self.features is not None else None  # once per epoch
+        plan = plan_of(self.features) if self.features is not None else None  # once per epoch
         if self.batch_size is None:
             items: Iterator[Any] = (
                 (r.data for r in _drop(records, skip)) if plan is None else self._rows(_drop(records, skip), plan))
@@ -259,6 +273,11 @@ class TFRecordDataset(IterableDataset):
             else:
                 yield plan.parse([r.data for r in chunk], _Names(chunk))
 
+    def _in_file(self, run: Run) -> Run:
+        """A TFDS split slice starts inside a shard: without an index, its record numbers count from the file's start."""
+        skip = self.tfds.skips[run.file] if self.tfds is not None and self.offsets[run.file] is None else 0
+        return Run(run.file, run.start + skip, run.stop + skip) if skip else run
+
     def _source(self) -> Source:
         return Source(self.paths, self.offsets, self.compression, self.verify, self.on_error)
 
@@ -281,11 +300,24 @@ class TFRecordDataset(IterableDataset):
         else:
             quota = rank_quota(sum(self._counts), self.world_size, self.pad)
             a, b = worker_block(quota, self.rank, worker, workers, multiple)
-            streams = (iter_run(source, run) for run in runs_of_block(self._counts, order, a, b))
+            streams = (iter_run(source, self._in_file(run)) for run in runs_of_block(self._counts, order, a, b))
         if not self.shuffle:
             return _chain(streams)
         rng = epoch_rng(self.seed, epoch, 3 + worker + workers * self.rank)
         return shuffle_buffer(interleave(streams, self.interleave), self.shuffle_buffer, rng)
+
+
+def _is_tfds(paths: Any) -> bool:
+    """A TFDS dataset folder (or a tfr_torch.tfds.TFDSInfo) rather than TFRecord files."""
+    if type(paths).__name__ == "TFDSInfo":
+        return True
+    return isinstance(paths, (str, os.PathLike)) and os.path.isdir(os.path.expanduser(os.fspath(paths)))
+
+
+def plan_of(features: Any) -> Any:
+    """The decoding plan of `features`: a spec dict compiled by tfr_torch, or an object that makes its own plan
+    (tfr_torch.tfds.TFDSDecoder)."""
+    return features.plan() if hasattr(features, "plan") else compile_features(features)
 
 
 class _Names(Sequence):

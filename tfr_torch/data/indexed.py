@@ -10,9 +10,8 @@ from typing import Any
 import numpy as np
 from torch.utils.data import Dataset, get_worker_info
 
-from tfr_torch.data.dataset import resolve_indexes
+from tfr_torch.data.dataset import _is_tfds, plan_of, resolve_indexes
 from tfr_torch.data.transport import Batch, shared_memory_available
-from tfr_torch.decode.plan import compile_features
 from tfr_torch.format.index import scan_index
 from tfr_torch.format.paths import PathLike, expand_paths
 from tfr_torch.format.reader import RecordFile
@@ -37,10 +36,16 @@ class IndexedTFRecordDataset(Dataset):
 
     def __init__(self, paths: PathLike | Sequence[PathLike], features: Mapping[str, Any] | None = None,
                  index: Any = "auto", *, transform: Callable[[Any], Any] | None = None, verify: bool = True,
-                 shared_memory: bool = True) -> None:
+                 shared_memory: bool = True, split: str | None = None, as_supervised: bool = False) -> None:
+        self.tfds = None  # a TFDS dataset folder and split (see TFRecordDataset)
+        if split is not None or as_supervised or _is_tfds(paths):
+            from tfr_torch.tfds.source import open_tfds
+
+            self.tfds = open_tfds(paths, split, features, as_supervised)
+            paths, features = self.tfds.paths, self.tfds.features
         self.paths = expand_paths(paths)
         self.features = features
-        self._plan = compile_features(features) if features is not None else None  # checks the spec now
+        self._plan = plan_of(features) if features is not None else None  # checks the spec now
         self.transform = transform
         self.verify = verify
         self.shared_memory = bool(shared_memory)
@@ -50,6 +55,8 @@ class IndexedTFRecordDataset(Dataset):
             warnings.warn(f"{len(missing)} file(s) have no index ({missing[0]}...): scanning them now; write indexes "
                           "with `tfr-torch index FILES` to skip this", stacklevel=2)
             offsets = [o if o is not None else scan_index(p) for p, o in zip(self.paths, offsets)]
+        if self.tfds is not None:
+            offsets = self.tfds.windowed(offsets)
         self.offsets = offsets
         self._ends = np.cumsum([len(o) for o in offsets]).astype(np.int64)
         self._files: dict[int, RecordFile] = {}
@@ -92,7 +99,7 @@ class IndexedTFRecordDataset(Dataset):
 
     def _plan_here(self) -> Any:
         if self._plan is None:
-            self._plan = compile_features(self.features)
+            self._plan = plan_of(self.features)
         return self._plan
 
     def _finish(self, item: Any, mark: bool) -> Any:

@@ -1,0 +1,565 @@
+"""A TFDS feature tree (features.json) as a tfr_torch decoder: the flat wire spec TFDS's serializer wrote, and the
+steps TFDS's decoders take after parsing (reshape, bool/int32/uint16 casts, `bytes`/`zlib` tensor encodings, image
+decoding, ragged sequences, nesting), giving what `tfds.as_numpy(builder.as_dataset(split))` gives, as torch
+values: tensors, with images as uint8 `[C, H, W]` (videos `[T, C, H, W]`); Text as bytes; nested sequences as
+`tfr_torch.RaggedTensor`.
+
+Supported: FeaturesDict (nested), Tensor and Scalar (every integer, bool and float dtype, strings; static and
+dynamic shapes; encodings none/bytes/zlib), ClassLabel (names from `*.labels.txt`), Text, Image (uint8; png, jpeg,
+...), Video (frames as images), BBoxFeature, Audio (stored as samples), Sequence (fixed and variable length, of any
+of these, nested). Anything else raises TFDSMetadataError naming the feature's key and type.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import numpy as np
+import torch
+
+from tfr_torch.decode.plan import compile_features
+from tfr_torch.decode.results import RaggedTensor
+from tfr_torch.decode.specs import FixedLenFeature, FixedLenSequenceFeature, string
+from tfr_torch.errors import DecodeError
+from tfr_torch.tfds.metadata import TFDSInfo, TFDSMetadataError
+
+__all__ = ["FeatureNode", "DictNode", "SequenceNode", "LeafNode", "parse_features", "TFDSDecoder", "TFDSPlan"]
+
+Shape = tuple  # of int or None
+
+_NUMPY = {"bool": np.bool_, "int8": np.int8, "int16": np.int16, "int32": np.int32, "int64": np.int64,
+          "uint8": np.uint8, "uint16": np.uint16, "uint32": np.uint32, "uint64": np.uint64,
+          "float16": np.float16, "float32": np.float32, "float64": np.float64}
+_TORCH_DECODE = {"bool": torch.bool, "int8": torch.int8, "int16": torch.int16, "int32": torch.int32,
+                 "int64": torch.int64, "uint8": torch.uint8, "float16": torch.float16, "bfloat16": torch.bfloat16,
+                 "float32": torch.float32, "float64": torch.float64}
+_WIDE_UNSIGNED = ("uint16", "uint32", "uint64")  # read as int64, converted after
+_SUPPORTED = ("FeaturesDict, Tensor, Scalar, ClassLabel, Text, Image, Video, BBoxFeature, Audio (not lazily "
+              "decoded), Sequence")
+
+
+# ----- the feature tree ------------------------------------------------------------------------------------------
+
+class FeatureNode:
+    """A node of the feature tree read from features.json."""
+
+
+@dataclass
+class DictNode(FeatureNode):
+    children: dict
+
+
+@dataclass
+class SequenceNode(FeatureNode):
+    feature: FeatureNode
+    length: Optional[int]
+    video: bool = False
+
+
+@dataclass
+class LeafNode(FeatureNode):
+    """`type`: Tensor, Scalar, ClassLabel, Text, Image, BBoxFeature or Audio; `shape` and `dtype` of the decoded
+    value (TFDS's, so images are (H, W, C)); `encoding` of Tensors; `image_format`; `names` of ClassLabels."""
+
+    type: str
+    shape: Shape
+    dtype: str
+    encoding: str = "none"
+    image_format: Optional[str] = None
+    num_classes: Optional[int] = None
+    names: Optional[list] = None
+
+
+def _shape(value: Any, key: str, path: str) -> Shape:
+    if value is None:
+        return ()
+    dims = value.get("dimensions", []) if isinstance(value, Mapping) else value
+    if not isinstance(dims, list):
+        raise TFDSMetadataError(f"feature {key!r}: a shape must be a list of dimensions, got {value!r}", path)
+    out = []
+    for d in dims:
+        if d is None:
+            out.append(None)
+            continue
+        try:
+            n = int(d)
+        except (TypeError, ValueError):
+            raise TFDSMetadataError(f"feature {key!r}: shape {value!r} has a dimension that is not an integer",
+                                    path) from None
+        if n < -1:
+            raise TFDSMetadataError(f"feature {key!r}: shape {value!r} has a negative dimension", path)
+        out.append(None if n == -1 else n)
+    return tuple(out)
+
+
+def _dtype(value: Any, key: str, path: str) -> str:
+    name = str(value or "")
+    name = {"object": "string", "str": "string", "bytes": "string", "bool_": "bool"}.get(name, name)
+    if name not in _NUMPY and name not in ("string", "bfloat16"):
+        raise TFDSMetadataError(f"feature {key!r}: dtype {value!r} is not supported (expected bool, an integer or "
+                                "float type, or string)", path)
+    return name
+
+
+def _kind_and_content(entry: Any, key: str, path: str) -> tuple[str, Any]:
+    if not isinstance(entry, Mapping):
+        raise TFDSMetadataError(f"feature {key!r}: expected a JSON object, got {entry!r}", path)
+    if "pythonClassName" in entry:
+        kind = str(entry["pythonClassName"]).rsplit(".", 1)[-1]
+        contents = [v for k, v in entry.items() if k not in ("pythonClassName", "description", "valueRange")]
+        return kind, (contents[0] if contents else {})
+    if "type" in entry:  # TFDS < 4.6: {"type": "...Tensor", "content": {...}}
+        content = entry.get("content", {})
+        if isinstance(content, str):
+            try:
+                content = json.loads(content)
+            except ValueError:
+                raise TFDSMetadataError(f"feature {key!r}: content is not valid JSON", path) from None
+        return str(entry["type"]).rsplit(".", 1)[-1], content or {}
+    raise TFDSMetadataError(f"feature {key!r}: no \"pythonClassName\" (nor legacy \"type\"): not a TFDS feature", path)
+
+
+def _get(content: Mapping, *names: str, default: Any = None) -> Any:
+    for name in names:
+        if name in content:
+            return content[name]
+    return default
+
+
+def _node(entry: Any, key: str, path: str, labels: Mapping[str, list], label_name: Optional[str]) -> FeatureNode:
+    kind, content = _kind_and_content(entry, key, path)
+    if not isinstance(content, Mapping):
+        raise TFDSMetadataError(f"feature {key!r} ({kind}): expected an object as its description, got {content!r}",
+                                path)
+    if kind == "FeaturesDict":
+        children = content.get("features", content) if "features" in content or "type" not in content else content
+        if not isinstance(children, Mapping):
+            raise TFDSMetadataError(f"feature {key!r}: FeaturesDict needs a \"features\" object", path)
+        out = {}
+        for name, child in children.items():
+            file_name = name.replace("/", ".")
+            child_label = file_name if label_name is None else f"{label_name}-{file_name}"
+            out[name] = _node(child, f"{key}/{name}" if key else name, path, labels, child_label)
+        return DictNode(out)
+    if kind == "Sequence":
+        length = _get(content, "length")
+        length = None if length in (None, -1, "-1") else int(length)
+        if "feature" not in content:
+            raise TFDSMetadataError(f"feature {key!r}: Sequence needs a \"feature\"", path)
+        return SequenceNode(_node(content["feature"], key, path, labels, label_name), length)
+    if kind in ("Tensor", "Scalar"):
+        if content.get("optional"):
+            raise TFDSMetadataError(f"feature {key!r}: optional Tensors are not supported (supported: {_SUPPORTED})",
+                                    path)
+        encoding = str(content.get("encoding") or "none").lower()
+        if encoding not in ("none", "bytes", "zlib"):
+            raise TFDSMetadataError(f"feature {key!r}: unknown Tensor encoding {encoding!r} (none, bytes or zlib)",
+                                    path)
+        return LeafNode(kind, _shape(content.get("shape"), key, path), _dtype(content.get("dtype"), key, path),
+                        encoding)
+    if kind == "ClassLabel":
+        n = _get(content, "numClasses", "num_classes")
+        names = labels.get(label_name or key)
+        if names is None and isinstance(content.get("names"), list):
+            names = [str(x) for x in content["names"]]
+        num = int(n) if n is not None else (len(names) if names is not None else None)
+        if names is not None and num is not None and len(names) != num:
+            raise TFDSMetadataError(f"feature {key!r}: {label_name}.labels.txt holds {len(names)} class names but "
+                                    f"ClassLabel has {num} classes", path)
+        return LeafNode("ClassLabel", (), "int64", num_classes=num, names=names)
+    if kind == "Text":
+        if any(k in content for k in ("encoder", "encoderConfig", "encoder_config")):
+            raise TFDSMetadataError(f"feature {key!r}: Text with an encoder (deprecated in TFDS) is not supported", path)
+        return LeafNode("Text", (), "string")
+    if kind in ("Image", "LabeledImage"):
+        shape = _shape(content.get("shape"), key, path) or (None, None, 3)
+        dtype = _dtype(content.get("dtype") or "uint8", key, path)
+        if len(shape) != 3:
+            raise TFDSMetadataError(f"feature {key!r}: Image shape must be (height, width, channels), got {shape}",
+                                    path)
+        return LeafNode("Image", shape, dtype, image_format=_get(content, "encodingFormat", "encoding_format"))
+    if kind == "Video":
+        shape = _shape(content.get("shape"), key, path)
+        dtype = _dtype(content.get("dtype") or "uint8", key, path)
+        if len(shape) != 4:
+            raise TFDSMetadataError(f"feature {key!r}: Video shape must be (frames, height, width, channels), got "
+                                    f"{shape}", path)
+        frame = LeafNode("Image", shape[1:], dtype, image_format=_get(content, "encodingFormat", "encoding_format"))
+        return SequenceNode(frame, shape[0], video=True)
+    if kind == "BBoxFeature":
+        return LeafNode("BBoxFeature", (4,), _dtype(content.get("dtype") or "float32", key, path))
+    if kind == "Audio":
+        if _get(content, "lazyDecode", "lazy_decode") or _get(content, "fileFormat", "file_format"):
+            raise TFDSMetadataError(f"feature {key!r}: Audio stored as encoded files (file_format / lazy_decode) is "
+                                    "not supported: only Audio stored as samples", path)
+        encoding = str(content.get("encoding") or "none").lower()
+        return LeafNode("Audio", _shape(content.get("shape"), key, path) or (None,),
+                        _dtype(content.get("dtype") or "int64", key, path), encoding)
+    raise TFDSMetadataError(f"feature {key!r} is a {kind}, which tfr_torch does not read (supported: {_SUPPORTED})",
+                            path)
+
+
+def parse_features(features: Mapping[str, Any], path: str = "features.json",
+                   class_names: Optional[Mapping[str, list]] = None) -> FeatureNode:
+    """The feature tree of a features.json document (`path` names it in errors); `class_names` maps the stems of
+    the `*.labels.txt` files to their names."""
+    return _node(features, "", path, class_names or {}, None)
+
+
+# ----- wire fields and decoding ------------------------------------------------------------------------------------
+
+def _torch_from_numpy(array: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(array))
+
+
+@dataclass
+class _Field:
+    """One serialized tensor of a leaf: wire key, full shape (sequence dims first), dtype, sequence rank."""
+
+    key: str
+    shape: Shape
+    dtype: str
+    rank: int
+
+    def wire_specs(self, where: str) -> dict[str, Any]:
+        decode = string if self.dtype == "string" else _TORCH_DECODE.get(self.dtype, torch.int64)
+        if self.rank >= 2:
+            inner = self.shape[self.rank:]
+            if None in inner:
+                raise TFDSMetadataError(f"feature {self.key!r}: nested Sequence of a value with an unknown dimension "
+                                        f"{inner} cannot be stored by TFDS", where)
+            specs = {f"{self.key}/ragged_flat_values": FixedLenSequenceFeature(inner, decode, allow_missing=True)}
+            for j in range(self.rank - 1):
+                specs[f"{self.key}/ragged_row_lengths_{j}"] = FixedLenSequenceFeature((), torch.int64, allow_missing=True)
+            return specs
+        unknown = sum(d is None for d in self.shape)
+        if unknown == 0:
+            return {self.key: FixedLenFeature(self.shape, decode)}
+        if unknown == 1:
+            return {self.key: FixedLenSequenceFeature(tuple(d for d in self.shape if d is not None), decode,
+                                                      allow_missing=True)}
+        raise TFDSMetadataError(f"feature {self.key!r}: shape {self.shape} has several unknown dimensions; TFDS "
+                                "stores such tensors only with encoding='bytes' or 'zlib'", where)
+
+    def value(self, raw: Mapping[str, Any]) -> Any:
+        """The field of one record: a tensor of its full shape, a list of bytes (nested like the shape), or for
+        nested sequences (rank >= 2) a RaggedTensor."""
+        if self.rank >= 2:
+            values = raw[f"{self.key}/ragged_flat_values"]
+            splits = []
+            for j in range(self.rank - 1):
+                lengths = raw[f"{self.key}/ragged_row_lengths_{j}"]
+                splits.append(torch.cat([torch.zeros(1, dtype=torch.int64), torch.cumsum(lengths, 0)]))
+            return RaggedTensor(values, tuple(splits))
+        value = raw[self.key]
+        if isinstance(value, torch.Tensor) and sum(d is None for d in self.shape) == 1:
+            value = value.reshape([-1 if d is None else d for d in self.shape])
+        return value
+
+
+class _LeafDecoder:
+    """Decodes one leaf of the tree (and the Sequence dims above it) for one record, and collates a batch."""
+
+    def __init__(self, key: str, leaf: LeafNode, seq: tuple, video: bool, decode_images: bool, where: str) -> None:
+        self.key, self.leaf, self.seq, self.video = key, leaf, seq, video
+        self.decode_images = decode_images
+        self.rank = len(seq)
+        t, shape, dtype = leaf.type, leaf.shape, leaf.dtype
+        if t in ("Image",):
+            if decode_images and dtype != "uint8":
+                raise TFDSMetadataError(f"feature {key!r}: Image of dtype {dtype} cannot be decoded by tfr_torch "
+                                        "(uint8 images only); pass decode_images=False to get the encoded bytes", where)
+            self.fields = [_Field(key, seq, "string", self.rank)]
+            self.mode = "image"
+        elif t == "Text":
+            self.fields = [_Field(key, seq, "string", self.rank)]
+            self.mode = "text"
+        elif leaf.encoding != "none":
+            if dtype == "string":
+                raise TFDSMetadataError(f"feature {key!r}: string Tensors cannot be encoded", where)
+            if sum(d is None for d in shape) > 1:
+                self.fields = [_Field(f"{key}/shape", seq + (len(shape),), "int32", self.rank),
+                               _Field(f"{key}/value", seq, "string", self.rank)]
+                self.mode = "encoded-dynamic"
+            else:
+                self.fields = [_Field(key, seq, "string", self.rank)]
+                self.mode = "encoded"
+        else:
+            self.fields = [_Field(key, seq + shape, dtype, self.rank)]
+            self.mode = "plain"
+        if self.rank >= 2 and self.mode not in ("plain",):
+            raise TFDSMetadataError(f"feature {key!r}: a nested Sequence of {t} with encoding or decoding steps is not "
+                                    f"supported (supported there: plain Tensors, ClassLabel, BBoxFeature)", where)
+        self.wire = {}
+        for field in self.fields:
+            self.wire.update(field.wire_specs(where))
+
+    # -- one record --
+
+    def decode(self, raw: Mapping[str, Any], name: Optional[str]) -> Any:
+        values = [f.value(raw) for f in self.fields]
+        if self.mode == "plain":
+            value = values[0]
+            if self.leaf.dtype in _WIDE_UNSIGNED:
+                value = (RaggedTensor(_unsigned(value.values, self.leaf.dtype), value.nested_row_splits)
+                         if isinstance(value, RaggedTensor) else _unsigned(value, self.leaf.dtype))
+            return value
+        if self.mode == "text":
+            return values[0]
+        if self.rank == 0:
+            return self._element(values, name)
+        # one Sequence level: decode each element
+        items = [self._element([v[i] for v in values], name) for i in range(len(values[-1]))]
+        if self.mode == "image" and not self.decode_images:
+            return items
+        return _stack(items, self._element_shape(), "uint8" if self.mode == "image" else self.leaf.dtype)
+
+    def _element_shape(self) -> tuple:
+        shape = self.leaf.shape
+        if self.mode == "image":
+            return (shape[2], shape[0], shape[1])
+        return shape
+
+    def _element(self, values: list, name: Optional[str]) -> Any:
+        leaf = self.leaf
+        if self.mode == "image":
+            data = values[0]
+            return _decode_image(data, leaf.shape[2], self.key, name) if self.decode_images else data
+        if self.mode == "encoded":
+            return _from_bytes(values[0], leaf, None, self.key, name)
+        if self.mode == "encoded-dynamic":
+            return _from_bytes(values[1], leaf, [int(d) for d in values[0].tolist()], self.key, name)
+        raise AssertionError(self.mode)
+
+    # -- a batch --
+
+    def output_shape(self) -> Optional[tuple]:
+        """The static shape of one record's value (None where unknown), or None when it is not a tensor."""
+        if self.mode == "text" or (self.mode == "image" and not self.decode_images) or self.rank >= 2:
+            return None
+        return self.seq + self._element_shape()
+
+    def collate(self, values: list) -> Any:
+        shape = self.output_shape()
+        if shape is None:
+            if self.rank >= 2:
+                return _ragged_batch(values)
+            return values
+        if None not in shape:
+            return torch.stack(values) if values else values
+        if shape[0] is None and None not in shape[1:]:
+            return torch.nested.nested_tensor(values, layout=torch.jagged)
+        return values
+
+
+def _unsigned(value: torch.Tensor, dtype: str) -> torch.Tensor:
+    array = value.numpy()
+    if dtype == "uint64":
+        return _torch_from_numpy(array.view(np.uint64))
+    return _torch_from_numpy(array.astype(_NUMPY[dtype]))
+
+
+def _from_bytes(data: bytes, leaf: LeafNode, dynamic: Optional[list], key: str, name: Optional[str]) -> torch.Tensor:
+    where = f"{name}: " if name else ""
+    if leaf.encoding == "zlib":
+        try:
+            data = zlib.decompress(data)
+        except zlib.error as exc:
+            raise DecodeError(f"{where}feature {key!r}: its zlib-encoded tensor does not inflate: {exc}") from None
+    np_dtype = np.dtype(_NUMPY[leaf.dtype]).newbyteorder("<")
+    if len(data) % np_dtype.itemsize:
+        raise DecodeError(f"{where}feature {key!r}: {len(data)} bytes is not a whole number of {leaf.dtype} values")
+    array = np.frombuffer(data, dtype=np_dtype).astype(_NUMPY[leaf.dtype])
+    shape = list(leaf.shape)
+    if dynamic is not None:
+        if len(dynamic) != len(shape):
+            raise DecodeError(f"{where}feature {key!r}: its stored shape {dynamic} has {len(dynamic)} dimensions, "
+                              f"expected {len(shape)}")
+        shape = [d if d is not None else s for d, s in zip(leaf.shape, dynamic)]
+    try:
+        array = array.reshape([-1 if d is None else d for d in shape])
+    except ValueError:
+        raise DecodeError(f"{where}feature {key!r}: {array.size} {leaf.dtype} values do not fit the shape "
+                          f"{tuple(shape)}") from None
+    return _torch_from_numpy(array)
+
+
+def _decode_image(data: bytes, channels: Optional[int], key: str, name: Optional[str]) -> torch.Tensor:
+    from tfr_torch import decode_image
+
+    label = f"{name} feature {key!r}" if name else f"feature {key!r}"
+    image = decode_image(data, name=label)
+    if image.ndim != 3:
+        raise DecodeError(f"{label}: decoded to shape {tuple(image.shape)}, expected [C, H, W]")
+    return _channels(image, channels, label)
+
+
+def _channels(image: torch.Tensor, want: Optional[int], label: str) -> torch.Tensor:
+    """TensorFlow's decode_image(channels=want) conversions: gray is replicated, alpha dropped or set opaque, color
+    turned to gray with ITU-R 601 weights."""
+    have = image.shape[0]
+    if want in (None, 0) or have == want:
+        return image
+    color = image[:1] if have in (1, 2) else image[:3]
+    alpha = image[have - 1 :] if have in (2, 4) else None
+    if want == 1:
+        return color if color.shape[0] == 1 else _gray(color)
+    if want == 2:
+        gray = color if color.shape[0] == 1 else _gray(color)
+        return torch.cat([gray, alpha if alpha is not None else torch.full_like(gray, 255)])
+    rgb = color.expand(3, -1, -1).contiguous() if color.shape[0] == 1 else color
+    if want == 3:
+        return rgb.contiguous()
+    if want == 4:
+        return torch.cat([rgb, alpha if alpha is not None else torch.full_like(rgb[:1], 255)])
+    raise DecodeError(f"{label}: cannot give {want} channels")
+
+
+def _gray(rgb: torch.Tensor) -> torch.Tensor:
+    weights = torch.tensor([299, 587, 114], dtype=torch.int32).view(3, 1, 1)
+    return ((rgb.to(torch.int32) * weights).sum(0, keepdim=True) + 500).div(1000, rounding_mode="floor").to(torch.uint8)
+
+
+def _stack(items: list, shape: tuple, dtype: str) -> Any:
+    if not items:
+        return _torch_from_numpy(np.zeros([0] + [d or 0 for d in shape], dtype=_NUMPY[dtype]))
+    first = items[0].shape
+    if all(item.shape == first for item in items):
+        return torch.stack(items)
+    return items  # elements of different sizes (TFDS cannot batch them either)
+
+
+def _ragged_batch(values: list) -> Any:
+    if not values:
+        return values
+    rows = torch.tensor([len(v) for v in values], dtype=torch.int64)
+    outer = torch.cat([torch.zeros(1, dtype=torch.int64), torch.cumsum(rows, 0)])
+    splits = [outer]
+    for level in range(values[0].ragged_rank):
+        parts, base = [torch.zeros(1, dtype=torch.int64)], 0
+        for v in values:
+            s = v.nested_row_splits[level]
+            parts.append(s[1:] + base)
+            base += int(s[-1])
+        splits.append(torch.cat(parts))
+    data = [v.values for v in values]
+    flat = torch.cat(data) if isinstance(data[0], torch.Tensor) else [x for d in data for x in d]
+    return RaggedTensor(flat, tuple(splits))
+
+
+class _DictDecoder:
+    def __init__(self, children: dict) -> None:
+        self.children = children
+
+    def decode(self, raw: Mapping[str, Any], name: Optional[str]) -> dict:
+        return {k: c.decode(raw, name) for k, c in self.children.items()}
+
+    def collate(self, values: list) -> dict:
+        return {k: c.collate([v[k] for v in values]) for k, c in self.children.items()}
+
+    def leaves(self) -> Iterator[_LeafDecoder]:
+        for child in self.children.values():
+            yield from (child.leaves() if isinstance(child, _DictDecoder) else [child])
+
+
+def _compile(node: FeatureNode, key: str, seq: tuple, video: bool, decode_images: bool, where: str) -> Any:
+    if isinstance(node, DictNode):
+        return _DictDecoder({name: _compile(child, f"{key}/{name}" if key else name, seq, video, decode_images, where)
+                             for name, child in node.children.items()})
+    if isinstance(node, SequenceNode):
+        return _compile(node.feature, key, seq + (node.length,), video or node.video, decode_images, where)
+    assert isinstance(node, LeafNode)
+    return _LeafDecoder(key, node, seq, video, decode_images, where)
+
+
+class TFDSDecoder:
+    """Decodes the records of a TFDS dataset as TFDS does, TensorFlow-free.
+
+    `tfr_torch.TFRecordDataset(folder, split=...)` builds one; pass your own as `features=` to choose options:
+    `decode_images=False` keeps images (and video frames) as their encoded bytes, `as_supervised=True` gives
+    `(input, target)` pairs from the dataset's supervised_keys.
+
+    >>> info = tfr_torch.tfds.read_info("~/tensorflow_datasets", "mnist")        # doctest: +SKIP
+    >>> decoder = TFDSDecoder(info, decode_images=False)                        # doctest: +SKIP
+    """
+
+    def __init__(self, info: TFDSInfo, *, decode_images: bool = True, as_supervised: bool = False) -> None:
+        self.info = info
+        self.decode_images = bool(decode_images)
+        self.as_supervised = bool(as_supervised)
+        where = f"{info.path}/features.json"
+        self.tree = parse_features(info.features, where, info.class_names)
+        if not isinstance(self.tree, DictNode):
+            raise TFDSMetadataError("the top feature must be a FeaturesDict", where)
+        self.root = _compile(self.tree, "", (), False, self.decode_images, where)
+        self.wire: dict[str, Any] = {}
+        for leaf in self.root.leaves():
+            for key, spec in leaf.wire.items():
+                if key in self.wire:
+                    raise TFDSMetadataError(f"two features are stored under the same key {key!r}", where)
+                self.wire[key] = spec
+        if self.as_supervised:
+            if info.supervised_keys is None:
+                raise ValueError(f"as_supervised=True but {info.info_path} has no supervisedKeys")
+            for k in info.supervised_keys:
+                self._lookup_leaf(k)
+
+    def _lookup_leaf(self, key: str) -> None:
+        node = self.root
+        for part in key.split("/"):
+            if not isinstance(node, _DictDecoder) or part not in node.children:
+                raise TFDSMetadataError(f"supervised key {key!r} names no feature", self.info.info_path)
+            node = node.children[part]
+
+    def __repr__(self) -> str:  # compile caches and error messages show this
+        return (f"TFDSDecoder({self.info.path!r}, decode_images={self.decode_images}, "
+                f"as_supervised={self.as_supervised})")
+
+    def plan(self) -> TFDSPlan:
+        return TFDSPlan(self)
+
+    def leaves(self) -> list:
+        return list(self.root.leaves())
+
+    def supervised(self, item: dict) -> Any:
+        if not self.as_supervised:
+            return item
+        out = []
+        for key in self.info.supervised_keys:
+            value: Any = item
+            for part in key.split("/"):
+                value = value[part]
+            out.append(value)
+        return tuple(out)
+
+    def class_names(self) -> dict[str, list]:
+        """Class names of every ClassLabel feature with names, by feature key."""
+        return {leaf.key: leaf.leaf.names for leaf in self.root.leaves()
+                if leaf.leaf.type == "ClassLabel" and leaf.leaf.names is not None}
+
+
+class TFDSPlan:
+    """What the datasets call to decode records: `iter_rows` (one item per record) and `parse` (a batch), like
+    tfr_torch's ExamplePlan, with TFDS's steps after parsing."""
+
+    def __init__(self, decoder: TFDSDecoder) -> None:
+        self.decoder = decoder
+        self.inner = compile_features(decoder.wire)
+
+    def iter_rows(self, serialized: Sequence[bytes], example_names: Optional[Sequence[str]] = None) -> Iterator[Any]:
+        root, supervised = self.decoder.root, self.decoder.supervised
+        for i, raw in enumerate(self.inner.iter_rows(serialized, example_names)):
+            yield supervised(root.decode(raw, None if example_names is None else example_names[i]))
+
+    def parse(self, serialized: Sequence[bytes], example_names: Optional[Sequence[str]] = None,
+              single: bool = False) -> Any:
+        if single:
+            return next(self.iter_rows(serialized, example_names))
+        root = self.decoder.root
+        rows = [root.decode(raw, None if example_names is None else example_names[i])
+                for i, raw in enumerate(self.inner.iter_rows(serialized, example_names))]
+        return self.decoder.supervised(root.collate(rows))
