@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from tfr_torch.errors import DecodeError
-from tfr_torch.format.tensor import DTYPES, DataType, decode_tensor_proto, encode_tensor_proto
+from tfr_torch.format.tensor import DTYPES, MAX_TENSOR_BYTES, DataType, decode_tensor_proto, encode_tensor_proto
 
 __all__ = ["serialize_tensor", "parse_tensor"]
 
@@ -76,17 +76,22 @@ def _dtype_code(dtype: Any) -> int:
                      "or tfr_torch.string")
 
 
-def parse_tensor(data: bytes, dtype: Any = None) -> Union[torch.Tensor, list, bytes]:
+def parse_tensor(data: bytes, dtype: Any = None, *, max_bytes: int | None = MAX_TENSOR_BYTES) -> Union[torch.Tensor, list, bytes]:
     """Parse a serialized TensorProto (from `tf.io.serialize_tensor` or `serialize_tensor`) into a torch.Tensor.
 
     `dtype` (a torch dtype, a name such as "float32", or tfr_torch.string), when given, must match the stored
     dtype, as in TensorFlow's `parse_tensor(serialized, out_type)`. String tensors come back as nested lists of
     bytes shaped like the tensor (a scalar as bytes). The `*_val` forms are read as TensorFlow reads them.
 
+    `max_bytes` (default 256 MiB) bounds what a payload may expand to: a few bytes can declare a huge shape and
+    one `*_val` value to broadcast over it (TensorFlow would allocate it all). A tensor larger than both
+    `max_bytes` and its own payload raises DecodeError before anything is allocated; tensors stored in full
+    (what serialize_tensor writes) are never refused. `max_bytes=None` removes the limit.
+
     >>> parse_tensor(serialize_tensor(np.array([1.5, -2.0], dtype=np.float32)), dtype=torch.float32)
     tensor([ 1.5000, -2.0000])
     """
-    decoded = decode_tensor_proto(data)
+    decoded = decode_tensor_proto(data, max_bytes=max_bytes)
     if dtype is not None:
         want = _dtype_code(dtype)
         if want != decoded.dtype:

@@ -7,6 +7,7 @@ with `dtype == DT_BFLOAT16`. String tensors are nested lists of bytes. The torch
 
 from __future__ import annotations
 
+import math
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -16,13 +17,15 @@ from tfr_torch.errors import DecodeError
 from tfr_torch.format._proto import tensor_pb2, types_pb2
 from tfr_torch.format.wire import encode_varint, length_delimited
 
-__all__ = ["DataType", "DTYPES", "TensorData", "encode_tensor_proto", "decode_tensor_proto", "dtype_code_of", "nest"]
+__all__ = ["DataType", "DTYPES", "TensorData", "encode_tensor_proto", "decode_tensor_proto", "dtype_code_of", "nest",
+           "MAX_TENSOR_BYTES"]
 
-# Broadcasting one *_val to a huge declared shape is refused above this many bytes, so that a tiny payload cannot
-# make the reader allocate gigabytes (TensorFlow would allocate them).
-MAX_BROADCAST_BYTES = 1 << 31
-# String tensors become nested Python lists: more (expanded) elements or lists than this are refused.
-MAX_STRING_ELEMENTS = 1 << 24
+# parse_tensor's default limit on the size of a decoded tensor (bytes); see `decode_tensor_proto`.
+MAX_TENSOR_BYTES = 256 << 20
+# numpy (and so torch.from_numpy) holds at most this many dimensions; TensorFlow allows up to 254.
+MAX_DIMS = 64
+_INT64_MAX = 2**63 - 1
+_LIST_BYTES = 64  # the memory one nested Python list costs, for the size estimate of string tensors
 
 
 class DataType:
@@ -102,14 +105,22 @@ def encode_tensor_proto(array: np.ndarray | Any, dtype: int | None = None) -> by
     return b"".join(out)
 
 
-def decode_tensor_proto(data: bytes, *, what: str = "TensorProto") -> TensorData:
+def decode_tensor_proto(data: bytes, *, what: str = "TensorProto", max_bytes: int | None = MAX_TENSOR_BYTES) -> TensorData:
     """Parse a serialized TensorProto (tensor_content or any *_val form) as tf.io.parse_tensor reads it.
 
     *_val lists shorter than the shape are completed with their last value (one value broadcasts to the whole
     shape); no values at all means zeros (empty strings). Raises DecodeError for anything malformed.
+
+    `max_bytes` bounds what a payload may expand to: a tensor whose decoded size (for string tensors, also the
+    Python lists and references that hold them) exceeds both `max_bytes` and the payload's own size raises
+    DecodeError before anything is allocated. A tensor stored in full (tensor_content, as serialize_tensor
+    writes it) decodes to at most its payload's size and is never refused; a few bytes that declare a huge
+    shape and one *_val to broadcast are. `None` removes the limit (TensorFlow has none).
     """
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise TypeError(f"expected a serialized TensorProto as bytes, got {type(data).__name__}")
+    if max_bytes is not None and (not isinstance(max_bytes, int) or isinstance(max_bytes, bool) or max_bytes < 0):
+        raise ValueError(f"max_bytes must be a non-negative int or None, got {max_bytes!r}")
     try:
         proto = tensor_pb2.TensorProto.FromString(bytes(data))
     except _ProtoDecodeError as exc:
@@ -122,35 +133,34 @@ def decode_tensor_proto(data: bytes, *, what: str = "TensorProto") -> TensorData
     if proto.tensor_shape.unknown_rank:
         raise DecodeError(f"{what} has an unknown rank: a serialized tensor must have a known shape")
     shape = tuple(d.size for d in proto.tensor_shape.dim)
+    if len(shape) > MAX_DIMS:
+        raise DecodeError(f"{what} has {len(shape)} dimensions: numpy and torch tensors hold at most {MAX_DIMS}")
     if any(d < 0 for d in shape):
         raise DecodeError(f"{what} has a negative dimension in its shape {list(shape)}")
-    count = 1
-    for d in shape:
-        count *= d
     name, storage, val_field = DTYPES[code]
-
-    if code == DataType.STRING:
-        values = list(proto.string_val)
-        if proto.tensor_content:
-            raise DecodeError(f"{what} of dtype string has tensor_content: expected string_val")
-        lists = 1
-        for d in shape[:-1]:
-            lists *= d
-        if (len(values) < count and count > MAX_STRING_ELEMENTS) or lists > MAX_STRING_ELEMENTS:
-            raise DecodeError(f"{what} declares string shape {list(shape)} ({count} strings) but carries "
-                              f"{len(values)} values: refusing to expand it beyond {MAX_STRING_ELEMENTS} elements")
-        flat = _complete(values, count, b"")
-        return TensorData(code, shape, nest(flat, shape))
-
-    nbytes = count * storage.itemsize
-    if proto.tensor_content:
+    count = math.prod(shape)
+    itemsize = 8 if storage is None else storage.itemsize
+    nbytes = count * itemsize
+    if proto.tensor_content and code != DataType.STRING:  # stored in full: its size is the payload's
         content = proto.tensor_content
         if len(content) != nbytes:
             raise DecodeError(f"{what} of dtype {name} and shape {list(shape)} needs {nbytes} bytes of "
                               f"tensor_content, found {len(content)}")
         array = np.frombuffer(content, dtype=storage.newbyteorder("<")).astype(storage.newbyteorder("="))
         return TensorData(code, shape, array.reshape(shape))
+    if math.prod(d for d in shape if d) * itemsize > _INT64_MAX:
+        raise DecodeError(f"{what} has shape {list(shape)}, too large for an array of {name} (even with no elements, "
+                          "numpy and torch need the product of its dimensions to fit in 63 bits)")
 
+    if code == DataType.STRING:
+        if proto.tensor_content:
+            raise DecodeError(f"{what} of dtype string has tensor_content: expected string_val")
+        lists = _nested_lists(shape)
+        _check_size(what, shape, nbytes + lists * _LIST_BYTES, len(data), max_bytes)
+        values = list(proto.string_val)
+        return TensorData(code, shape, nest(_complete(values, count, b""), shape))
+
+    _check_size(what, shape, nbytes, len(data), max_bytes)
     raw = list(getattr(proto, val_field))
     if code in (DataType.COMPLEX64, DataType.COMPLEX128):
         if len(raw) % 2:
@@ -159,9 +169,6 @@ def decode_tensor_proto(data: bytes, *, what: str = "TensorProto") -> TensorData
         raw = [complex(raw[i], raw[i + 1]) for i in range(0, len(raw), 2)]
     if len(raw) > count:
         raw = raw[:count]
-    if nbytes > MAX_BROADCAST_BYTES and len(raw) < count:
-        raise DecodeError(f"{what} declares shape {list(shape)} ({nbytes} bytes) but carries {len(raw)} values: "
-                          f"refusing to expand beyond {MAX_BROADCAST_BYTES} bytes")
     if code in (DataType.HALF, DataType.BFLOAT16):
         array = np.array([v & 0xFFFF for v in raw], dtype=np.uint16)
         array = array.view(np.float16) if code == DataType.HALF else array
@@ -169,11 +176,28 @@ def decode_tensor_proto(data: bytes, *, what: str = "TensorProto") -> TensorData
         array = np.array(raw, dtype=np.int64).astype(storage)  # int_val holds them widened; TF truncates back
     else:
         array = np.array(raw, dtype=storage)
-    out = np.zeros(count, dtype=array.dtype)
+    out = np.zeros(shape, dtype=array.dtype)  # built from the shape: a zero-size tensor costs nothing
     if len(array):
-        out[: len(array)] = array
-        out[len(array) :] = array[-1]
-    return TensorData(code, shape, out.reshape(shape))
+        flat = out.reshape(-1)
+        flat[: len(array)] = array
+        flat[len(array) :] = array[-1]
+    return TensorData(code, shape, out)
+
+
+def _nested_lists(shape: tuple[int, ...]) -> int:
+    """How many Python lists `nest` builds for `shape` (1 + d0 + d0*d1 + ... up to the last dimension)."""
+    total, level = 0, 1
+    for d in shape[:-1]:
+        total += level
+        level *= d
+    return total + (level if shape else 0)
+
+
+def _check_size(what: str, shape: tuple[int, ...], size: int, payload: int, max_bytes: int | None) -> None:
+    if max_bytes is not None and size > max(max_bytes, payload):
+        raise DecodeError(f"{what} of {payload} bytes declares shape {list(shape)}, which decodes to about {size} bytes: "
+                          f"more than max_bytes={max_bytes} (pass a larger max_bytes, or None, to parse_tensor if "
+                          "the data is trusted)")
 
 
 def _complete(values: list, count: int, zero: Any) -> list:
@@ -185,10 +209,20 @@ def _complete(values: list, count: int, zero: Any) -> list:
 
 
 def nest(flat: list, shape: tuple[int, ...]) -> Any:
-    """Nest a flat list into lists shaped like `shape` (a scalar shape gives the single value)."""
+    """Nest a flat list into lists shaped like `shape` (a scalar shape gives the single value). Built from the
+    innermost dimension out, so the work is the number of lists made: a zero-size shape such as [2**40, 0] is
+    never walked dimension by dimension beyond its first zero (callers bound the lists with `_nested_lists`)."""
     if not shape:
         return flat[0]
-    if len(shape) == 1:
-        return list(flat)
-    step = len(flat) // shape[0] if shape[0] else 0
-    return [nest(flat[i * step : (i + 1) * step], shape[1:]) for i in range(shape[0])]
+    if 0 in shape:
+        zero = shape.index(0)
+        if zero == 0:
+            return []
+        level: list = [[] for _ in range(math.prod(shape[:zero]))]
+        outer = shape[1:zero]
+    else:
+        level = list(flat)
+        outer = shape[1:]
+    for d in reversed(outer):
+        level = [level[i : i + d] for i in range(0, len(level), d)]
+    return level
