@@ -1,0 +1,240 @@
+"""From tfr_torch's decoded batches to Arrow tables (Ray Data blocks), column by column.
+
+A batch from `ExamplePlan.parse` becomes one `pyarrow.Table`, with the column types Ray users expect:
+
+| spec | Arrow column |
+|---|---|
+| `FixedLenFeature([], dtype)` numeric | a plain column of `dtype` |
+| `FixedLenFeature(shape, dtype)` numeric | Ray's tensor column of `shape` and `dtype` (`ArrowTensorArray`) |
+| `FixedLenFeature(shape, string)` | binary (or utf-8 on request); fixed-size lists of them for a shape |
+| `VarLenFeature(dtype)` | a list column |
+| `FixedLenSequenceFeature(shape, dtype)` numeric | Ray's variable-shaped tensor column `[T, *shape]` (each row's own T) |
+| `RaggedFeature(dtype, ...)` | nested list columns, one level per ragged dimension |
+
+SparseFeature has no column form here: read its index and value keys as VarLenFeature columns.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import torch
+
+from tfr_torch.decode.specs import (
+    FixedLenFeature,
+    FixedLenSequenceFeature,
+    RaggedFeature,
+    SparseFeature,
+    UniformRowLength,
+    VarLenFeature,
+    string,
+)
+from tfr_torch.errors import DecodeError
+
+__all__ = ["BlockMaker", "RAW_COLUMN"]
+
+RAW_COLUMN = "bytes"  # the column of raw records (features=None), as ray.data.read_binary_files names it
+_LENGTHS = "\x00lengths:"  # hidden VarLen twins of FixedLenSequence features: each row's true number of steps
+
+_ARROW_OF_TORCH = {
+    torch.float32: pa.float32(), torch.float64: pa.float64(), torch.float16: pa.float16(),
+    torch.int64: pa.int64(), torch.int32: pa.int32(), torch.int16: pa.int16(), torch.int8: pa.int8(),
+    torch.uint8: pa.uint8(), torch.bool: pa.bool_(),
+}
+
+
+def _value_type(key: str, dtype: Any, text: bool) -> pa.DataType:
+    if dtype == string:
+        return pa.string() if text else pa.binary()
+    arrow = _ARROW_OF_TORCH.get(dtype)
+    if arrow is None:
+        raise TypeError(f"feature {key!r}: {dtype} has no Arrow type (Ray Data blocks are Arrow tables); ask for "
+                        "torch.float32 or torch.float16 and convert after reading")
+    return arrow
+
+
+def _fixed_lists(value: pa.DataType, shape: Sequence[int]) -> pa.DataType:
+    for size in reversed(shape):
+        value = pa.list_(value, size)
+    return value
+
+
+def _offsets(counts: np.ndarray) -> np.ndarray:
+    offsets = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    return offsets
+
+
+def _list_array(values: pa.Array, splits: np.ndarray) -> pa.Array:
+    return pa.ListArray.from_arrays(pa.array(np.asarray(splits, dtype=np.int32), pa.int32()), values)
+
+
+def _fixed_list_array(values: pa.Array, shape: Sequence[int]) -> pa.Array:
+    for size in reversed(shape):
+        values = pa.FixedSizeListArray.from_arrays(values, size)
+    return values
+
+
+class BlockMaker:
+    """Builds one Arrow table from the records of one batch, decoded with the spec's compiled plan.
+
+    `utf8`: False (string features as binary), True (every string feature as utf-8 text) or the keys to read as
+    text. The spec is checked when the maker is built, so a spec with no column form fails before any task runs.
+    """
+
+    def __init__(self, features: Mapping[str, Any], utf8: bool | Sequence[str] = False) -> None:
+        from tfr_torch.decode.plan import compile_features
+
+        self.features = dict(features)
+        if isinstance(utf8, bool):
+            text = {k for k, s in self.features.items() if getattr(s, "dtype", None) == string} if utf8 else set()
+        elif isinstance(utf8, str):
+            raise TypeError(f"utf8 must be a bool or a list of feature keys, got the string {utf8!r}")
+        else:
+            text = set(utf8)
+            unknown = sorted(text - set(self.features))
+            if unknown:
+                raise ValueError(f"utf8 names features that are not in the spec: {unknown}")
+            not_strings = sorted(k for k in text if getattr(self.features[k], "dtype", None) != string)
+            if not_strings:
+                raise ValueError(f"utf8 names features that are not string features: {not_strings}")
+        self.text = text
+        self.types: dict[str, pa.DataType] = {}
+        extra = {}
+        for key, spec in self.features.items():
+            if isinstance(spec, SparseFeature):
+                raise TypeError(f"feature {key!r}: SparseFeature has no column form in Ray Data; read its index key(s) "
+                                f"{list(spec.index_keys)} and value key {spec.value_key!r} as VarLenFeature columns")
+            value = _value_type(key, spec.dtype, key in text)
+            if isinstance(spec, FixedLenFeature):
+                self.types[key] = value if spec.dtype == string or not spec.shape else None  # tensors: Ray's type
+                if spec.dtype == string:
+                    self.types[key] = _fixed_lists(value, spec.shape)
+            elif isinstance(spec, VarLenFeature):
+                self.types[key] = pa.list_(value)
+            elif isinstance(spec, FixedLenSequenceFeature):
+                if not spec.allow_missing:
+                    raise ValueError(f"feature {key!r}: FixedLenSequenceFeature needs allow_missing=True in "
+                                     "tf.train.Example records (as in tf.io.parse_example)")
+                wire = string if spec.dtype == string else (torch.float32 if spec.dtype.is_floating_point
+                                                            else torch.int64)
+                extra[_LENGTHS + key] = VarLenFeature(wire)
+                self.types[key] = pa.list_(_fixed_lists(value, spec.shape)) if spec.dtype == string else None
+            elif isinstance(spec, RaggedFeature):
+                tail = []
+                for p in reversed(spec.partitions):
+                    if not isinstance(p, UniformRowLength):
+                        break
+                    tail.insert(0, p.length)
+                arrow = _fixed_lists(value, tail)
+                for _ in range(len(spec.partitions) - len(tail) + 1):
+                    arrow = pa.list_(arrow)
+                self.types[key] = arrow
+            else:
+                raise TypeError(f"feature {key!r}: expected a FixedLenFeature, VarLenFeature, "
+                                f"FixedLenSequenceFeature or RaggedFeature, got {spec!r}")
+        self.plan = compile_features({**self.features, **extra})
+
+    def schema_hint(self) -> dict[str, pa.DataType | None]:
+        """Arrow type of each column, None for Ray's tensor columns."""
+        return dict(self.types)
+
+    def make(self, records: Sequence[bytes], names: Sequence[str]) -> pa.Table:
+        """Decode `records` (named "path:offset" in `names`, read only for error messages) into a table."""
+        batch = self.plan.parse(records, names)
+        columns = {key: self._column(key, spec, batch, names) for key, spec in self.features.items()}
+        return pa.table(columns)
+
+    # ----- one column -------------------------------------------------------------------------------------------
+
+    def _column(self, key: str, spec: Any, batch: dict, names: Sequence[str]) -> pa.Array:
+        result = batch[key]
+        if isinstance(spec, FixedLenFeature):
+            if spec.dtype == string:
+                return self._strings(key, pa.array(result, _as_binary(self.types[key])), names)
+            array = result.numpy()
+            if not spec.shape:
+                return pa.array(array, self.types[key])
+            from ray.data.extensions import ArrowTensorArray
+
+            return ArrowTensorArray.from_numpy(array, column_name=key)
+        if isinstance(spec, VarLenFeature):
+            n = len(names)
+            if spec.dtype == string:
+                counts = np.fromiter((len(row) for row in result), dtype=np.int64, count=n)
+                flat = pa.array([v for row in result for v in row], pa.binary())
+                return self._strings(key, _list_array(flat, _offsets(counts)), names)
+            indices = result._indices().numpy()
+            counts = np.bincount(indices[0], minlength=n) if indices.shape[1] else np.zeros(n, dtype=np.int64)
+            values = pa.array(result._values().numpy(), _value_type(key, spec.dtype, False))
+            return _list_array(values, _offsets(counts))
+        if isinstance(spec, FixedLenSequenceFeature):
+            return self._sequence(key, spec, result, batch[_LENGTHS + key], names)
+        return self._ragged(key, spec, result, names)
+
+    def _sequence(self, key: str, spec: FixedLenSequenceFeature, padded: Any, twin: Any,
+                  names: Sequence[str]) -> pa.Array:
+        n = len(names)
+        width = max(math.prod(spec.shape), 1)
+        if spec.dtype == string:
+            steps = [len(row) // width for row in twin]
+            rows = [padded[i][: steps[i]] for i in range(n)]
+            return self._strings(key, pa.array(rows, _as_binary(self.types[key])), names)
+        indices = twin._indices().numpy()
+        counts = np.bincount(indices[0], minlength=n) if indices.shape[1] else np.zeros(n, dtype=np.int64)
+        steps = counts // width if math.prod(spec.shape) else np.zeros(n, dtype=np.int64)
+        array = padded.numpy()
+        from ray.data.extensions import ArrowVariableShapedTensorArray
+
+        if n == 0:
+            return ArrowVariableShapedTensorArray.from_numpy(np.empty(0, dtype=object))
+        rows = np.empty(n, dtype=object)
+        for i, t in enumerate(steps.tolist()):
+            rows[i] = array[i, :t]
+        return ArrowVariableShapedTensorArray.from_numpy(rows)
+
+    def _ragged(self, key: str, spec: RaggedFeature, result: Any, names: Sequence[str]) -> pa.Array:
+        if spec.dtype == string:
+            return self._strings(key, pa.array(result, _as_binary(self.types[key])), names)
+        value_type = _value_type(key, spec.dtype, False)
+        if isinstance(result, torch.Tensor) and result.is_nested:
+            values, levels = result.values(), [result.offsets().numpy()]
+        else:
+            values, levels = result.values, [s.numpy() for s in result.nested_row_splits]
+        inner = values.shape[1:]
+        array = _fixed_list_array(pa.array(values.numpy().reshape(-1), value_type), inner)
+        for splits in reversed(levels):
+            array = _list_array(array, splits)
+        return array
+
+    def _strings(self, key: str, array: pa.Array, names: Sequence[str]) -> pa.Array:
+        """Binary values as asked: kept, or checked and cast to utf-8 text (an invalid row raises naming it)."""
+        if key not in self.text:
+            return array
+        try:
+            return array.cast(self.types[key])
+        except pa.ArrowInvalid:
+            for i in range(len(array)):
+                try:
+                    array.slice(i, 1).cast(self.types[key])
+                except pa.ArrowInvalid:
+                    path, _, offset = str(names[i]).rpartition(":")
+                    raise DecodeError(f"feature {key!r} in example {i} is not valid UTF-8 text (it was asked for "
+                                      "as utf8); read it as binary", path or None,
+                                      int(offset) if offset.isdigit() else None) from None
+            raise
+
+
+def _as_binary(arrow: pa.DataType) -> pa.DataType:
+    """The same nesting with binary values (strings are decoded as binary first, then cast when asked)."""
+    if pa.types.is_string(arrow):
+        return pa.binary()
+    if pa.types.is_fixed_size_list(arrow):
+        return pa.list_(_as_binary(arrow.value_type), arrow.list_size)
+    if pa.types.is_list(arrow):
+        return pa.list_(_as_binary(arrow.value_type))
+    return arrow

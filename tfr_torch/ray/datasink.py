@@ -1,0 +1,330 @@
+"""A Ray Dataset into TFRecord shards, without TensorFlow: the layout ShardedWriter makes, byte for byte.
+
+Write tasks encode their rows as tf.train.Examples (`encode_example`) into uncompressed part files (each written
+atomically) in a hidden staging folder. When every task has finished (`on_write_complete`, on the driver), the
+shard boundaries are computed over the dataset's rows in order with ShardedWriter's rule (by `shard_size`, or
+`records_per_shard`), Ray tasks assemble the shards in parallel (compressing when asked) under temporary names,
+and the driver gives them their final TFDS-style names, writes their indexes and the sidecar, and removes the
+staging folder. So the shards depend only on the rows and their order, never on how many tasks wrote them; no
+file ever appears under a final name half-written; and a run that failed leaves its staging folder only, which
+the next run of the same name and split removes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import uuid
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+import ray
+from ray.data.block import BlockAccessor
+from ray.data.datasource import Datasink
+
+from tfr_torch._version import __version__
+from tfr_torch.format.compression import normalize_compression
+from tfr_torch.format.paths import PathLike, as_path, atomic_output
+
+__all__ = ["TFRecordDatasink", "write_tfrecords", "plan_shards", "spec_from_schema"]
+
+_OVERHEAD = 16  # framing bytes around each record
+
+
+def plan_shards(lengths: np.ndarray, shard_size: int, records_per_shard: int | None) -> list[int]:
+    """First record of each shard, for records of `lengths` bytes written in order, with ShardedWriter's rule: a
+    new shard starts when the current one holds `records_per_shard` records, or (without it) when the next
+    framed record would take the shard past `shard_size` bytes (a record larger than that gets a shard alone)."""
+    n = len(lengths)
+    if n == 0:
+        return []
+    if records_per_shard is not None:
+        return list(range(0, n, records_per_shard))
+    ends = np.cumsum(np.asarray(lengths, dtype=np.int64) + _OVERHEAD)
+    starts, first, before = [0], 0, 0
+    while True:  # the shard from `first` ends at the last record whose end stays within shard_size
+        nxt = int(np.searchsorted(ends, before + shard_size, side="right"))
+        nxt = max(nxt, first + 1)
+        if nxt >= n:
+            return starts
+        starts.append(nxt)
+        first, before = nxt, int(ends[nxt - 1])
+
+
+def _arrow_spec(key: str, arrow: Any) -> Any:
+    import pyarrow as pa
+    import torch
+
+    from tfr_torch.decode.specs import FixedLenFeature, VarLenFeature, string
+
+    def scalar(t: Any) -> Any:
+        if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) \
+                or pa.types.is_large_binary(t):
+            return string
+        if pa.types.is_boolean(t):
+            return torch.bool
+        if pa.types.is_integer(t):
+            name = str(t.to_pandas_dtype().__name__)
+            return getattr(torch, name) if name in ("int8", "int16", "int32", "int64", "uint8") else torch.int64
+        if pa.types.is_floating(t):
+            return {16: torch.float16, 32: torch.float32, 64: torch.float64}[t.bit_width]
+        return None
+
+    dtype = scalar(arrow)
+    if dtype is not None:
+        return FixedLenFeature([], dtype)
+    ext = getattr(arrow, "extension_name", "")
+    if isinstance(arrow, pa.ExtensionType) and "tensor" in ext.lower():
+        inner = scalar(arrow.storage_type.value_type if not hasattr(arrow, "scalar_type") else arrow.scalar_type)
+        shape = getattr(arrow, "shape", None)
+        if inner is not None and shape is not None and all(isinstance(d, int) and d >= 0 for d in shape):
+            return FixedLenFeature(list(shape), inner)
+        if inner is not None:
+            return VarLenFeature(inner)
+    if pa.types.is_fixed_size_list(arrow):
+        inner = scalar(arrow.value_type)
+        if inner is not None:
+            return FixedLenFeature([arrow.list_size], inner)
+    if pa.types.is_list(arrow) or pa.types.is_large_list(arrow):
+        inner = scalar(arrow.value_type)
+        if inner is not None:
+            return VarLenFeature(inner)
+    raise TypeError(f"write_tfrecords: column {key!r} has Arrow type {arrow}, which has no tf.train.Feature form "
+                    "(numbers, bool, bytes, str, fixed-shape tensors and lists of them); convert it first, or pass "
+                    "features=None to store no spec")
+
+
+def spec_from_schema(schema: Any) -> dict[str, Any]:
+    """The feature spec that reads back what write_tfrecords writes for a dataset of this Arrow schema: scalars
+    and fixed-shape tensors as FixedLenFeature (of the column's dtype), lists as VarLenFeature, bytes and str as
+    string features."""
+    return {name: _arrow_spec(name, schema.field(name).type) for name in schema.names}
+
+
+def _old_shard(name: str, split: str) -> re.Pattern:
+    return re.compile(re.escape(f"{name}-{split}.tfrecord-") + r"\d+-of-\d+(\.idx)?")
+
+
+@ray.remote
+def _assemble(ranges: list[tuple[str, int, int]], out: str, compression: str) -> int:
+    """Copy the records in `ranges` ((part file, start, end) byte ranges, in order) into the shard `out`,
+    atomically; return its size on disk."""
+    from tfr_torch.format.reader import RecordReader
+    from tfr_torch.format.writer import TFRecordWriter
+
+    with TFRecordWriter(out, None if compression == "none" else compression) as writer:
+        for part, start, end in ranges:
+            with RecordReader(part, "none", True, start=start, end=end) as reader:
+                for record in reader:
+                    writer.write(record)
+    return os.path.getsize(out)
+
+
+class TFRecordDatasink(Datasink):
+    """The `ray.data.Datasink` behind `write_tfrecords` (see it for the arguments). After the write,
+    `paths` lists the shards and `records` their number of records."""
+
+    def __init__(self, out_dir: PathLike, name: str, split: str = "train", shard_size: int | str = "128MB",
+                 compression: str | None = None, *, records_per_shard: int | None = None,
+                 features: Mapping[str, Any] | str | None = "auto", image: Mapping[str, Any] | None = None) -> None:
+        from tfr_torch.tools.shards import parse_size
+
+        for label, value in (("name", name), ("split", split)):
+            if not isinstance(value, str) or not value or "/" in value:
+                raise ValueError(f"{label} must be a non-empty string without '/', got {value!r}")
+        self.out_dir = as_path(out_dir).rstrip("/") or "."
+        if "://" in self.out_dir:
+            raise ValueError(f"write_tfrecords writes to a folder every Ray node can see (a local path on one machine, "
+                             f"a shared file system on a cluster), got {self.out_dir!r}: write there, then upload")
+        self.name, self.split = name, split
+        self.shard_size = parse_size(shard_size)
+        if records_per_shard is not None and (not isinstance(records_per_shard, int) or records_per_shard < 1):
+            raise ValueError(f"records_per_shard must be a positive int, got {records_per_shard!r}")
+        self.records_per_shard = records_per_shard
+        self.compression = normalize_compression(compression)
+        if isinstance(features, str) and features != "auto":
+            raise ValueError(f'features must be "auto", a spec dict or None, got {features!r}')
+        if isinstance(features, Mapping):
+            from tfr_torch.decode.sidecar import spec_to_json
+
+            spec_to_json(features)  # a spec the sidecar cannot store fails now, not after the write
+        self.features = dict(features) if isinstance(features, Mapping) else features
+        self.image = dict(image) if image is not None else None
+        self.staging = f"{self.out_dir}/.{name}-{split}.ray-{uuid.uuid4().hex[:12]}"
+        self.paths: list[str] = []
+        self.records = 0
+        self.completed = False
+
+    # ----- driver: before ---------------------------------------------------------------------------------------
+
+    def _stale_staging(self) -> list[str]:
+        prefix = f".{self.name}-{self.split}.ray-"
+        if not os.path.isdir(self.out_dir):
+            return []
+        return [f"{self.out_dir}/{n}" for n in os.listdir(self.out_dir)
+                if n.startswith(prefix) and f"{self.out_dir}/{n}" != self.staging]
+
+    def on_write_start(self, schema: Any = None) -> None:
+        os.makedirs(self.staging, exist_ok=True)
+        for folder in self._stale_staging():  # what an earlier, failed run of this name and split left
+            shutil.rmtree(folder, ignore_errors=True)
+        if self.features == "auto" and schema is not None:
+            self.features = spec_from_schema(schema)
+
+    # ----- tasks ------------------------------------------------------------------------------------------------
+
+    def write(self, blocks: Iterable[Any], ctx: Any) -> dict[str, Any]:
+        from tfr_torch.format.example import encode_example
+        from tfr_torch.format.writer import TFRecordWriter
+
+        os.makedirs(self.staging, exist_ok=True)
+        part = f"{self.staging}/part-{ctx.task_idx:08d}"
+        lengths: list[int] = []
+        schema = None
+        with TFRecordWriter(part) as writer:
+            for b, block in enumerate(blocks):
+                accessor = BlockAccessor.for_block(block)
+                if accessor.num_rows() == 0:
+                    continue
+                if schema is None:
+                    schema = accessor.to_arrow().schema
+                columns = accessor.to_batch_format("numpy")
+                keys = list(columns)
+                for j in range(accessor.num_rows()):
+                    row = {key: _value(columns[key][j]) for key in keys}
+                    try:
+                        record = encode_example(row)
+                    except (TypeError, ValueError, OverflowError) as exc:
+                        raise type(exc)(f"write_tfrecords: row {j} of block {b} of write task {ctx.task_idx}: "
+                                        f"{exc}") from None
+                    writer.write(record)
+                    lengths.append(len(record))
+        return {"task": ctx.task_idx, "part": part, "lengths": np.asarray(lengths, dtype=np.int64), "schema": schema}
+
+    # ----- driver: after ----------------------------------------------------------------------------------------
+
+    def on_write_complete(self, write_result: Any) -> None:
+        results = sorted((r for r in write_result.write_returns if r is not None), key=lambda r: r["task"])
+        if self.features == "auto":  # Ray passes on_write_start no schema in most plans: use the first block's
+            schema = next((r["schema"] for r in results if r["schema"] is not None), None)
+            self.features = spec_from_schema(schema) if schema is not None else None
+        lengths = np.concatenate([r["lengths"] for r in results]) if results else np.zeros(0, dtype=np.int64)
+        starts = plan_shards(lengths, self.shard_size, self.records_per_shard)
+        bounds = list(zip(starts, starts[1:] + [len(lengths)]))
+        # where each record lies: its part file and byte offset in it
+        part_of = np.concatenate([np.full(len(r["lengths"]), i) for i, r in enumerate(results)]) if results else \
+            np.zeros(0, dtype=np.int64)
+        framed = lengths + _OVERHEAD
+        offset_in_part = np.zeros(len(lengths), dtype=np.int64)
+        first = 0
+        for r in results:
+            n = len(r["lengths"])
+            if n:
+                offset_in_part[first + 1 : first + n] = np.cumsum(framed[first : first + n - 1])
+            first += n
+        os.makedirs(self.staging, exist_ok=True)
+        partials = [f"{self.staging}/shard-{i:08d}" for i in range(len(bounds))]
+        jobs = []
+        for (a, b), partial in zip(bounds, partials):
+            ranges = []
+            i = a
+            while i < b:
+                p = int(part_of[i])
+                j = min(b, int(np.searchsorted(part_of, p, side="right")))
+                ranges.append((results[p]["part"], int(offset_in_part[i]),
+                               int(offset_in_part[j - 1] + framed[j - 1])))
+                i = j
+            jobs.append(_assemble.remote(ranges, partial, self.compression))
+        sizes = ray.get(jobs)
+        self._finish(bounds, partials, sizes, framed)
+
+    def _finish(self, bounds: list[tuple[int, int]], partials: list[str], sizes: list[int],
+                framed: np.ndarray) -> None:
+        from tfr_torch.decode.sidecar import SIDECAR_FORMAT, sidecar_path, spec_to_json
+        from tfr_torch.tools.shards import shard_name
+
+        count = len(bounds)
+        finals = [shard_name(self.name, self.split, i, count) for i in range(count)]
+        shards = [{"file": final, "records": b - a, "bytes": int(size)}
+                  for final, (a, b), size in zip(finals, bounds, sizes)]
+        features = self.features if isinstance(self.features, Mapping) else None
+        sidecar = {"format": SIDECAR_FORMAT, "name": self.name, "split": self.split,
+                   "compression": None if self.compression == "none" else self.compression,
+                   "records": sum(s["records"] for s in shards), "shards": shards,
+                   "features": spec_to_json(features) if features is not None else None,
+                   "image": self.image, "tfr_torch_version": __version__}
+        text = json.dumps(sidecar, indent=1)
+        for (a, b), partial in zip(bounds, partials):
+            positions = np.zeros(b - a, dtype=np.int64)
+            np.cumsum(framed[a : b - 1], out=positions[1:]) if b - a > 1 else None
+            with atomic_output(partial + ".idx") as f:
+                f.write("".join(f"{o} {s}\n" for o, s in zip(positions.tolist(), framed[a:b].tolist())).encode())
+        stale = [f for f in os.listdir(self.out_dir) if _old_shard(self.name, self.split).fullmatch(f)
+                 and f.removesuffix(".idx") not in finals]
+        for f in stale:  # shards of an earlier, differently sharded set of this name and split
+            os.remove(f"{self.out_dir}/{f}")
+        for final, partial in zip(finals, partials):
+            os.replace(partial, f"{self.out_dir}/{final}")
+            os.replace(partial + ".idx", f"{self.out_dir}/{final}.idx")
+        with atomic_output(sidecar_path(self.out_dir, self.name, self.split)) as f:
+            f.write(text.encode())
+        shutil.rmtree(self.staging, ignore_errors=True)
+        self.paths = [f"{self.out_dir}/{final}" for final in finals]
+        self.records = sidecar["records"]
+        self.completed = True
+
+    def on_write_failed(self, error: Exception) -> None:
+        shutil.rmtree(self.staging, ignore_errors=True)
+
+
+def _value(value: Any) -> Any:
+    """A cell of a numpy batch as encode_example takes it (object arrays of lists hold arrays already)."""
+    if isinstance(value, np.ndarray) and value.dtype == object:
+        return list(value)
+    return value
+
+
+def write_tfrecords(dataset: Any, out_dir: PathLike, name: str, split: str = "train", shard_size: int | str = "128MB",
+                    compression: str | None = None, *, records_per_shard: int | None = None,
+                    features: Mapping[str, Any] | str | None = "auto", image: Mapping[str, Any] | None = None,
+                    concurrency: int | None = None, ray_remote_args: dict[str, Any] | None = None) -> list[str]:
+    """Write a `ray.data.Dataset` as sharded TFRecord files of tf.train.Examples, without TensorFlow.
+
+    Each row (a dict of numpy arrays, scalars, bytes or str) becomes one Example, exactly as
+    `tfr_torch.encode_example` makes it. The result is the layout `ShardedWriter` makes locally, byte for byte:
+    shards `{name}-{split}.tfrecord-NNNNN-of-NNNNN` cut by `shard_size` (bytes before compression) or
+    `records_per_shard`, each with its `.idx`, and the sidecar `{name}-{split}.tfr_torch.json` holding
+    `features` ("auto": the spec of the dataset's schema, which `read_tfrecords(features="auto")` and
+    `TFRecordDataset(features="auto")` use; or a spec; or None) and every shard's record count. The dataset is
+    written in its order (Ray's `preserve_order` is switched on for the write), so the same rows give the same
+    bytes whatever the number of workers. `out_dir` must be a folder every Ray node can write (on a cluster, a
+    shared file system). Returns the shard paths.
+
+    >>> tfr_torch.ray.write_tfrecords(ds, "out/", "mydata", "train", shard_size="128MB")  # doctest: +SKIP
+    """
+    from ray.data import DataContext
+
+    sink = TFRecordDatasink(out_dir, name, split, shard_size, compression, records_per_shard=records_per_shard,
+                            features=features, image=image)
+    context = DataContext.get_current()
+    before = context.execution_options.preserve_order
+    context.execution_options.preserve_order = True
+    try:
+        kwargs: dict[str, Any] = {}
+        if concurrency is not None:
+            kwargs["concurrency"] = concurrency
+        if ray_remote_args is not None:
+            kwargs["ray_remote_args"] = ray_remote_args
+        dataset.write_datasink(sink, **kwargs)
+    finally:
+        context.execution_options.preserve_order = before
+    if not sink.completed:  # an empty dataset runs no write task: still write the (empty) set
+        sink.on_write_complete(_NoWrites())
+    return sink.paths
+
+
+class _NoWrites:
+    write_returns: list = []

@@ -1,0 +1,283 @@
+"""TFRecord files as a Ray Data datasource, read and decoded by tfr_torch (no TensorFlow in any task)."""
+
+from __future__ import annotations
+
+import os
+import re
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import ray
+from ray.data.block import BlockMetadata
+from ray.data.datasource import Datasource, ReadTask
+
+from tfr_torch.errors import SkippedRecordWarning, TFRecordError
+from tfr_torch.format.compression import compression_from_name, normalize_compression
+from tfr_torch.format.index import index_path_for, read_index
+from tfr_torch.format.paths import PathLike, as_path, exists, expand_paths, file_size
+from tfr_torch.format.reader import RecordReader
+from tfr_torch.ray.planning import FileInfo, Piece, group_pieces, plan_pieces
+
+__all__ = ["TFRecordDatasource", "read_tfrecords"]
+
+_BATCH_ROWS = 4096  # records decoded into one block, at most (batch_rows=None)
+_BATCH_BYTES = 64 << 20  # ... or this many record bytes, whichever comes first
+_SHARD = re.compile(r".+\.tfrecord-\d+-of-\d+(\.gz|\.zz|\.zlib)?$")
+
+
+@ray.remote(num_cpus=0)
+class _SkipLog:
+    """Collects the bad records that read tasks skipped (on_error="skip"), for the driver to report."""
+
+    def __init__(self) -> None:
+        self.entries: list[str] = []
+
+    def add(self, entries: list[str]) -> None:
+        self.entries.extend(entries)
+
+    def get(self) -> list[str]:
+        return list(self.entries)
+
+
+class _Names(Sequence):
+    """"path:offset" of each record of a batch, made only when an error message reads one."""
+
+    def __init__(self, path: str, offsets: list[int]) -> None:
+        self.path, self.offsets = path, offsets
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return [f"{self.path}:{o}" for o in self.offsets[i]]
+        return f"{self.path}:{self.offsets[i]}"
+
+
+class _ReadPieces:
+    """The body of one read task: its pieces, record by record, into blocks of `batch_rows` records."""
+
+    def __init__(self, pieces: list[Piece], features: Mapping[str, Any] | None, utf8: Any, compression: str | None,
+                 verify: bool, on_error: Any, batch_rows: int | None, skip_log: Any) -> None:
+        self.pieces, self.features, self.utf8 = pieces, features, utf8
+        self.compression, self.verify, self.on_error = compression, verify, on_error
+        self.batch_rows, self.skip_log = batch_rows, skip_log
+
+    def __call__(self) -> Iterator[Any]:
+        import pyarrow as pa
+
+        from tfr_torch.ray.arrow import RAW_COLUMN, BlockMaker
+
+        maker = BlockMaker(self.features, self.utf8) if self.features is not None else None
+        rows_cap = self.batch_rows or _BATCH_ROWS
+        bytes_cap = None if self.batch_rows else _BATCH_BYTES
+        for piece in self.pieces:
+            skipped: list[str] = []
+            policy = self.on_error
+            if self.on_error == "skip":
+                def policy(err: TFRecordError, skipped: list = skipped) -> None:
+                    skipped.append(str(err))
+                    warnings.warn(f"skipping bad data: {err}", SkippedRecordWarning, stacklevel=2)
+            try:
+                reader = RecordReader(piece.path, self.compression, self.verify, start=piece.start, end=piece.end,
+                                      on_error=policy)
+                with reader:
+                    records: list[bytes] = []
+                    offsets: list[int] = []
+                    size = 0
+                    wanted = piece.count if piece.end is not None else None
+                    offset = reader.offset
+                    for record in reader:
+                        records.append(record)
+                        offsets.append(offset)
+                        offset = reader.offset
+                        size += len(record)
+                        if len(records) >= rows_cap or (bytes_cap is not None and size >= bytes_cap):
+                            yield self._block(maker, records, piece.path, offsets, pa, RAW_COLUMN)
+                            records, offsets, size = [], [], 0
+                        if wanted is not None:
+                            wanted -= 1
+                            if wanted == 0:
+                                break
+                    if records:
+                        yield self._block(maker, records, piece.path, offsets, pa, RAW_COLUMN)
+            finally:
+                if skipped and self.skip_log is not None:
+                    ray.get(self.skip_log.add.remote(skipped))
+
+    @staticmethod
+    def _block(maker: Any, records: list[bytes], path: str, offsets: list[int], pa: Any, raw: str) -> Any:
+        if maker is None:
+            return pa.table({raw: pa.array(records, pa.binary())})
+        return maker.make(records, _Names(path, offsets))
+
+
+def _shard_files(directory: str, split: str | None) -> list[str]:
+    names = sorted(n for n in os.listdir(directory) if _SHARD.fullmatch(n))
+    if split is None:
+        splits = sorted({n.rsplit(".tfrecord-", 1)[0].rsplit("-", 1)[-1] for n in names})
+        raise ValueError(f"{directory} is a folder: pass split= (it holds the splits {splits}) or a list of files")
+    chosen = [f"{directory.rstrip('/')}/{n}" for n in names if n.rsplit(".tfrecord-", 1)[0].endswith(f"-{split}")]
+    if not chosen:
+        raise FileNotFoundError(f"no shards of split {split!r} in {directory} (expected files named "
+                                f"<name>-{split}.tfrecord-NNNNN-of-NNNNN)")
+    return chosen
+
+
+def _resolve_paths(paths: Any, split: str | None) -> list[str]:
+    if isinstance(paths, (str, os.PathLike)) and os.path.isdir(as_path(paths)):
+        return _shard_files(as_path(paths), split)
+    if split is not None:
+        raise ValueError(f"split={split!r} selects shards in a folder; paths is not a folder: {paths!r}")
+    files = expand_paths(paths)
+    if not files:
+        raise ValueError("read_tfrecords needs at least one file, got an empty list")
+    return files
+
+
+class TFRecordDatasource(Datasource):
+    """TFRecord files as a `ray.data.Datasource`: raw records, or Examples decoded by tfr_torch's batch decoder
+    into Arrow columns (see `tfr_torch.ray.read_tfrecords` for the arguments).
+
+    Use it directly to see what `on_error="skip"` skipped once the dataset has been read:
+
+    >>> source = TFRecordDatasource("data/*.tfrecord", features=spec, on_error="skip")  # doctest: +SKIP
+    >>> ds = ray.data.read_datasource(source).materialize()
+    >>> source.skipped  # ["path:offset: what was wrong", ...]
+    """
+
+    def __init__(self, paths: PathLike | Sequence[PathLike], features: Mapping[str, Any] | str | None = None, *,
+                 index: Any = "auto", compression: str | None = "auto", split: str | None = None,
+                 verify: bool = True, on_error: str | Callable[[TFRecordError], None] = "raise",
+                 batch_rows: int | None = None, utf8: bool | Sequence[str] = False) -> None:
+        super().__init__()
+        self.paths = _resolve_paths(paths, split)
+        self.compression = normalize_compression(compression, allow_auto=True)
+        if not (on_error in ("raise", "skip") or callable(on_error)):
+            raise ValueError(f'on_error must be "raise", "skip" or a callable taking the error, got {on_error!r}')
+        if batch_rows is not None and (not isinstance(batch_rows, int) or isinstance(batch_rows, bool)
+                                       or batch_rows < 1):
+            raise ValueError(f"batch_rows must be None or a positive int, got {batch_rows!r}")
+        from tfr_torch.decode.sidecar import sidecar_for, spec_from_json
+
+        sidecar = sidecar_for(self.paths)
+        if isinstance(features, str):
+            if features != "auto":
+                raise ValueError(f'features must be None, a spec dict or "auto", got {features!r}')
+            if sidecar is None or not sidecar[0].get("features"):
+                raise ValueError("features='auto' needs the sidecar that ShardedWriter / write_tfrecords write beside "
+                                 "their shards (<name>-<split>.tfr_torch.json) and none describes these files; pass "
+                                 "a spec (tfr_torch.infer_features(paths) proposes one)")
+            features = spec_from_json(sidecar[0]["features"])
+        if features is not None:
+            from tfr_torch.ray.arrow import BlockMaker
+
+            BlockMaker(features, utf8)  # check the spec here, before any task runs
+        elif utf8 is not False:
+            raise ValueError("utf8 applies to string features of a spec; with features=None the rows are raw records")
+        self.features = dict(features) if features is not None else None
+        self.utf8 = utf8
+        self.verify = bool(verify)
+        self.on_error = on_error
+        self.batch_rows = batch_rows
+        counts = sidecar[1] if sidecar is not None else {}
+        self._files = [self._file_info(p, index, i, counts) for i, p in enumerate(self.paths)]
+        self._skip_log = _SkipLog.remote() if on_error == "skip" else None
+
+    def _file_info(self, path: str, index: Any, i: int, counts: dict[str, int]) -> FileInfo:
+        if index is None:
+            chosen = None
+        elif index == "auto":
+            chosen = index_path_for(path) if exists(index_path_for(path)) else None
+        elif isinstance(index, (str, os.PathLike)):
+            raise ValueError('index must be None, "auto" or a list of index paths (one per file)')
+        else:
+            index = list(index)
+            if len(index) != len(self.paths):
+                raise ValueError(f"index lists {len(index)} index files for {len(self.paths)} TFRecord files")
+            chosen = None if index[i] is None else as_path(index[i])
+        offsets = read_index(chosen, path, self.compression) if chosen is not None else None
+        count = len(offsets) if offsets is not None else counts.get(path.rsplit("/", 1)[-1])
+        compression = self.compression
+        if offsets is not None and compression == "auto":
+            compression = compression_from_name(path)
+            if compression is None:
+                with RecordReader(path, "auto", verify=False) as reader:
+                    compression = reader.compression
+        return FileInfo(path, file_size(path), count, offsets, offsets is not None and compression == "none")
+
+    # ----- Datasource -------------------------------------------------------------------------------------------
+
+    def get_name(self) -> str:
+        return "TFRecordTorch"
+
+    def estimate_inmemory_data_size(self) -> int | None:
+        return sum(f.size for f in self._files)
+
+    def get_read_tasks(self, parallelism: int, per_task_row_limit: int | None = None,
+                       data_context: Any = None) -> list[ReadTask]:
+        groups = group_pieces(plan_pieces(self._files, max(int(parallelism), 1)), max(int(parallelism), 1))
+        exact = self.on_error == "raise"  # skipped records would make the planned counts wrong
+        tasks = []
+        for group in groups:
+            counts = [p.count for p in group]
+            rows = sum(counts) if exact and all(c is not None for c in counts) else None
+            metadata = BlockMetadata(num_rows=rows, size_bytes=int(sum(p.nbytes for p in group)),
+                                     input_files=sorted({p.path for p in group}), exec_stats=None)
+            read = _ReadPieces(group, self.features, self.utf8, self.compression, self.verify, self.on_error,
+                               self.batch_rows, self._skip_log)
+            tasks.append(ReadTask(read, metadata, per_task_row_limit=per_task_row_limit))
+        return tasks
+
+    # ----- after reading ----------------------------------------------------------------------------------------
+
+    @property
+    def skipped(self) -> list[str]:
+        """What the read tasks skipped under on_error="skip" so far: "path:offset: problem" per bad record or
+        corrupt region (empty with other policies)."""
+        return [] if self._skip_log is None else ray.get(self._skip_log.get.remote())
+
+    @property
+    def num_records(self) -> int | None:
+        """Records in all files when every file's count is known (indexes, sidecar), else None."""
+        counts = [f.count for f in self._files]
+        return None if any(c is None for c in counts) else int(np.sum(counts))
+
+
+def read_tfrecords(paths: PathLike | Sequence[PathLike], features: Mapping[str, Any] | str | None = None, *,
+                   index: Any = "auto", compression: str | None = "auto", split: str | None = None,
+                   verify: bool = True, on_error: str | Callable[[TFRecordError], None] = "raise",
+                   batch_rows: int | None = None, utf8: bool | Sequence[str] = False,
+                   override_num_blocks: int | None = None, concurrency: int | None = None,
+                   ray_remote_args: dict[str, Any] | None = None) -> Any:
+    """Read TFRecord files into a `ray.data.Dataset`, without TensorFlow.
+
+    - `paths`: a file, a list, a glob pattern, fsspec URLs, or a folder of shards with `split=` (the shards named
+      `<name>-<split>.tfrecord-NNNNN-of-NNNNN`, as ShardedWriter and `write_tfrecords` write them).
+    - `features`: None gives one `bytes` column of raw records; a spec (`{"key": tfr_torch.FixedLenFeature(...)}`)
+      gives decoded columns (numeric FixedLen as Ray tensor columns of the spec's shape and dtype, scalars as plain
+      columns, VarLen as list columns, strings as binary, or as utf-8 text for the keys in `utf8`); "auto" takes
+      the spec from the sidecar beside the shards.
+    - `index`: "auto" uses `<file>.idx` where present (one big indexed file is split by record ranges over many
+      read tasks), None ignores indexes, or one index path per file. Indexes and the sidecar give Ray exact row
+      counts without reading the data.
+    - `verify`, `on_error`, `compression`: as in `tfr_torch.read_records`; errors name the file and byte offset.
+      With "skip", bad records are skipped and warned about in the tasks; `TFRecordDatasource.skipped` lists them.
+    - `batch_rows`: records per block (default: up to 4096 records or 64 MB); each block is decoded as one batch.
+    - `override_num_blocks`, `concurrency`, `ray_remote_args`: passed to `ray.data.read_datasource`.
+
+    >>> ds = tfr_torch.ray.read_tfrecords("gs://bucket/train-*", features=spec)  # doctest: +SKIP
+    >>> for batch in ds.iter_torch_batches(batch_size=256): ...
+    """
+    source = TFRecordDatasource(paths, features, index=index, compression=compression, split=split, verify=verify,
+                                on_error=on_error, batch_rows=batch_rows, utf8=utf8)
+    kwargs: dict[str, Any] = {}
+    if override_num_blocks is not None:
+        kwargs["override_num_blocks"] = override_num_blocks
+    if concurrency is not None:
+        kwargs["concurrency"] = concurrency
+    if ray_remote_args is not None:
+        kwargs["ray_remote_args"] = ray_remote_args
+    return ray.data.read_datasource(source, **kwargs)
