@@ -40,6 +40,15 @@ class FixedLenDecoder:
     def __call__(self, units: Units, single: bool = False) -> Any:
         key, n, spec = self.key, self.count, self.spec
         col = units.column(key, self.kind)
+        if col.uniform == n and units.n:  # every example has the feature with n values: no checks, no copies
+            if spec.dtype == string:
+                if not spec.shape:
+                    return col.values[0] if single else col.values
+            else:
+                b = units.n
+                tensor = units.convert(np.asarray(col.values).reshape(b, n), spec.dtype, key,
+                                       lambda pos: pos // max(n, 1)).reshape(b, *spec.shape)
+                return tensor[0] if single else tensor
         if units.n == 1 and col.present[0] and col.counts[0] == n:  # one example with its feature: few array calls
             if spec.dtype == string:
                 row = nest(list(col.values), spec.shape)

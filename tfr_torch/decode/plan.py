@@ -9,6 +9,7 @@ import numpy as np
 import torch
 from google.protobuf.message import DecodeError as _ProtoDecodeError
 
+from tfr_torch import _native
 from tfr_torch.decode.dense import FixedLenDecoder, FixedLenSequenceDecoder, StepSequenceDecoder
 from tfr_torch.decode.ragged import RaggedDecoder
 from tfr_torch.decode.sparse import SparseDecoder, VarLenDecoder
@@ -38,6 +39,9 @@ _SEQUENCE_DECODERS = {
     VarLenFeature: VarLenDecoder,
     RaggedFeature: RaggedDecoder,
 }
+_KERNEL_KINDS = {"bytes": 0, "float": 1, "int64": 2}  # the compiled decoder's kind codes
+_NUMPY_OF_KIND = {"float": np.float32, "int64": np.int64}
+_NO_FEATURES: list[dict] = [{}]
 _parse_raw_example = raw_example_pb2.RawExample.FromString
 _parse_raw_sequence = raw_example_pb2.RawSequenceExample.FromString
 _parse_example = example_pb2.Example.FromString
@@ -103,11 +107,43 @@ class ExamplePlan:
         _check_wire_kinds(self.decoders, "features")
         self._wire_kinds = {key: kind for decoder in self.decoders.values() for key, kind in decoder.wire_keys().items()}
         self._dense = all(type(spec) is FixedLenFeature for spec in self.features.values())  # rows split cleanly
+        self._kernel: Any = None  # the compiled core's decoder for these keys, made on first use
+        self._kernel_of: Any = None  # the core module it was made by
+
+    def _native_units(self, core: Any, records: Sequence[bytes]) -> Units | None:
+        """Units with every column decoded by the compiled kernel in one pass over the records; None when a record
+        needs the reference parser (malformed, uncommon, or not bytes), which then defines the answer or error."""
+        if self._kernel_of is not core:
+            keys = list(self._wire_kinds)
+            self._kernel = core.ExampleDecoder([key.encode() for key in keys],
+                                               bytes(_KERNEL_KINDS[self._wire_kinds[key]] for key in keys))
+            self._kernel_of = core
+        status, columns = self._kernel.decode(records)
+        if status:
+            return None
+        units = Units(_NO_FEATURES * len(records), Locator(None))
+        raws = {}
+        for (key, kind), (present, counts, values, uniform) in zip(self._wire_kinds.items(), columns):
+            if present is None:  # an uncommon encoding in this column: the reference decodes its raw Features
+                raws[key] = values
+                continue
+            if kind != "bytes":
+                values = np.frombuffer(values, dtype=_NUMPY_OF_KIND[kind])
+            units.preset(key, kind, Column(np.frombuffer(present, dtype=np.bool_),
+                                           np.frombuffer(counts, dtype=np.int64), values, uniform))
+        if raws:
+            units.raw_columns = raws
+        return units
 
     def parse(self, serialized: Sequence[bytes], example_names: Sequence[str] | None = None,
               single: bool = False) -> dict[str, Any]:
         records = _records(serialized, example_names, "parse_example")
         locator = Locator(example_names, single)
+        core = _native.core
+        if core is not None:
+            units = self._native_units(core, records)
+            if units is not None:
+                return self._decode(units, locator, single)
         try:  # the fast path: every record is bytes and parses
             if len(records) > 1 and sum(map(len, records)) >= _GATHER_FROM * len(records):
                 gathered = self._gather(records)
@@ -260,6 +296,7 @@ class SequenceExamplePlan:
 
 _PLANS: dict[str, ExamplePlan] = {}
 _MAX_PLANS = 64
+_LAST: list = [(), None]  # the items of the last spec compiled and its plan
 
 
 def compile_features(features: Mapping[str, Any]) -> ExamplePlan:
@@ -272,11 +309,16 @@ def compile_features(features: Mapping[str, Any]) -> ExamplePlan:
     """
     if not isinstance(features, Mapping):
         raise TypeError(f"features must be a dict of feature names to specs, got {type(features).__name__}")
-    key = repr(tuple(features.items()))  # reprs are exact (they tell 0.0 from -0.0, unlike ==)
+    items = tuple(features.items())
+    last_items, last_plan = _LAST
+    if len(items) == len(last_items) and all(a is c and b is d for (a, b), (c, d) in zip(items, last_items)):
+        return last_plan  # the same (frozen) spec objects as the last call: skip the repr
+    key = repr(items)  # reprs are exact (they tell 0.0 from -0.0, unlike ==)
     plan = _PLANS.get(key)
     if plan is None:
         plan = ExamplePlan(features)
         if len(_PLANS) >= _MAX_PLANS:
             _PLANS.pop(next(iter(_PLANS)))
         _PLANS[key] = plan
+    _LAST[:] = [items, plan]
     return plan

@@ -33,11 +33,12 @@ Values = Union[np.ndarray, list]
 class Column(NamedTuple):
     """One feature across a batch: `present[i]` (the record has the feature with a kind set), `counts[i]` (its
     number of values, 0 when absent) and `values`, all records' values concatenated (float32 or int64 array,
-    or list of bytes)."""
+    or list of bytes). `uniform`, when not -1, says every record has the feature with that many values."""
 
     present: np.ndarray
     counts: np.ndarray
     values: Values
+    uniform: int = -1  # when known: every record has the feature with this many values (a dense column)
 
     def row(self, i: int) -> Values:
         start = int(self.counts[:i].sum())

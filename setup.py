@@ -1,0 +1,60 @@
+"""Builds tfr_torch's compiled core (tfr_torch/_native/src, C99, CPython headers only).
+
+The metadata lives in pyproject.toml; this file only declares the extension. If it cannot be compiled (no C
+compiler, an unsupported platform), the build goes on and tfr_torch runs on its pure-Python backend: one line on
+stderr says so. TFR_TORCH_CFLAGS adds compiler flags (the sanitizer build uses it).
+"""
+
+import os
+import sys
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+SOURCES = ["module.c", "crc32c.c", "framing.c", "example.c"]
+
+
+class OptionalBuildExt(build_ext):
+    """build_ext that falls back to the pure-Python backend instead of failing the install."""
+
+    def run(self):
+        try:
+            super().run()
+        except Exception as exc:  # noqa: BLE001 - any compiler or platform failure means: no compiled core
+            self._notice(exc)
+
+    def build_extension(self, ext):
+        try:
+            super().build_extension(ext)
+        except Exception as exc:  # noqa: BLE001
+            self._notice(exc)
+
+    @staticmethod
+    def _notice(exc):
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        sys.stderr.write(f"tfr_torch: the compiled core was not built ({first}); using the pure-Python backend\n")
+
+
+def _compile_args():
+    if os.name == "nt":
+        return ["/O2"]
+    args = ["-O3", "-std=gnu99", "-Wall", "-Wextra", "-Wno-unused-parameter", "-Wno-missing-field-initializers"]
+    return args + os.environ.get("TFR_TORCH_CFLAGS", "").split()
+
+
+def _link_args():
+    return [] if os.name == "nt" else os.environ.get("TFR_TORCH_LDFLAGS", "").split()
+
+
+setup(
+    ext_modules=[
+        Extension(
+            "tfr_torch._native._core",
+            sources=[f"tfr_torch/_native/src/{name}" for name in SOURCES],
+            depends=[f"tfr_torch/_native/src/{name}" for name in ("crc32c.h", "example.h", "framing.h", "wire.h")],
+            extra_compile_args=_compile_args(),
+            extra_link_args=_link_args(),
+        )
+    ],
+    cmdclass={"build_ext": OptionalBuildExt},
+)

@@ -1,0 +1,57 @@
+/* tf.train.Example batch decoding: the features a plan asks for, column by column.
+ *
+ *   Example  { Features features = 1; }
+ *   Features { map<string, Feature> feature = 1; }      map entry: { string key = 1; Feature value = 2; }
+ *   Feature  { oneof kind { BytesList bytes_list = 1; FloatList float_list = 2; Int64List int64_list = 3; } }
+ *   BytesList { repeated bytes value = 1; }  FloatList { repeated float value = 1 [packed]; }
+ *   Int64List { repeated int64 value = 1 [packed]; }
+ *
+ * The kernel handles the encodings writers use (each message's fields as above, packed or unpacked lists, several
+ * runs, unknown fields outside the Feature); anything else is reported so that the caller takes the reference
+ * parser for that record or column, which defines the answer. */
+#ifndef TFR_EXAMPLE_H
+#define TFR_EXAMPLE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum tfr_kind { TFR_BYTES = 0, TFR_FLOAT = 1, TFR_INT64 = 2 };
+
+typedef struct {
+    const uint8_t *ptr; /* NULL: the record has no such key */
+    size_t len;
+} tfr_slice;
+
+typedef struct {
+    size_t nkeys;
+    uint8_t *key_data; /* every key's bytes, back to back */
+    size_t *key_start, *key_len;
+    uint8_t *kinds;
+    int32_t *table; /* open addressing: key index + 1, 0 for empty */
+    size_t table_mask;
+} tfr_plan;
+
+/* Outcome of looking at one record's Feature for one key */
+enum tfr_feature_status {
+    TFR_F_OK = 0,        /* counted (present or, for a Feature with no kind set, absent) */
+    TFR_F_UNCOMMON = 1,  /* a legal but uncommon encoding: decode this column with the reference parser */
+    TFR_F_MISMATCH = 2,  /* another kind than the plan's */
+    TFR_F_MALFORMED = 3  /* not a valid Feature */
+};
+
+int tfr_plan_init(tfr_plan *plan, size_t nkeys, const uint8_t *const *keys, const size_t *lens, const uint8_t *kinds);
+void tfr_plan_free(tfr_plan *plan);
+
+/* Find each planned key's Feature in one serialized Example (the last entry wins, as in a map). Returns 0, or -1
+ * when the record is malformed or uncommon (groups, map entries other than key-then-value): use the reference. */
+int tfr_scan_example(const tfr_plan *plan, const uint8_t *rec, size_t n, tfr_slice *slots);
+
+/* Count the values of one Feature of kind `kind`; `*present` is 0 for a Feature with no kind set. */
+int tfr_count_feature(int kind, tfr_slice feature, uint64_t *count, int *present);
+
+/* Write the values of a Feature counted OK: floats as float32 and int64s as int64 at `out`, or for bytes the
+ * (pointer, length) of each value at `out_slices`. Returns the number written. */
+size_t tfr_fill_numeric(int kind, tfr_slice feature, void *out);
+size_t tfr_fill_bytes(tfr_slice feature, tfr_slice *out_slices);
+
+#endif

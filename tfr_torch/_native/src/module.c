@@ -1,0 +1,451 @@
+/* tfr_torch._native._core: the Python face of the kernels. Each function takes buffers, releases the GIL while
+ * the kernel runs, and returns buffers or lists plus positions; Python turns positions into messages. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "crc32c.h"
+#include "example.h"
+#include "framing.h"
+
+/* ---- CRC ---------------------------------------------------------------------------------------------------- */
+
+static PyObject *py_crc32c(PyObject *self, PyObject *args) {
+    Py_buffer data;
+    unsigned int value = 0;
+    if (!PyArg_ParseTuple(args, "y*|I:crc32c", &data, &value)) return NULL;
+    uint32_t crc;
+    Py_BEGIN_ALLOW_THREADS
+    crc = tfr_crc32c(value, data.buf, (size_t)data.len);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&data);
+    return PyLong_FromUnsignedLong(crc);
+}
+
+static PyObject *py_masked_crc32c(PyObject *self, PyObject *arg) {
+    Py_buffer data;
+    if (PyObject_GetBuffer(arg, &data, PyBUF_SIMPLE) < 0) return NULL;
+    uint32_t crc;
+    Py_BEGIN_ALLOW_THREADS
+    crc = tfr_mask_crc(tfr_crc32c(0, data.buf, (size_t)data.len));
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&data);
+    return PyLong_FromUnsignedLong(crc);
+}
+
+static PyObject *py_hardware_crc(PyObject *self, PyObject *noargs) { return PyBool_FromLong(tfr_crc32c_hardware()); }
+
+/* ---- framing ------------------------------------------------------------------------------------------------ */
+
+/* scan_records(buffer, lo, hi, limit, verify, max_records) -> (records, stop, status) */
+static PyObject *py_scan_records(PyObject *self, PyObject *args) {
+    Py_buffer buf;
+    Py_ssize_t lo, hi, limit, max_records;
+    int verify;
+    if (!PyArg_ParseTuple(args, "y*nnnpn:scan_records", &buf, &lo, &hi, &limit, &verify, &max_records)) return NULL;
+    if (lo < 0 || hi < lo || hi > buf.len || max_records < 1 || max_records > (1 << 20)) {
+        PyBuffer_Release(&buf);
+        return PyErr_Format(PyExc_ValueError, "scan_records: bad range lo=%zd hi=%zd of %zd bytes (max_records=%zd)",
+                            lo, hi, buf.len, max_records);
+    }
+    if (limit < lo) limit = lo;
+    tfr_span *spans = malloc((size_t)max_records * sizeof(tfr_span));
+    if (!spans) {
+        PyBuffer_Release(&buf);
+        return PyErr_NoMemory();
+    }
+    size_t count, stop;
+    int status;
+    Py_BEGIN_ALLOW_THREADS
+    status = tfr_scan_records(buf.buf, (size_t)lo, (size_t)hi, (size_t)limit, verify, spans, (size_t)max_records,
+                              &count, &stop);
+    Py_END_ALLOW_THREADS
+    PyObject *records = PyList_New((Py_ssize_t)count);
+    for (size_t i = 0; records && i < count; i++) {
+        PyObject *record = PyBytes_FromStringAndSize((const char *)buf.buf + spans[i].offset, (Py_ssize_t)spans[i].length);
+        if (!record) Py_CLEAR(records);
+        else PyList_SET_ITEM(records, (Py_ssize_t)i, record);
+    }
+    free(spans);
+    PyBuffer_Release(&buf);
+    if (!records) return NULL;
+    return Py_BuildValue("(Nni)", records, (Py_ssize_t)stop, status);
+}
+
+/* find_header(buffer, lo, hi) -> offset of the first header passing its length CRC in [lo, hi), or -1 */
+static PyObject *py_find_header(PyObject *self, PyObject *args) {
+    Py_buffer buf;
+    Py_ssize_t lo, hi;
+    if (!PyArg_ParseTuple(args, "y*nn:find_header", &buf, &lo, &hi)) return NULL;
+    if (lo < 0 || hi < lo || hi > buf.len) {
+        PyBuffer_Release(&buf);
+        return PyErr_Format(PyExc_ValueError, "find_header: bad range lo=%zd hi=%zd of %zd bytes", lo, hi, buf.len);
+    }
+    size_t found;
+    Py_BEGIN_ALLOW_THREADS
+    found = tfr_find_header(buf.buf, (size_t)lo, (size_t)hi);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&buf);
+    return PyLong_FromSsize_t(found == (size_t)-1 ? -1 : (Py_ssize_t)found);
+}
+
+/* frame_records(records) -> bytes: every record framed, back to back */
+static PyObject *py_frame_records(PyObject *self, PyObject *arg) {
+    PyObject *seq = PySequence_Fast(arg, "frame_records expects a sequence of bytes-like records");
+    if (!seq) return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    Py_buffer *views = calloc(n ? (size_t)n : 1, sizeof(Py_buffer));
+    PyObject *out = NULL;
+    Py_ssize_t got = 0, total = 0;
+    if (!views) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (; got < n; got++) {
+        if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(seq, got), &views[got], PyBUF_SIMPLE) < 0) goto done;
+        if (views[got].len > PY_SSIZE_T_MAX - total - (TFR_HEADER + TFR_FOOTER)) {
+            PyErr_SetString(PyExc_OverflowError, "frame_records: the records are too large together");
+            got++;
+            goto done;
+        }
+        total += views[got].len + TFR_HEADER + TFR_FOOTER;
+    }
+    out = PyBytes_FromStringAndSize(NULL, total);
+    if (!out) goto done;
+    uint8_t *dst = (uint8_t *)PyBytes_AS_STRING(out);
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) {
+        tfr_frame(dst, views[i].buf, (size_t)views[i].len);
+        dst += views[i].len + TFR_HEADER + TFR_FOOTER;
+    }
+    Py_END_ALLOW_THREADS
+done:
+    for (Py_ssize_t i = 0; i < got; i++) PyBuffer_Release(&views[i]);
+    free(views);
+    Py_DECREF(seq);
+    return out;
+}
+
+/* ---- Example decoding ----------------------------------------------------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    tfr_plan plan;
+} ExampleDecoder;
+
+static int decoder_init(ExampleDecoder *self, PyObject *args, PyObject *kwds) {
+    PyObject *keys_arg;
+    Py_buffer kinds;
+    if (!PyArg_ParseTuple(args, "Oy*:ExampleDecoder", &keys_arg, &kinds)) return -1;
+    PyObject *keys = PySequence_Fast(keys_arg, "keys must be a sequence of bytes");
+    int result = -1;
+    const uint8_t **ptrs = NULL;
+    size_t *lens = NULL;
+    if (!keys) goto done;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(keys);
+    if (n != kinds.len || n > (1 << 20)) {
+        PyErr_SetString(PyExc_ValueError, "ExampleDecoder: one kind per key, at most 2**20 keys");
+        goto done;
+    }
+    ptrs = malloc((n ? (size_t)n : 1) * sizeof(*ptrs));
+    lens = malloc((n ? (size_t)n : 1) * sizeof(*lens));
+    if (!ptrs || !lens) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *key = PySequence_Fast_GET_ITEM(keys, k);
+        uint8_t kind = ((uint8_t *)kinds.buf)[k];
+        if (!PyBytes_Check(key) || kind > TFR_INT64) {
+            PyErr_SetString(PyExc_TypeError, "ExampleDecoder: keys must be bytes, kinds 0 (bytes), 1 (float), 2 (int64)");
+            goto done;
+        }
+        ptrs[k] = (const uint8_t *)PyBytes_AS_STRING(key);
+        lens[k] = (size_t)PyBytes_GET_SIZE(key);
+    }
+    tfr_plan_free(&self->plan);
+    if (tfr_plan_init(&self->plan, (size_t)n, ptrs, lens, kinds.buf) < 0) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    result = 0;
+done:
+    free(ptrs);
+    free(lens);
+    Py_XDECREF(keys);
+    PyBuffer_Release(&kinds);
+    return result;
+}
+
+static void decoder_dealloc(ExampleDecoder *self) {
+    tfr_plan_free(&self->plan);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* The scratch state of one decode call */
+typedef struct {
+    size_t b, k;
+    const uint8_t **data;
+    size_t *size;
+    tfr_slice *slots;   /* [b * k]: each record's Feature of each key */
+    uint64_t *counts;   /* [k * b] */
+    uint8_t *present;   /* [k * b] */
+    uint8_t *uncommon;  /* [k]: decode this column with the reference parser */
+    uint64_t *totals;   /* [k] */
+} batch;
+
+static void batch_free(batch *s) {
+    free(s->data);
+    free(s->size);
+    free(s->slots);
+    free(s->counts);
+    free(s->present);
+    free(s->uncommon);
+    free(s->totals);
+}
+
+static int batch_alloc(batch *s, size_t b, size_t k) {
+    memset(s, 0, sizeof(*s));
+    s->b = b;
+    s->k = k;
+    size_t bb = b ? b : 1, kk = k ? k : 1;
+    if (bb > SIZE_MAX / kk / sizeof(tfr_slice)) return -1;
+    s->data = malloc(bb * sizeof(*s->data));
+    s->size = malloc(bb * sizeof(*s->size));
+    s->slots = calloc(bb * kk, sizeof(tfr_slice));
+    s->counts = calloc(bb * kk, sizeof(uint64_t));
+    s->present = calloc(bb * kk, 1);
+    s->uncommon = calloc(kk, 1);
+    s->totals = calloc(kk, sizeof(uint64_t));
+    return s->data && s->size && s->slots && s->counts && s->present && s->uncommon && s->totals ? 0 : -1;
+}
+
+/* Find and count every planned Feature; returns -1 when all is well, else the record that needs the reference
+ * (with *why 1: the record, 2: one of its features). No Python calls: runs without the GIL. */
+static Py_ssize_t batch_count(const tfr_plan *plan, batch *s, int *why) {
+    for (size_t i = 0; i < s->b; i++)
+        if (tfr_scan_example(plan, s->data[i], s->size[i], s->slots + i * s->k) < 0) {
+            *why = 1;
+            return (Py_ssize_t)i;
+        }
+    for (size_t key = 0; key < s->k; key++)
+        for (size_t i = 0; i < s->b; i++) {
+            tfr_slice slot = s->slots[i * s->k + key];
+            uint64_t count = 0;
+            int present = 0;
+            if (!slot.ptr) continue;
+            int status = tfr_count_feature(plan->kinds[key], slot, &count, &present);
+            if (status == TFR_F_UNCOMMON) {
+                s->uncommon[key] = 1;
+            } else if (status != TFR_F_OK) {
+                *why = 2;
+                return (Py_ssize_t)i;
+            } else {
+                s->counts[key * s->b + i] = count;
+                s->present[key * s->b + i] = (uint8_t)present;
+                s->totals[key] += count;
+            }
+        }
+    return -1;
+}
+
+/* The count every record has for `key` when all have the feature with the same count (a dense column), else -1 */
+static Py_ssize_t uniform_count(const batch *s, size_t key) {
+    const uint8_t *present = s->present + key * s->b;
+    const uint64_t *counts = s->counts + key * s->b;
+    if (s->b == 0 || counts[0] > (uint64_t)PY_SSIZE_T_MAX) return -1;
+    for (size_t i = 0; i < s->b; i++)
+        if (!present[i] || counts[i] != counts[0]) return -1;
+    return (Py_ssize_t)counts[0];
+}
+
+static PyObject *new_bytearray(const void *src, size_t n) {
+    if (n > (size_t)PY_SSIZE_T_MAX) return PyErr_NoMemory();
+    PyObject *out = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)n);
+    if (out && src && n) memcpy(PyByteArray_AS_STRING(out), src, n);
+    return out;
+}
+
+/* The raw Feature bytes of one column, per record (None where absent), for the reference decoder. */
+static PyObject *raw_column(batch *s, size_t key) {
+    PyObject *raws = PyList_New((Py_ssize_t)s->b);
+    for (size_t i = 0; raws && i < s->b; i++) {
+        tfr_slice slot = s->slots[i * s->k + key];
+        PyObject *item = slot.ptr ? PyBytes_FromStringAndSize((const char *)slot.ptr, (Py_ssize_t)slot.len) : Py_None;
+        if (!item) {
+            Py_CLEAR(raws);
+            break;
+        }
+        if (item == Py_None) Py_INCREF(item);
+        PyList_SET_ITEM(raws, (Py_ssize_t)i, item);
+    }
+    return raws;
+}
+
+static PyObject *bytes_values(batch *s, size_t key) {
+    uint64_t total = s->totals[key];
+    PyObject *values = PyList_New((Py_ssize_t)total);
+    tfr_slice *slices = values ? malloc((total ? total : 1) * sizeof(tfr_slice)) : NULL;
+    if (values && !slices) {
+        Py_DECREF(values);
+        return PyErr_NoMemory();
+    }
+    size_t at = 0;
+    for (size_t i = 0; values && i < s->b; i++) {
+        tfr_slice slot = s->slots[i * s->k + key];
+        if (slot.ptr) at += tfr_fill_bytes(slot, slices + at);
+    }
+    for (size_t j = 0; values && j < at; j++) {
+        PyObject *item = PyBytes_FromStringAndSize((const char *)slices[j].ptr, (Py_ssize_t)slices[j].len);
+        if (!item) Py_CLEAR(values);
+        else PyList_SET_ITEM(values, (Py_ssize_t)j, item);
+    }
+    free(slices);
+    return values;
+}
+
+/* decode(records) -> (0, columns) | (1, i) | (2, i) | (3, i)
+ *   columns[k]: (present: bytearray[b] of 0/1, counts: bytearray of b int64, values: bytearray of float32/int64
+ *   or list of bytes, uniform: the count of every record when all have the feature with one count, else -1), or
+ *   (None, None, raws, -1) for a column of uncommon encodings;
+ *   1: record i is malformed or uncommon, 2: a feature of record i is malformed or of another kind, 3: record i is
+ *   not bytes. For 1-3 the caller decodes the batch with the reference parser, which defines the error. */
+static PyObject *decoder_decode(ExampleDecoder *self, PyObject *arg) {
+    /* a tuple of our own: its items stay alive and unchanged while the GIL is released */
+    PyObject *seq = PySequence_Tuple(arg);
+    if (!seq) return NULL;
+    size_t b = (size_t)PyTuple_GET_SIZE(seq), k = self->plan.nkeys;
+    PyObject *result = NULL, *columns = NULL;
+    void **numeric_out = NULL;
+    batch s;
+    if (batch_alloc(&s, b, k) < 0 || !(numeric_out = calloc(k ? k : 1, sizeof(void *)))) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (size_t i = 0; i < b; i++) {
+        PyObject *item = PyTuple_GET_ITEM(seq, (Py_ssize_t)i);
+        if (!PyBytes_CheckExact(item)) {
+            result = Py_BuildValue("(in)", 3, (Py_ssize_t)i);
+            goto done;
+        }
+        s.data[i] = (const uint8_t *)PyBytes_AS_STRING(item);
+        s.size[i] = (size_t)PyBytes_GET_SIZE(item);
+    }
+    Py_ssize_t bad;
+    int why = 0;
+    Py_BEGIN_ALLOW_THREADS
+    bad = batch_count(&self->plan, &s, &why);
+    Py_END_ALLOW_THREADS
+    if (bad >= 0) {
+        result = Py_BuildValue("(in)", why, bad);
+        goto done;
+    }
+    columns = PyList_New((Py_ssize_t)k);
+    for (size_t key = 0; columns && key < k; key++) {
+        PyObject *column;
+        if (s.uncommon[key]) {
+            PyObject *raws = raw_column(&s, key);
+            column = raws ? Py_BuildValue("(OONn)", Py_None, Py_None, raws, (Py_ssize_t)-1) : NULL;
+        } else {
+            int kind = self->plan.kinds[key];
+            PyObject *present = new_bytearray(s.present + key * b, b);
+            PyObject *counts = new_bytearray(s.counts + key * b, b * sizeof(uint64_t));
+            PyObject *values;
+            if (kind == TFR_BYTES) {
+                values = bytes_values(&s, key);
+            } else if (s.totals[key] > (uint64_t)PY_SSIZE_T_MAX / 8) {
+                values = PyErr_NoMemory();
+            } else {
+                values = new_bytearray(NULL, (size_t)s.totals[key] * (kind == TFR_FLOAT ? 4 : 8));
+                if (values) numeric_out[key] = PyByteArray_AS_STRING(values);
+            }
+            if (present && counts && values) {
+                column = Py_BuildValue("(NNNn)", present, counts, values, uniform_count(&s, key));
+            } else {
+                Py_XDECREF(present);
+                Py_XDECREF(counts);
+                Py_XDECREF(values);
+                column = NULL;
+            }
+        }
+        if (!column) {
+            Py_CLEAR(columns);
+            break;
+        }
+        PyList_SET_ITEM(columns, (Py_ssize_t)key, column);
+    }
+    if (!columns) goto done;
+    Py_BEGIN_ALLOW_THREADS
+    for (size_t key = 0; key < k; key++) {
+        if (!numeric_out[key]) continue;
+        size_t at = 0, width = self->plan.kinds[key] == TFR_FLOAT ? 4 : 8;
+        for (size_t i = 0; i < b; i++) {
+            tfr_slice slot = s.slots[i * k + key];
+            if (slot.ptr) at += tfr_fill_numeric(self->plan.kinds[key], slot, (char *)numeric_out[key] + at * width);
+        }
+    }
+    Py_END_ALLOW_THREADS
+    result = Py_BuildValue("(iN)", 0, columns);
+done:
+    free(numeric_out);
+    batch_free(&s);
+    Py_DECREF(seq);
+    return result;
+}
+
+static PyMethodDef decoder_methods[] = {
+    {"decode", (PyCFunction)decoder_decode, METH_O,
+     "decode(records) -> (status, columns or record index): the planned features of a batch of Examples"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject ExampleDecoderType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "tfr_torch._native._core.ExampleDecoder",
+    .tp_basicsize = sizeof(ExampleDecoder),
+    .tp_dealloc = (destructor)decoder_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "ExampleDecoder(keys, kinds): decodes the Features of `keys` (bytes; kinds 0 bytes, 1 float, 2 int64)",
+    .tp_methods = decoder_methods,
+    .tp_init = (initproc)decoder_init,
+    .tp_new = PyType_GenericNew,
+};
+
+/* ---- module --------------------------------------------------------------------------------------------------- */
+
+static PyMethodDef module_methods[] = {
+    {"crc32c", py_crc32c, METH_VARARGS, "crc32c(data, value=0) -> int: CRC-32C of a bytes-like object"},
+    {"masked_crc32c", py_masked_crc32c, METH_O, "masked_crc32c(data) -> int: TFRecord's masked CRC-32C"},
+    {"hardware_crc", py_hardware_crc, METH_NOARGS, "hardware_crc() -> bool: whether CRC-32C uses CPU instructions"},
+    {"scan_records", py_scan_records, METH_VARARGS,
+     "scan_records(buffer, lo, hi, limit, verify, max_records) -> (records, stop, status)"},
+    {"find_header", py_find_header, METH_VARARGS, "find_header(buffer, lo, hi) -> offset or -1"},
+    {"frame_records", py_frame_records, METH_O, "frame_records(records) -> bytes: the records framed back to back"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT, "_core", "tfr_torch's compiled core: framing, CRC-32C and Example batch decoding kernels.",
+    -1, module_methods,
+};
+
+PyMODINIT_FUNC PyInit__core(void) {
+    tfr_crc32c_init();
+    if (PyType_Ready(&ExampleDecoderType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&module_def);
+    if (!m) return NULL;
+    Py_INCREF(&ExampleDecoderType);
+    if (PyModule_AddObject(m, "ExampleDecoder", (PyObject *)&ExampleDecoderType) < 0) {
+        Py_DECREF(&ExampleDecoderType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    PyModule_AddIntConstant(m, "SCAN_MORE", TFR_SCAN_MORE);
+    PyModule_AddIntConstant(m, "SCAN_BAD_HEADER", TFR_SCAN_BAD_HEADER);
+    PyModule_AddIntConstant(m, "SCAN_BAD_DATA", TFR_SCAN_BAD_DATA);
+    PyModule_AddIntConstant(m, "SCAN_LIMIT", TFR_SCAN_LIMIT);
+    PyModule_AddIntConstant(m, "SCAN_FULL", TFR_SCAN_FULL);
+    return m;
+}
