@@ -66,7 +66,8 @@ _EXPORTS = {
     # torch layer
     "TFRecordDataset": "tfr_torch.data.dataset",
     "IndexedTFRecordDataset": "tfr_torch.data.indexed",
-    "decode_image": "tfr_torch.decode.images",
+    "decode_image": "tfr_torch.images",
+    "image_backends": "tfr_torch.images",
     # tools
     "ShardedWriter": "tfr_torch.tools.shards",
     "convert_image_folder": "tfr_torch.tools.convert",
@@ -97,7 +98,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from tfr_torch.format.writer import TFRecordWriter
     from tfr_torch.data.dataset import TFRecordDataset
     from tfr_torch.data.indexed import IndexedTFRecordDataset
-    from tfr_torch.decode.images import decode_image
+    from tfr_torch.images import decode_image, image_backends
     from tfr_torch.decode.infer import infer_features
     from tfr_torch.decode.parse import (
         parse_example,

@@ -1,0 +1,253 @@
+"""decode_image: encoded image bytes to a tensor by one contract, whichever decoder runs.
+
+The contract (README, "Images"): uint8 [C, H, W]; C by `mode` with torchvision's ImageReadMode meanings; UNCHANGED
+gives the image's own channels (1 gray, 2 gray+alpha, 3 RGB, 4 RGBA) with palettes expanded (RGBA when the palette
+has transparency; a tRNS colour key of a gray or RGB PNG is not a channel), bit depths below 8 scaled to 0-255,
+16-bit samples shifted right by 8 (or kept with dtype=torch.uint16, or scaled to [0, 1] with torch.float32), CMYK as
+RGB; the first frame of an animation unless all_frames=True; no EXIF rotation unless asked.
+
+Decoders, per format (backend="auto"): TorchCodec for JPEG, PNG and still WebP when it is installed; torchvision for
+8-bit gray/colour JPEG when it is; Pillow for everything else and whenever the others are absent. torchvision never
+gets a PNG (its decoder crashes the process on corrupt PNG data) nor a CMYK JPEG (it returns inverted CMYK).
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+from collections.abc import Sequence
+from typing import Any, Optional, Union, overload
+
+import numpy as np
+import torch
+
+from tfr_torch.errors import DecodeError
+from tfr_torch.images import _accel, _pixels
+from tfr_torch.images._formats import Header, looks_like_tensor_proto, sniff
+from tfr_torch.images._pillow import PillowError, decode_pillow, exif_orientation
+
+__all__ = ["decode_image", "image_backends", "choose_backend", "BACKENDS"]
+
+BACKENDS = ("auto", "pillow", "torchcodec", "torchvision", "nvimgcodec")
+ENV_BACKEND = "TFR_TORCH_IMAGE_BACKEND"
+_GPU_ORDER = ("nvimgcodec", "torchcodec", "torchvision")
+Mode = Union[str, enum.Enum]
+Data = Union[bytes, bytearray, memoryview, torch.Tensor]
+
+
+def image_backends() -> dict[str, Optional[str]]:
+    """The image decoders this process can use: {name: version, or None when it is not installed}.
+
+    >>> tfr_torch.image_backends()  # doctest: +SKIP
+    {'pillow': '13.0.0', 'torchcodec': None, 'torchvision': '0.29.1', 'nvimgcodec': None}
+    """
+    return _accel.versions()
+
+
+_FINDERS = {"torchcodec": "torchcodec_decoders", "torchvision": "torchvision_io", "nvimgcodec": "nvimgcodec"}
+
+
+def _available(name: str) -> bool:
+    return name == "pillow" or (name in _FINDERS and getattr(_accel, _FINDERS[name])() is not None)
+
+
+def _plain_jpeg(header: Header) -> bool:
+    return header.format == "jpeg" and header.components in (1, 3) and header.precision == 8
+
+
+def _can(name: str, header: Header, all_frames: bool) -> bool:
+    """Whether decoder `name` decodes this kind of file exactly as the contract says (on the CPU)."""
+    if name == "pillow":
+        return True
+    if name == "torchvision":
+        return _plain_jpeg(header)
+    if name == "torchcodec":
+        if header.animated and all_frames:
+            return False
+        return _plain_jpeg(header) or header.format == "png" and not header.animated or (
+            header.format == "webp" and not header.animated)
+    return False  # nvimgcodec: GPU batches only
+
+
+def _resolve(backend: Optional[str]) -> str:
+    name = os.environ.get(ENV_BACKEND, "auto") if backend is None else backend
+    if name not in BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {name!r}")
+    if name != "auto" and not _available(name):
+        raise ValueError(f"image backend {name!r} is not installed (installed: "
+                         f"{', '.join(k for k, v in image_backends().items() if v)})")
+    return name
+
+
+def choose_backend(data: Data, backend: Optional[str] = None, device: Union[str, torch.device] = "cpu",
+                   all_frames: bool = False) -> str:
+    """The decoder decode_image would use for these bytes: "pillow", "torchcodec", "torchvision" or "nvimgcodec"."""
+    return _choose(sniff(_as_bytes(data)), _resolve(backend), torch.device(device), all_frames)
+
+
+def _choose(header: Header, backend: str, device: torch.device, all_frames: bool) -> str:
+    if device.type == "cuda" and _plain_jpeg(header):
+        order = _GPU_ORDER if backend == "auto" else (backend,)
+        for name in order:
+            if name != "pillow" and _available(name):
+                return name
+    order = ("torchcodec", "torchvision") if backend == "auto" else (backend,)
+    for name in order:
+        if name not in ("pillow", "nvimgcodec") and _available(name) and _can(name, header, all_frames):
+            return name
+    return "pillow"
+
+
+def _as_bytes(data: Any) -> bytes:
+    if isinstance(data, bytes):
+        return data
+    if isinstance(data, (bytearray, memoryview)):
+        return bytes(data)
+    if isinstance(data, torch.Tensor) and data.dtype == torch.uint8 and data.ndim <= 1:
+        return data.cpu().numpy().tobytes()
+    if isinstance(data, np.ndarray) and data.dtype == np.uint8 and data.ndim <= 1:
+        return data.tobytes()
+    what = f"a {data.dtype} tensor of shape {tuple(data.shape)}" if isinstance(data, (torch.Tensor, np.ndarray)) \
+        else type(data).__name__
+    raise TypeError(f"decode_image expects encoded image bytes (bytes, bytearray, memoryview or a 1-D uint8 tensor), "
+                    f"or a list of them, got {what}")
+
+
+def _label(name: Optional[str], data: bytes) -> str:
+    return f"image {name} ({len(data)} bytes)" if name else f"image ({len(data)} bytes)"
+
+
+def _unreadable(data: bytes, name: Optional[str], header: Header, reason: str) -> DecodeError:
+    if not data:
+        return DecodeError(f"cannot decode {_label(name, data)}: it is empty")
+    if header.format == "unknown" and looks_like_tensor_proto(data):
+        return DecodeError(f"cannot decode {_label(name, data)}: it is a serialize_tensor payload (image/format "
+                           f"\"raw\"), not an encoded image; read it with tfr_torch.parse_tensor(data, torch.uint8)")
+    if header.format == "unknown":
+        return DecodeError(f"cannot decode {_label(name, data)}: not a known image format (it starts with "
+                           f"{data[:8]!r})")
+    return DecodeError(f"cannot decode {_label(name, data)}: corrupt or truncated {header.format.upper()}: {reason}")
+
+
+def _finish(pixels: torch.Tensor, depth: int, mode: str, dtype: torch.dtype, orientation: int) -> torch.Tensor:
+    """The contract's last steps: 16 -> 8 bits (for uint8 output) before the mode, orientation, then dtype."""
+    if dtype == torch.uint8 and depth == 16:
+        pixels, depth = (pixels >> 8).to(torch.uint8), 8
+    pixels = _pixels.to_mode(pixels, mode, 255 if depth == 8 else 65535)
+    pixels = _pixels.orient(pixels, orientation)
+    return _pixels.to_dtype(pixels, depth, dtype).contiguous()
+
+
+def _decode_one(data: bytes, mode: str, dtype: torch.dtype, backend: str, all_frames: bool, exif: bool,
+                name: Optional[str]) -> torch.Tensor:
+    header = sniff(data)
+    if not data:
+        raise _unreadable(data, name, header, "")
+    gray = mode in ("GRAY", "GRAY_ALPHA") and _plain_jpeg(header)
+    chosen = _choose(header, backend, torch.device("cpu"), all_frames)
+    try:
+        if chosen == "pillow":
+            array, depth = decode_pillow(data, header, gray=gray, wide=dtype != torch.uint8, all_frames=all_frames)
+            planar = np.ascontiguousarray(np.moveaxis(array, -1, -3))
+            pixels = torch.from_numpy(planar if planar.flags.writeable else planar.copy())
+        else:
+            pixels, depth = _accel.decode_cpu(chosen, header.format, data, gray)
+            if all_frames and pixels.ndim == 3:
+                pixels = pixels[None]
+            elif not all_frames and pixels.ndim == 4:
+                pixels = pixels[0]
+    except (PillowError, _accel.AccelError) as exc:
+        raise _unreadable(data, name, header, str(exc)) from None
+    orientation = 1
+    if exif:
+        orientation = header.orientation if header.format == "jpeg" else exif_orientation(data)
+    return _finish(pixels, depth, mode, dtype, orientation)
+
+
+def _decode_gpu_batch(items: list[bytes], names: list[Optional[str]], mode: str, dtype: torch.dtype, backend: str,
+                      exif: bool, device: torch.device) -> list[torch.Tensor]:
+    """Plain JPEGs in one GPU batch per decoder and colour kind; everything else on the CPU, then moved."""
+    headers = [sniff(d) for d in items]
+    out: list[Optional[torch.Tensor]] = [None] * len(items)
+    groups: dict[tuple[str, bool], list[int]] = {}
+    for k, (data, header) in enumerate(zip(items, headers)):
+        chosen = _choose(header, backend, device, False)
+        if chosen in _GPU_ORDER and _plain_jpeg(header):
+            gray = mode in ("GRAY", "GRAY_ALPHA") or (mode == "UNCHANGED" and header.components == 1)
+            groups.setdefault((chosen, gray), []).append(k)
+        else:
+            out[k] = _decode_one(data, mode, dtype, backend, False, exif, names[k]).to(device)
+    for (chosen, gray), indices in groups.items():
+        try:
+            decoded = _accel.decode_jpegs_gpu(chosen, [items[k] for k in indices], gray, device)
+        except _accel.AccelError:
+            decoded = []
+            for k in indices:  # find the bad one, so the error names it
+                try:
+                    decoded.extend(_accel.decode_jpegs_gpu(chosen, [items[k]], gray, device))
+                except _accel.AccelError as exc:
+                    raise _unreadable(items[k], names[k], headers[k], str(exc)) from None
+        for k, pixels in zip(indices, decoded):
+            out[k] = _finish(pixels, 8, mode, dtype, headers[k].orientation if exif else 1)
+    return out  # type: ignore[return-value]
+
+
+@overload
+def decode_image(data: Data, mode: Mode = ..., *, device: Union[str, torch.device] = ..., dtype: torch.dtype = ...,
+                 backend: Optional[str] = ..., all_frames: bool = ..., apply_exif_orientation: bool = ...,
+                 name: Optional[str] = ...) -> torch.Tensor: ...
+
+
+@overload
+def decode_image(data: Sequence[Data], mode: Mode = ..., *, device: Union[str, torch.device] = ...,
+                 dtype: torch.dtype = ..., backend: Optional[str] = ..., all_frames: bool = ...,
+                 apply_exif_orientation: bool = ..., name: Union[str, Sequence[Optional[str]], None] = ...
+                 ) -> list[torch.Tensor]: ...
+
+
+def decode_image(data: Union[Data, Sequence[Data]], mode: Mode = "UNCHANGED", *,
+                 device: Union[str, torch.device] = "cpu", dtype: torch.dtype = torch.uint8,
+                 backend: Optional[str] = None, all_frames: bool = False, apply_exif_orientation: bool = False,
+                 name: Union[str, Sequence[Optional[str]], None] = None) -> Union[torch.Tensor, list[torch.Tensor]]:
+    """Decode an encoded image (JPEG, PNG, GIF, WebP, BMP, TIFF, PPM/PGM, ...) into a tensor [C, H, W].
+
+    `mode` has torchvision's ImageReadMode meanings ("UNCHANGED", "GRAY", "GRAY_ALPHA", "RGB", "RGB_ALPHA"; the
+    strings or torchvision's enum), so a folder mixing gray, RGBA and RGB files decodes to one shape with "RGB".
+    `dtype`: torch.uint8 (16-bit samples shifted right by 8), torch.uint16 (full 16-bit samples; 8-bit ones shifted
+    left by 8) or torch.float32 (in [0, 1]). `all_frames=True` gives every frame of an animation, [N, C, H, W].
+    `apply_exif_orientation=True` rotates/flips as the EXIF orientation tag says. `backend`: "auto" (default, or
+    the TFR_TORCH_IMAGE_BACKEND environment variable), "pillow", "torchcodec", "torchvision"; a backend is used
+    only for the formats it decodes exactly as the contract says, Pillow for the rest (see image_backends()).
+
+    A list of images gives a list of tensors; with `device="cuda"` its JPEGs are decoded in one batch on the GPU
+    (nvImageCodec, TorchCodec or torchvision, whichever is installed, in that order) and the rest on the CPU, then
+    moved. A corrupt, truncated or empty image raises DecodeError naming it (`name`: e.g. the record's
+    "path:offset" or key; a list of names for a list).
+
+    >>> image = decode_image(record["image/encoded"], "RGB")  # doctest: +SKIP
+    """
+    mode_name = _pixels.normalize_mode(mode)
+    if dtype not in _pixels.DTYPES:
+        raise ValueError(f"dtype must be torch.uint8, torch.uint16 or torch.float32, got {dtype!r}")
+    chosen = _resolve(backend)
+    device = torch.device(device)
+    if isinstance(data, (list, tuple)):
+        if isinstance(name, (list, tuple)):
+            if len(name) != len(data):
+                raise ValueError(f"name has {len(name)} entries for {len(data)} images")
+            names = list(name)
+        else:
+            names = [name] * len(data)
+        items = [_as_bytes(d) for d in data]
+        if device.type == "cuda" and not all_frames:
+            return _decode_gpu_batch(items, names, mode_name, dtype, chosen, apply_exif_orientation, device)
+        out = [_decode_one(d, mode_name, dtype, chosen, all_frames, apply_exif_orientation, n)
+               for d, n in zip(items, names)]
+        return [t.to(device) for t in out] if device.type != "cpu" else out
+    if isinstance(name, (list, tuple)):
+        raise TypeError("name must be a string for one image (a list of names goes with a list of images)")
+    raw = _as_bytes(data)
+    if device.type == "cuda" and not all_frames:
+        return _decode_gpu_batch([raw], [name], mode_name, dtype, chosen, apply_exif_orientation, device)[0]
+    tensor = _decode_one(raw, mode_name, dtype, chosen, all_frames, apply_exif_orientation, name)
+    return tensor.to(device) if device.type != "cpu" else tensor
