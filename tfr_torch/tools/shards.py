@@ -61,7 +61,8 @@ class ShardedWriter:
     def __init__(self, out_dir: PathLike, name: str, split: str = "train", shard_size: int | str = "128MB",
                  compression: str | None = None, *, records_per_shard: int | None = None,
                  features: Mapping[str, Any] | None = None, image: Mapping[str, Any] | None = None,
-                 resume: bool = False, settings: Mapping[str, Any] | None = None) -> None:
+                 resume: bool = False, settings: Mapping[str, Any] | None = None,
+                 tfds: Mapping[str, Any] | None = None) -> None:
         for label, value in (("name", name), ("split", split)):
             if not isinstance(value, str) or not value or "/" in value:
                 raise ValueError(f"{label} must be a non-empty string without '/', got {value!r}")
@@ -78,6 +79,11 @@ class ShardedWriter:
         self.compression = normalize_compression(compression)
         self.features = dict(features) if features is not None else None
         self.image = dict(image) if image is not None else None
+        self.tfds = None  # TFDS metadata (dataset_info.json, features.json) instead of the sidecar: tfr_torch.tfds.write
+        if tfds is not None:
+            from tfr_torch.tfds.write import tfds_options
+
+            self.tfds = tfds_options(tfds, self.features, self.compression)
         self._settings = {"name": name, "split": split, "shard_size": self.shard_size, "compression": self.compression,
                           "records_per_shard": records_per_shard, **(settings or {})}
         self._done: list[dict[str, Any]] = []  # finished shards
@@ -194,8 +200,13 @@ class ShardedWriter:
             partial = f"{self.out_dir}/{shard['partial']}"
             os.replace(partial, f"{self.out_dir}/{final}")
             os.replace(partial + ".idx", f"{self.out_dir}/{final}.idx")
-        with atomic_output(sidecar_path(self.out_dir, self.name, self.split)) as f:
-            f.write(text.encode())
+        if self.tfds is not None:
+            from tfr_torch.tfds.write import finish_split
+
+            finish_split(self.out_dir, self.name, self.split, shards, self.tfds)
+        else:
+            with atomic_output(sidecar_path(self.out_dir, self.name, self.split)) as f:
+                f.write(text.encode())
         if os.path.exists(self._progress_path()):
             os.remove(self._progress_path())
         self.closed = True

@@ -1,0 +1,179 @@
+"""Writing the metadata TensorFlow Datasets needs to load shards tfr_torch wrote: `dataset_info.json` (splits with
+shard lengths and sizes, file name template, version, supervised keys), `features.json` (the feature tree, in
+TFDS's protobuf-JSON form) and `<feature>.labels.txt` (class names), so that `tfds.builder_from_directory(folder)`
+reads the split as if TFDS had prepared it. Several splits written one after another share one dataset_info.json.
+
+>>> write_metadata("out/photos/1.0.0", "photos", "train", [("photos-train.tfrecord-00000-of-00001", 10, 4242)],
+...                features_from_spec(spec))                                          # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any, Optional
+
+from tfr_torch.format.paths import atomic_output
+
+__all__ = ["write_metadata", "features_from_spec", "image_features", "tensor_feature", "text_feature",
+           "class_label_feature", "image_feature", "features_dict", "labels_file_stem"]
+
+_PREFIX = "tensorflow_datasets.core.features."
+
+
+def tensor_feature(shape: Sequence[Optional[int]], dtype: str) -> dict:
+    """A `tfds.features.Tensor` entry of features.json (`None` dimensions are unknown)."""
+    return {"pythonClassName": _PREFIX + "tensor_feature.Tensor",
+            "tensor": {"shape": {"dimensions": [str(-1 if d is None else int(d)) for d in shape]} if shape else {},
+                       "dtype": dtype, "encoding": "none"}}
+
+
+def text_feature() -> dict:
+    return {"pythonClassName": _PREFIX + "text_feature.Text", "text": {}}
+
+
+def class_label_feature(num_classes: int) -> dict:
+    return {"pythonClassName": _PREFIX + "class_label_feature.ClassLabel",
+            "classLabel": {"numClasses": str(int(num_classes))}}
+
+
+def image_feature(shape: Sequence[Optional[int]] = (None, None, None), dtype: str = "uint8",
+                  encoding_format: Optional[str] = None) -> dict:
+    content: dict[str, Any] = {"shape": {"dimensions": [str(-1 if d is None else int(d)) for d in shape]},
+                               "dtype": dtype}
+    if encoding_format:
+        content["encodingFormat"] = encoding_format
+    return {"pythonClassName": _PREFIX + "image_feature.Image", "image": content}
+
+
+def features_dict(features: Mapping[str, dict]) -> dict:
+    return {"pythonClassName": _PREFIX + "features_dict.FeaturesDict", "featuresDict": {"features": dict(features)}}
+
+
+def labels_file_stem(key: str) -> str:
+    """The `<stem>.labels.txt` name TFDS gives the class names of a top-level feature `key` ('/' becomes '.')."""
+    return key.replace("/", ".")
+
+
+def _dtype_name(dtype: Any) -> str:
+    from tfr_torch.decode.specs import string
+
+    if dtype == string:
+        return "string"
+    return str(dtype).removeprefix("torch.")
+
+
+def features_from_spec(spec: Mapping[str, Any]) -> dict:
+    """features.json for a tfr_torch spec: FixedLenFeature -> Tensor of its shape (Text for a scalar string),
+    VarLenFeature -> Tensor of shape (None,), FixedLenSequenceFeature -> Tensor of shape (None, *shape). Other
+    specs (sparse, ragged) have no TFDS equivalent: ValueError naming the key."""
+    from tfr_torch.decode.specs import FixedLenFeature, FixedLenSequenceFeature, VarLenFeature
+
+    out = {}
+    for key, feature in spec.items():
+        dtype = _dtype_name(getattr(feature, "dtype", None))
+        if isinstance(feature, FixedLenFeature):
+            out[key] = text_feature() if dtype == "string" and not feature.shape else tensor_feature(feature.shape, dtype)
+        elif isinstance(feature, VarLenFeature):
+            out[key] = tensor_feature((None,), dtype)
+        elif isinstance(feature, FixedLenSequenceFeature):
+            out[key] = tensor_feature((None, *feature.shape), dtype)
+        else:
+            raise ValueError(f"feature {key!r}: a {type(feature).__name__} has no TensorFlow Datasets equivalent "
+                             "(TFDS metadata describes FixedLen, VarLen and FixedLenSequence features)")
+    return features_dict(out)
+
+
+def image_features(spec: Mapping[str, Any], num_classes: Optional[int], encoding: str) -> dict:
+    """features.json for the shards tfr_torch's image converters write: `image/encoded` is an Image (any
+    encoding, channels as stored), `image/class/label` a ClassLabel, the rest as `features_from_spec`."""
+    if encoding == "raw":
+        raise ValueError("TensorFlow Datasets cannot decode 'raw' (serialize_tensor) images: convert with format "
+                         "'jpeg', 'png' or 'keep' for a TFDS dataset")
+    tree = features_from_spec(spec)
+    features = tree["featuresDict"]["features"]
+    features["image/encoded"] = image_feature((None, None, None), "uint8",
+                                              encoding if encoding in ("jpeg", "png") else None)
+    if num_classes is not None:
+        features["image/class/label"] = class_label_feature(num_classes)
+    return tree
+
+
+def _read_existing(path: str, name: str, version: str) -> dict:
+    if not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        data = json.load(f)
+    if data.get("name") != name or str(data.get("version")) != version:
+        raise ValueError(f"{path} describes dataset {data.get('name')!r} version {data.get('version')!r}, not "
+                         f"{name!r} {version!r}: write each dataset version into its own folder")
+    return data
+
+
+def write_metadata(out_dir: str, name: str, split: str, shards: Sequence[tuple[str, int, int]],
+                   features: Mapping[str, Any], *, version: str = "1.0.0",
+                   supervised_keys: Optional[tuple[str, str]] = None,
+                   class_names: Optional[Mapping[str, Sequence[str]]] = None, description: str = "") -> list[str]:
+    """Write (or update) dataset_info.json, features.json and the labels files in `out_dir` for one split whose
+    `shards` are (file name, records, file bytes) of uncompressed TFRecord files named the TFDS way. Other splits
+    already described there are kept; the features must be the same. Returns the paths written."""
+    info_path = f"{out_dir}/dataset_info.json"
+    existing = _read_existing(info_path, name, version)
+    features_path = f"{out_dir}/features.json"
+    features_text = json.dumps(features, indent=4, sort_keys=True)
+    if existing and os.path.exists(features_path):
+        with open(features_path) as f:
+            if json.load(f) != json.loads(features_text):
+                raise ValueError(f"{features_path} describes other features than split {split!r} has: write splits "
+                                 "of different features into different datasets")
+    entry = {"filepathTemplate": "{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}", "name": split,
+             "numBytes": str(sum(size - 16 * records for _, records, size in shards)),
+             "shardLengths": [str(records) for _, records, _ in shards]}
+    splits = [s for s in existing.get("splits", []) if s.get("name") != split] + [entry]
+    info: dict[str, Any] = {"name": name, "version": version, "fileFormat": "tfrecord",
+                            "description": description or existing.get("description", ""),
+                            "moduleName": "tfr_torch", "splits": splits}
+    if supervised_keys is not None:
+        info["supervisedKeys"] = {"tuple": {"items": [{"featureKey": k} for k in supervised_keys]}}
+    written = []
+    for stem, names in (class_names or {}).items():
+        path = f"{out_dir}/{stem}.labels.txt"
+        with atomic_output(path) as f:
+            f.write("".join(f"{n}\n" for n in names).encode("utf-8"))
+        written.append(path)
+    with atomic_output(features_path) as f:
+        f.write(features_text.encode())
+    with atomic_output(info_path) as f:  # last: a folder with dataset_info.json is complete
+        f.write(json.dumps(info, indent=2, sort_keys=True).encode())
+    return written + [features_path, info_path]
+
+
+def tfds_options(options: Mapping[str, Any], spec: Optional[Mapping[str, Any]], compression: str) -> dict:
+    """Check ShardedWriter's `tfds=` options ({"version", "features", "supervised_keys", "class_names",
+    "description"}, all optional) and fill in features.json from the spec; raises before anything is written."""
+    unknown = set(options) - {"version", "features", "supervised_keys", "class_names", "description"}
+    if unknown:
+        raise ValueError(f"tfds options: unknown key(s) {sorted(unknown)} (version, features, supervised_keys, "
+                         "class_names, description)")
+    if compression not in (None, "none"):
+        raise ValueError(f"TensorFlow Datasets reads uncompressed shards only, got compression={compression!r} with "
+                         "tfds metadata")
+    out = dict(options)
+    out["version"] = str(out.get("version") or "1.0.0")
+    if len(out["version"].split(".")) != 3 or not all(p.isdigit() for p in out["version"].split(".")):
+        raise ValueError(f"a TFDS version is MAJOR.MINOR.PATCH, got {out['version']!r}")
+    if out.get("features") is None:
+        if spec is None:
+            raise ValueError("TFDS metadata needs the features: pass features= (a spec) or tfds={'features': ...}")
+        out["features"] = features_from_spec(spec)
+    return out
+
+
+def finish_split(out_dir: str, name: str, split: str, shards: Sequence[Mapping[str, Any]],
+                 options: Mapping[str, Any]) -> list[str]:
+    """ShardedWriter.close for a TFDS dataset: the metadata of one split (see write_metadata)."""
+    return write_metadata(out_dir, name, split, [(s["file"], s["records"], s["bytes"]) for s in shards],
+                          options["features"], version=options["version"],
+                          supervised_keys=options.get("supervised_keys"), class_names=options.get("class_names"),
+                          description=options.get("description", ""))
