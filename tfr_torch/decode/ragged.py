@@ -23,7 +23,16 @@ from tfr_torch.decode.specs import (
 )
 from tfr_torch.decode.units import Units
 
-__all__ = ["RaggedDecoder"]
+__all__ = ["RaggedDecoder", "MAX_EMPTY_ROWS"]
+
+
+# A ValueRowIds partition can describe rows that hold no values (ids [0, 5]: rows 1-4 empty) for free: a row id
+# of 10**12 in a 33-byte record would ask for 8 TB of row splits. At most this many empty rows per unit.
+MAX_EMPTY_ROWS = 1 << 16
+
+
+def _decreases(data: np.ndarray) -> bool:
+    return bool(len(data) > 1 and (data[1:] < data[:-1]).any())
 
 
 def _splits_of(counts: np.ndarray) -> np.ndarray:
@@ -125,31 +134,38 @@ class RaggedDecoder:
         def fail(detail: str) -> Exception:
             return units.error(self.key, u, f"has an invalid partition {name}: {detail}")
 
+        # every check compares values (never np.diff or sums that could wrap around in int64)
         if isinstance(p, RowLengths):
             if (data < 0).any():
                 raise fail(f"a negative row length {int(data[data < 0][0])}")
-            if int(data.sum()) != nvals:
-                raise fail(f"row lengths sum to {int(data.sum())}, expected {nvals} (the number of values)")
+            if (data > nvals).any():
+                raise fail(f"a row length {int(data[data > nvals][0])} larger than the number of values ({nvals})")
+            total = int(data.sum())  # each length <= nvals, so no int64 wrap-around
+            if total != nvals:
+                raise fail(f"row lengths sum to {total}, expected {nvals} (the number of values)")
             return _splits_of(data)
         if isinstance(p, RowSplits):
             if len(data) == 0 and nvals == 0:  # a missing partition of an empty unit: no rows
                 return np.zeros(1, dtype=np.int64)
-            if len(data) == 0 or data[0] != 0 or (np.diff(data) < 0).any() or data[-1] != nvals:
+            if len(data) == 0 or data[0] != 0 or _decreases(data) or data[-1] != nvals:
                 raise fail(f"row splits must start at 0, never decrease and end at {nvals}; got {data.tolist()[:20]}")
             return data
         if isinstance(p, RowStarts):
-            splits = np.concatenate((data, [nvals]))
-            if (len(data) and data[0] != 0) or (np.diff(splits) < 0).any() or (not len(data) and nvals):
+            splits = np.concatenate((data, [nvals])).astype(np.int64)
+            if (len(data) and data[0] != 0) or _decreases(splits) or (not len(data) and nvals):
                 raise fail(f"row starts must start at 0, never decrease and stay within {nvals}; got {data.tolist()[:20]}")
             return splits
         if isinstance(p, RowLimits):
-            splits = np.concatenate(([0], data))
-            if (np.diff(splits) < 0).any() or splits[-1] != nvals:
+            splits = np.concatenate(([0], data)).astype(np.int64)
+            if _decreases(splits) or splits[-1] != nvals:
                 raise fail(f"row limits must never decrease and end at {nvals}; got {data.tolist()[:20]}")
             return splits
         if isinstance(p, ValueRowIds):
-            if len(data) != nvals or (len(data) and (data[0] < 0 or (np.diff(data) < 0).any())):
+            if len(data) != nvals or (len(data) and (data[0] < 0 or _decreases(data))):
                 raise fail(f"expected {nvals} non-negative, non-decreasing row ids; got {data.tolist()[:20]}")
             nrows = int(data[-1]) + 1 if len(data) else 0
+            if nrows > nvals + MAX_EMPTY_ROWS:
+                raise fail(f"row id {int(data[-1])} implies {nrows} rows for {nvals} values: more than "
+                           f"{MAX_EMPTY_ROWS} empty rows (tfr_torch.decode.ragged.MAX_EMPTY_ROWS)")
             return _splits_of(np.bincount(data, minlength=nrows))
         raise TypeError(f"unknown partition {p!r}")  # pragma: no cover - specs validate partitions
