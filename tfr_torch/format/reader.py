@@ -14,10 +14,12 @@ import warnings
 from collections.abc import Callable, Iterator
 from typing import IO, Union
 
+from tfr_torch import _native
 from tfr_torch.errors import CorruptRecordError, SkippedRecordWarning, TFRecordError, TruncatedRecordError
 from tfr_torch.format.compression import NONE, Inflater, compression_from_name, detect_compression, normalize_compression
 from tfr_torch.format.crc import crc32c, masked_crc32c
 from tfr_torch.format.paths import PathLike, as_path, is_url, open_input
+from tfr_torch.format.sniff import header_message, not_a_tfrecord
 
 __all__ = ["HEADER_SIZE", "FOOTER_SIZE", "RecordReader", "RecordFile", "read_records", "OnError"]
 
@@ -25,6 +27,8 @@ HEADER_SIZE = 12  # uint64 length + uint32 masked CRC of the length
 FOOTER_SIZE = 4  # uint32 masked CRC of the data
 _OVERHEAD = HEADER_SIZE + FOOTER_SIZE
 _BUFFER = 1 << 20
+_SCAN_BATCH = 4096  # records the compiled kernel frames per call
+_NO_END = float("inf")
 
 OnError = Union[str, Callable[[TFRecordError], None]]
 
@@ -149,7 +153,7 @@ class RecordReader:
         """The hot loop. `buf[lo:hi]` holds unread bytes; `base` is the stream offset of `buf[0]`."""
         readinto = self._stream.readinto
         total = self._total
-        end = self.end if self.end is not None else float("inf")
+        end = self.end if self.end is not None else _NO_END
         verify = self.verify
         path = self.path
         buf = bytearray(self._buffer_size)
@@ -159,6 +163,7 @@ class RecordReader:
         eof = False
         header_crcs: dict[int, int] = {}  # length -> its valid header CRC (it depends on the length only)
         broken = False  # the (compressed) stream failed; what is left in the buffer is its cut-off tail
+        core = _native.core  # the compiled framing kernel, or None: the loop below is then the whole reader
 
         def fill(want: int) -> None:
             """Move buf[lo:hi] to the front and read until `want` bytes are buffered or the stream ends."""
@@ -185,7 +190,7 @@ class RecordReader:
 
         def resync() -> None:
             """After a corrupt header, find the next offset where a header and its data both pass their CRCs.
-            Scans byte by byte: only bad files take this path."""
+            The compiled kernel finds candidate headers at memory speed; the reference tries every byte."""
             nonlocal lo
             lo += 1
             while True:
@@ -194,6 +199,13 @@ class RecordReader:
                     if hi - lo < HEADER_SIZE:
                         lo = hi  # what is left is part of the corrupt region
                         return
+                if core is not None:
+                    found = core.find_header(buf, lo, hi)
+                    if found < 0:  # none here: keep the last bytes, a header may start in them
+                        lo = hi - HEADER_SIZE + 1
+                        fill(HEADER_SIZE)
+                        continue
+                    lo = found
                 length, length_crc = _unpack_header(buf, lo)
                 if masked_crc32c(view[lo : lo + 8]) == length_crc:
                     need = length + _OVERHEAD
@@ -211,6 +223,18 @@ class RecordReader:
                 self.offset = off
                 if off >= end:
                     return
+                if core is not None and hi - lo >= HEADER_SIZE:  # every whole, good record in the buffer at once
+                    limit = hi if end == _NO_END else min(hi, end - base)
+                    found, stop, _ = core.scan_records(buf, lo, hi, limit, verify, _SCAN_BATCH)
+                    if found:
+                        lo = stop
+                        for data in found:
+                            off += len(data) + _OVERHEAD
+                            self.records += 1
+                            self.offset = off
+                            yield data
+                        continue
+                    # nothing whole and good at `lo`: the step below reads more, or reports what is wrong
                 if hi - lo < HEADER_SIZE:
                     fill(HEADER_SIZE)
                     if hi - lo < HEADER_SIZE:
@@ -221,9 +245,9 @@ class RecordReader:
                         return
                 length, length_crc = _unpack_header(buf, lo)
                 if header_crcs.get(length) != length_crc and masked_crc32c(view[lo : lo + 8]) != length_crc:
-                    self._fail(CorruptRecordError(
-                        f"corrupt record header: the CRC of its length field is {masked_crc32c(view[lo:lo + 8]):#010x}, "
-                        f"expected {length_crc:#010x} (stored in the header)", path, off))
+                    self._fail(CorruptRecordError(header_message(
+                        view[lo : min(hi, lo + 512)], off, masked_crc32c(view[lo : lo + 8]), length_crc,
+                        self.compression), path, off))
                     resync()
                     continue
                 if len(header_crcs) < 4096:
@@ -372,6 +396,7 @@ class RecordFile:
         except BaseException:
             self._raw.close()
             raise
+        self._size = _size_of(self._raw)  # refreshed when a record seems to reach past it
 
     def read(self, offset: int, size: int | None = None) -> bytes:
         """The data of the record whose header starts at `offset` (`size`, the framed size from the index, is
@@ -382,11 +407,20 @@ class RecordFile:
                                        self.path, offset)
         length, length_crc = _unpack_header(header)
         if masked_crc32c(header[:8]) != length_crc:
+            sentence = not_a_tfrecord(self._read_at(0, 512)) if offset == 0 else None
+            if sentence is not None:
+                raise CorruptRecordError(sentence, self.path, offset)
             raise CorruptRecordError("corrupt record header (its length CRC does not match): is the index stale "
                                      "or made for another file?", self.path, offset)
         if size is not None and length + _OVERHEAD != size:
             raise CorruptRecordError(f"the record here has {length + _OVERHEAD} bytes but the index says {size}: is "
                                      "the index stale or made for another file?", self.path, offset)
+        need = length + _OVERHEAD
+        total = self._size if self._size is not None and offset + need <= self._size else self._current_size()
+        if total is not None and offset + need > total:  # checked before anything is allocated for the body
+            raise TruncatedRecordError(f"truncated record: its header says {length} bytes of data, so {need} bytes "
+                                       f"from this offset, but the file has only {max(total - offset, 0)}",
+                                       self.path, offset)
         body = self._read_at(offset + HEADER_SIZE, length + FOOTER_SIZE)
         if len(body) < length + FOOTER_SIZE:
             raise TruncatedRecordError(f"truncated record: expected {length + _OVERHEAD} bytes from this offset, "
@@ -402,15 +436,27 @@ class RecordFile:
         handle inherited by forked DataLoader workers stays safe)."""
         if self._fd is not None:
             chunks, got = [], 0
-            while got < size:
-                chunk = os.pread(self._fd, size - got, offset + got)
+            while got < size:  # bounded reads: pread allocates what it is asked for
+                chunk = os.pread(self._fd, min(size - got, _BUFFER << 4), offset + got)
                 if not chunk:
                     break
                 chunks.append(chunk)
                 got += len(chunk)
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)
         self._raw.seek(offset)
-        return self._raw.read(size)
+        chunks, got = [], 0
+        while got < size:
+            chunk = self._raw.read(min(size - got, _BUFFER << 4))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            got += len(chunk)
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    def _current_size(self) -> int | None:
+        """The file's size now (it may have grown since it was opened); None when it cannot be known."""
+        self._size = _size_of(self._raw)
+        return self._size
 
     def close(self) -> None:
         self._raw.close()

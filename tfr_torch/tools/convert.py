@@ -31,7 +31,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from tfr_torch.decode.images import normalize_mode
 from tfr_torch.decode.specs import FixedLenFeature, string
 from tfr_torch.errors import DecodeError
 from tfr_torch.format.example import encode_example
@@ -152,6 +151,18 @@ class _FolderJob:
         return i, record, len(data), None
 
 
+def normalize_mode(img: Any) -> Any:
+    """The PIL image in the mode decoders give: L, LA, RGB and RGBA stay; palette images become RGB (RGBA with
+    transparency); 16-bit and float gray become L; everything else RGB (RGBA when it has alpha)."""
+    if img.mode in ("L", "LA", "RGB", "RGBA"):
+        return img
+    if img.mode == "P":
+        return img.convert("RGBA" if "transparency" in img.info else "RGB")
+    if img.mode in ("I;16", "I", "F"):
+        return img.convert("L")
+    return img.convert("RGBA" if "A" in img.getbands() else "RGB")
+
+
 def _decoded_channels(img: Any) -> int:
     """Channels of the pixels decoders give for this image (decode_image, tf.io.decode_image, torchvision)."""
     return len(normalize_mode(img).getbands()) if img.mode != "P" else (4 if "transparency" in img.info else 3)
@@ -262,7 +273,7 @@ def _ordered_map(pool: ProcessPoolExecutor, job: Callable[[int], tuple], indices
 
 def _convert(job: Callable, count: int, out_dir: str, name: str, split: str, *, shard_size: Any,
              records_per_shard: int | None, compression: str | None, workers: int, on_error: str, resume: bool,
-             progress: bool, image: dict, settings: dict) -> ConversionResult:
+             progress: bool, image: dict, settings: dict, tfds_version: str | None = None) -> ConversionResult:
     if on_error not in ("raise", "skip"):
         raise ValueError(f'on_error must be "raise" or "skip", got {on_error!r}')
     workers = max(int(workers), 1)
@@ -279,8 +290,17 @@ def _convert(job: Callable, count: int, out_dir: str, name: str, split: str, *, 
     features = dict(IMAGE_FEATURES)
     if image.get("filenames"):
         features["image/filename"] = FixedLenFeature([], string)
+    tfds = None
+    if tfds_version is not None:  # a TFDS dataset folder: <out>/<name>/<version>/, with TFDS's metadata
+        from tfr_torch.tfds.write import image_features
+
+        out_dir = f"{out_dir.rstrip('/')}/{name}/{tfds_version}"
+        classes = image.get("classes")
+        tfds = {"version": tfds_version, "supervised_keys": ("image/encoded", "image/class/label"),
+                "features": image_features(features, len(classes) if classes else None, image["encoding"]),
+                "class_names": {"image.class.label": classes} if classes else None}
     writer = ShardedWriter(out_dir, name, split, shard_size, compression, records_per_shard=records_per_shard,
-                           features=features, image=image, resume=resume, settings=settings)
+                           features=features, image=image, resume=resume, settings=settings, tfds=tfds)
     start = 0
     skipped: list = []
     if writer.resumed_position is not None:
@@ -309,14 +329,17 @@ def _convert(job: Callable, count: int, out_dir: str, name: str, split: str, *, 
 def convert_image_folder(src_dir: str, out_dir: str, name: str, split: str = "train", *, format: str = "keep",
                          quality: int = 95, shard_size: Any = "128MB", records_per_shard: int | None = None,
                          compression: str | None = None, workers: int = 1, on_error: str = "raise",
-                         check: bool = True, resume: bool = True, progress: bool = False) -> ConversionResult:
+                         check: bool = True, resume: bool = True, progress: bool = False, tfds: bool = False,
+                         version: str = "1.0.0") -> ConversionResult:
     """Convert a folder of class subfolders (torchvision's ImageFolder layout) into sharded TFRecords.
 
     Labels follow ImageFolder (classes sorted by folder name). `format="keep"` stores the original file bytes
     (checked to decode unless `check=False`); "jpeg"/"png" re-encode, "raw" stores a uint8 [C, H, W] tensor with
     serialize_tensor. Output is deterministic whatever `workers` is; an interrupted run resumes after its last
     finished shard (`resume=True`). A broken image stops the conversion with its path (`on_error="raise"`) or
-    is skipped and counted (`"skip"`). See the module docstring for the feature keys.
+    is skipped and counted (`"skip"`). See the module docstring for the feature keys. `tfds=True` writes a
+    TensorFlow Datasets folder `out_dir/name/version/` (dataset_info.json, features.json, class names) instead of the
+    sidecar: `tfds.builder_from_directory` loads it, and so does `TFRecordDataset(folder, split=...)`.
 
     >>> convert_image_folder("photos/", "out/", "photos", "train", workers=4)  # doctest: +SKIP
     """
@@ -331,13 +354,14 @@ def convert_image_folder(src_dir: str, out_dir: str, name: str, split: str = "tr
     settings = {"source": os.path.abspath(src_dir), "items": len(items), "format": format, "quality": quality}
     return _convert(job, len(items), out_dir, name, split, shard_size=shard_size, records_per_shard=records_per_shard,
                     compression=compression, workers=workers, on_error=on_error, resume=resume, progress=progress,
-                    image=image, settings=settings)
+                    image=image, settings=settings, tfds_version=version if tfds else None)
 
 
 def convert_dataset(dataset: Any, out_dir: str, name: str, split: str = "train", image_format: str = "jpeg",
                     quality: int = 95, *, shard_size: Any = "128MB", records_per_shard: int | None = None,
                     compression: str | None = None, workers: int = 1, on_error: str = "raise",
-                    classes: Sequence[str] | None = None, resume: bool = True, progress: bool = False) -> ConversionResult:
+                    classes: Sequence[str] | None = None, resume: bool = True, progress: bool = False,
+                    tfds: bool = False, version: str = "1.0.0") -> ConversionResult:
     """Convert a map-style dataset of `(image, target)` items (torchvision's CIFAR10, MNIST, ImageFolder, ...)
     into sharded TFRecords. Images may be PIL images, uint8 tensors [C, H, W] or numpy arrays [H, W, C];
     `image_format` "jpeg" (at `quality`), "png" (lossless) or "raw" (serialize_tensor of uint8 [C, H, W]).
@@ -357,4 +381,5 @@ def convert_dataset(dataset: Any, out_dir: str, name: str, split: str = "train",
     settings = {"source": type(dataset).__name__, "items": len(dataset), "format": image_format, "quality": quality}
     return _convert(job, len(dataset), out_dir, name, split, shard_size=shard_size,
                     records_per_shard=records_per_shard, compression=compression, workers=workers,
-                    on_error=on_error, resume=resume, progress=progress, image=image, settings=settings)
+                    on_error=on_error, resume=resume, progress=progress, image=image, settings=settings,
+                    tfds_version=version if tfds else None)
