@@ -915,17 +915,20 @@ def test_conversion_result_is_a_plain_record(tmp_path):
 # ---------------------------------------------------------------------------------------------- progress
 
 
-def test_progress_line_and_done():
-    stream = io.StringIO()
+def test_progress_counts_always_and_draws_only_on_a_terminal():
+    stream = io.StringIO()  # not a terminal: nothing drawn, everything counted
     meter = Progress(10, "x: ", enabled=True, stream=stream, interval=0)
     meter.update(3, 3_000_000)
     assert meter.items == 3 and meter.bytes == 3_000_000
-    text = stream.getvalue()
-    assert text.startswith("\r") and "x: 3/10 items" in text and "MB/s" in text and "ETA" in text
-    seconds = meter.done()
-    assert seconds >= 0 and stream.getvalue().endswith("\n")
+    assert meter.done() >= 0 and stream.getvalue() == ""
+    assert meter.line().startswith("x: 3/10 items") and "MB/s" in meter.line()
+    drawn = io.StringIO()
+    loud = Progress(10, "x: ", stream=drawn, interval=0, tty_only=False)  # tqdm's bar, on any stream
+    loud.update(3, 3_000_000)
+    loud.done()
+    assert "x: " in drawn.getvalue() and "3/10" in drawn.getvalue() and drawn.getvalue().endswith("\n")
     quiet = io.StringIO()
-    silent = Progress(None, enabled=False, stream=quiet, interval=0)
+    silent = Progress(None, enabled=False, stream=quiet, interval=0, tty_only=False)
     silent.update(5)
     silent.done()
     assert quiet.getvalue() == "" and "5 items" in silent.line()
@@ -983,8 +986,10 @@ def _inspect_table(stdout):
     assert lines[0].split("\t") == ["file", "records", "bytes", "compression"]
     blank = lines.index("")
     files = [line.split("\t") for line in lines[1:blank]]
-    header = lines.index("key\tkind\tdtype\trecords\tvalues min/mean/max")
-    features = {line.split("\t")[0]: line.split("\t")[1:] for line in lines[header + 1:] if "\t" in line}
+    files = [f for f in files if f[0] != "total"]
+    header = lines.index("key\tkind\tdtype\trecords\tvalues min/mean/max\tmin\tmax")
+    features = {line.split("\t")[0]: line.split("\t")[1:] for line in lines[header + 1:lines.index("", header)
+                                                                           if "" in lines[header:] else None]}
     return files, features
 
 
@@ -1111,13 +1116,13 @@ def test_inspect_reports_mixed_kinds_value_counts_and_non_examples(tmp_path):
     assert r.returncode == 0, r.stderr
     files, features = _inspect_table(r.stdout)
     assert files == [[str(path), "3", str(os.path.getsize(path)), "none"]]
-    assert features["x"] == ["int64_list", "int64", "2", "1/2.00/3"]
-    assert features["y"][0] == "float/int64"  # one key written with two kinds
-    assert features["z"] == ["bytes_list", "string", "2", "1/1.50/2"]
-    assert "(1 records are not tf.train.Example)" in r.stdout
+    assert features["x"] == ["int64_list", "int64", "2", "1/2.00/3", "1", "4"]  # values per record, value range
+    assert features["y"][:3] == ["float/int64", "-", "2"]  # one key written with two kinds
+    assert features["z"] == ["bytes_list", "string", "2", "1/1.50/2", "1 bytes", "1 bytes"]
+    assert "records read: 3 (every record); tf.train.Example: 2, raw (none of these): 1\n" in r.stdout
     r = run_cli("inspect", "--max-records", "1", path)
     _, features = _inspect_table(r.stdout)
-    assert features["x"] == ["int64_list", "int64", "1", "3/3.00/3"]
+    assert features["x"] == ["int64_list", "int64", "1", "3/3.00/3", "1", "3"]
 
 
 def test_inspect_of_a_corrupt_file_fails_with_its_path(tmp_path):

@@ -1,96 +1,261 @@
-"""`tfr-torch inspect` (what is in some TFRecord files) and `tfr-torch reshard` (rewrite them into new shards)."""
+"""`tfr-torch inspect`: what is in some TFRecord files.
+
+Per file: records, bytes, compression. Over the records read (all, or the first `max_records` of each file),
+in constant memory: what kind of message they are; for Examples (and SequenceExample contexts) each feature's
+kind, the dtype a spec would use, how many records carry it, its count of values per record and its value range
+(min/max of numbers, lengths of bytes); for SequenceExample feature lists the same per step; for
+serialize_tensor payloads each dtype's shapes and value range.
+"""
 
 from __future__ import annotations
 
-import re
+import math
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-from google.protobuf.message import DecodeError as ProtoDecodeError
+import numpy as np
 
-from tfr_torch.decode.infer import infer_features
-from tfr_torch.decode.sidecar import sidecar_for, spec_from_json
+from tfr_torch.decode.infer import EXAMPLE, RAW, SEQUENCE_EXAMPLE, TENSOR, classify_record
 from tfr_torch.errors import DecodeError
-from tfr_torch.format._proto import raw_example_pb2
 from tfr_torch.format.columns import decode_column, kind_of
 from tfr_torch.format.paths import file_size
 from tfr_torch.format.reader import RecordReader
+from tfr_torch.format.tensor import DTYPES
 from tfr_torch.tools.progress import Progress
-from tfr_torch.tools.shards import ShardedWriter
 
-__all__ = ["inspect_files", "reshard"]
+__all__ = ["inspect_files"]
+
+_CHUNK = 1024  # records decoded column-wise at a time
+_DTYPES = {"float": "float32", "int64": "int64", "bytes": "string"}
+_KIND_NAMES = {EXAMPLE: "tf.train.Example", SEQUENCE_EXAMPLE: "tf.train.SequenceExample",
+               TENSOR: "serialize_tensor payload", RAW: "raw (none of these)"}
+_HEAD = ["key", "kind", "dtype", "records", "values min/mean/max", "min", "max"]
 
 
-def inspect_files(paths: Sequence[str], compression: str | None = "auto", max_records: int | None = None) -> str:
-    """A text report: per file its records, bytes and compression; then, over all records read, each feature's
-    kind, the dtype a spec would use, how many records carry it, and its value counts (min/mean/max)."""
+@dataclass
+class _Range:
+    """Running min/max of numbers (NaN counted apart) or of byte-string lengths."""
+
+    low: Any = None
+    high: Any = None
+    nan: int = 0
+
+    def add(self, values: Any) -> None:
+        if isinstance(values, list):  # bytes values: their lengths
+            if not values:
+                return
+            lengths = [len(v) for v in values]
+            low, high = min(lengths), max(lengths)
+        else:
+            array = np.asarray(values)
+            if array.size == 0:
+                return
+            if array.dtype.kind in "fc":
+                if array.dtype.kind == "c":
+                    array = np.abs(array)
+                nans = np.isnan(array)
+                self.nan += int(nans.sum())
+                array = array[~nans]
+                if array.size == 0:
+                    return
+            low, high = array.min().item(), array.max().item()
+        self.low = low if self.low is None else min(self.low, low)
+        self.high = high if self.high is None else max(self.high, high)
+
+    def cells(self, unit: str = "") -> list[str]:
+        if self.low is None:
+            return ["-", "-"]
+        return [_number(self.low) + unit, _number(self.high) + unit]
+
+
+def _number(value: Any) -> str:
+    if isinstance(value, float):
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+        return f"{value:.7g}"
+    return str(value)
+
+
+@dataclass
+class _Feature:
+    """One feature key over the records read: its kinds, how many records carry it, values per record."""
+
+    kinds: set = field(default_factory=set)
+    records: int = 0
+    count_min: int | None = None
+    count_max: int = 0
+    count_sum: int = 0
+    values: _Range = field(default_factory=_Range)
+    malformed: str | None = None
+    steps: _Range = field(default_factory=_Range)  # feature lists: steps per record
+
+    def add(self, raws: list, key: str) -> None:
+        """Add one chunk of raw Feature bytes (None where a record lacks the key)."""
+        kinds = {kind_of(raw, key) for raw in raws} - {None}
+        self.kinds |= kinds
+        for kind in sorted(kinds):
+            chosen = raws if len(kinds) == 1 else [r if kind_of(r, key) == kind else None for r in raws]
+            try:
+                column = decode_column(chosen, kind, key)
+            except DecodeError as exc:
+                self.malformed = self.malformed or exc.message
+                continue
+            counts = column.counts[column.present]
+            if counts.size:
+                self.records += int(counts.size)
+                self.count_min = int(counts.min()) if self.count_min is None else min(self.count_min, int(counts.min()))
+                self.count_max = max(self.count_max, int(counts.max()))
+                self.count_sum += int(counts.sum())
+            self.values.add(column.values)
+
+    def cells(self, key: str) -> list[str]:
+        if len(self.kinds) != 1:
+            return [key, "/".join(sorted(self.kinds)) or "no kind", "-", str(self.records), "-", "-", "-"]
+        kind = next(iter(self.kinds))
+        counts = "-" if not self.records else f"{self.count_min}/{self.count_sum / self.records:.2f}/{self.count_max}"
+        row = [key, f"{kind}_list", _DTYPES[kind], str(self.records), counts,
+               *self.values.cells(" bytes" if kind == "bytes" else "")]
+        notes = []
+        if self.values.nan:
+            notes.append(f"{self.values.nan} NaN")
+        if self.malformed:
+            notes.append(f"malformed: {self.malformed}")
+        return row + (["; ".join(notes)] if notes else [])
+
+
+@dataclass
+class _Tensors:
+    """serialize_tensor payloads of one dtype: shapes seen and value range."""
+
+    records: int = 0
+    shapes: dict = field(default_factory=dict)  # shape -> records (at most _SHAPES kept)
+    values: _Range = field(default_factory=_Range)
+
+    def add(self, tensor: Any) -> None:
+        self.records += 1
+        shape = tuple(tensor.shape)
+        if shape in self.shapes or len(self.shapes) < 8:
+            self.shapes[shape] = self.shapes.get(shape, 0) + 1
+        values = tensor.values
+        if isinstance(values, list):  # strings, nested like the shape
+            flat: list = []
+            stack = [values]
+            while stack:
+                item = stack.pop()
+                if isinstance(item, list):
+                    stack.extend(item)
+                else:
+                    flat.append(item)
+            self.values.add(flat)
+        else:
+            array = np.asarray(values)
+            if tensor.dtype == 14:  # bfloat16 bits -> float32
+                array = (array.astype(np.uint32) << 16).view(np.float32)
+            self.values.add(array)
+
+    def shape_text(self) -> str:
+        shapes = sorted(self.shapes, key=lambda s: (-self.shapes[s], s))
+        text = ", ".join(f"{list(s)}" + (f" x{self.shapes[s]}" if len(shapes) > 1 else "") for s in shapes)
+        return text + (", ..." if sum(self.shapes.values()) < self.records else "")
+
+
+class _Report:
+    """Statistics of every record read, kept per chunk so memory stays constant whatever the number of records."""
+
+    def __init__(self) -> None:
+        self.kinds: dict[str, int] = {}
+        self.features: dict[str, _Feature] = {}
+        self.lists: dict[str, _Feature] = {}
+        self.list_records: dict[str, int] = {}
+        self.tensors: dict[str, _Tensors] = {}
+        self._contexts: list[dict] = []
+        self._lists: list[dict] = []
+
+    def add(self, record: bytes) -> None:
+        kind, parsed = classify_record(record)
+        self.kinds[kind] = self.kinds.get(kind, 0) + 1
+        if kind == EXAMPLE:
+            self._contexts.append(parsed)
+        elif kind == SEQUENCE_EXAMPLE:
+            self._contexts.append(parsed[0])
+            self._lists.append(parsed[1])
+        elif kind == TENSOR:
+            self.tensors.setdefault(DTYPES[parsed.dtype][0], _Tensors()).add(parsed)
+        if len(self._contexts) >= _CHUNK or len(self._lists) >= _CHUNK:
+            self.flush()
+
+    def flush(self) -> None:
+        maps, self._contexts = self._contexts, []
+        for key in sorted({k for m in maps for k in m}):
+            self.features.setdefault(key, _Feature()).add([m.get(key) for m in maps], key)
+        lists, self._lists = self._lists, []
+        for key in sorted({k for m in lists for k in m}):
+            stats = self.lists.setdefault(key, _Feature())
+            steps = [m[key] for m in lists if key in m]
+            self.list_records[key] = self.list_records.get(key, 0) + len(steps)
+            stats.steps.add(np.array([len(s) for s in steps]))
+            stats.add([raw for s in steps for raw in s], key)
+
+    def text(self, read: int, max_records: int | None) -> list[str]:
+        self.flush()
+        which = f"at most {max_records} per file" if max_records is not None else "every record"
+        kinds = ", ".join(f"{_KIND_NAMES[k]}: {n}" for k, n in sorted(self.kinds.items(), key=lambda kv: -kv[1]))
+        lines = [f"records read: {read} ({which}); {kinds or 'none'}"]
+        if self.features:
+            context = " (Examples, and SequenceExamples' context)" if SEQUENCE_EXAMPLE in self.kinds else ""
+            lines += ["", f"features{context}:", "\t".join(_HEAD)]
+            lines += ["\t".join(self.features[key].cells(key)) for key in sorted(self.features)]
+        if self.lists:
+            lines += ["", "feature lists (SequenceExamples; values per step):",
+                      "\t".join(_HEAD[:3] + ["records", "steps min/max", "steps"] + _HEAD[4:])]
+            for key in sorted(self.lists):
+                stats = self.lists[key]
+                cells = stats.cells(key)
+                cells[3:3] = [str(self.list_records[key]), "/".join(stats.steps.cells())]
+                lines.append("\t".join(cells))
+        if self.tensors:
+            lines += ["", "tensors (serialize_tensor payloads):", "dtype\trecords\tshape\tmin\tmax"]
+            for dtype in sorted(self.tensors):
+                t = self.tensors[dtype]
+                unit = " bytes" if dtype == "string" else ""
+                row = [dtype, str(t.records), t.shape_text(), *t.values.cells(unit)]
+                lines.append("\t".join(row + ([f"{t.values.nan} NaN"] if t.values.nan else [])))
+        return lines
+
+
+def inspect_files(paths: Sequence[str], compression: str | None = "auto", max_records: int | None = None, *,
+                  progress: bool = False) -> str:
+    """A text report (tab-separated tables): each file's records, bytes and compression; then, over the records
+    read (every record, or the first `max_records` of each file), the kinds of records and, per feature key, its
+    kind, the dtype a spec would use, how many records carry it, its values per record (min/mean/max) and the
+    range of its values (numbers: min and max, NaN counted apart; bytes: shortest and longest). serialize_tensor
+    payloads get their dtypes, shapes and value ranges. Every record's CRCs are checked.
+
+    >>> print(inspect_files(["train.tfrecord"]))  # doctest: +SKIP
+    """
+    if max_records is not None and (not isinstance(max_records, int) or max_records < 1):
+        raise ValueError(f"max_records must be None or a positive int, got {max_records!r}")
+    sizes = [file_size(path) for path in paths]
     lines = ["file\trecords\tbytes\tcompression"]
-    maps: list[dict[str, bytes]] = []
-    not_examples = 0
-    for path in paths:
+    report = _Report()
+    read = 0
+    meter = Progress(label="inspect", enabled=progress, total_bytes=sum(sizes), unit="records")
+    for path, size in zip(paths, sizes):
         with RecordReader(path, compression, verify=True) as reader:
+            if reader.compression != "none":
+                meter.unknown_total()
             n = 0
             for record in reader:
                 n += 1
+                meter.update(1, len(record) + 16)
                 if max_records is None or n <= max_records:
-                    try:
-                        maps.append(dict(raw_example_pb2.RawExample.FromString(record).features.feature))
-                    except ProtoDecodeError:  # not an Example: counted below
-                        not_examples += 1
-            lines.append(f"{path}\t{n}\t{file_size(path)}\t{reader.compression}")
-    lines.append("")
-    lines.append(f"features (over {len(maps)} records{'' if max_records is None else f', at most {max_records} per file'}):")
-    lines.append("key\tkind\tdtype\trecords\tvalues min/mean/max")
-    dtypes = {"float": "float32", "int64": "int64", "bytes": "string"}
-    for key in sorted({k for m in maps for k in m}):
-        raws = [m.get(key) for m in maps]
-        kinds = sorted({kind_of(r, key) for r in raws} - {None})
-        if len(kinds) != 1:
-            lines.append(f"{key}\t{'/'.join(kinds) or 'no kind'}\t-\t{sum(r is not None for r in raws)}\t-")
-            continue
-        try:
-            column = decode_column(raws, kinds[0], key)
-        except DecodeError as exc:
-            lines.append(f"{key}\t{kinds[0]}\t-\t-\tmalformed: {exc.message}")
-            continue
-        counts = column.counts[column.present]
-        stats = f"{counts.min()}/{counts.mean():.2f}/{counts.max()}" if counts.size else "-"
-        lines.append(f"{key}\t{kinds[0]}_list\t{dtypes[kinds[0]]}\t{int(column.present.sum())}\t{stats}")
-    if not_examples:
-        lines.append(f"({not_examples} records are not tf.train.Example)")
-    return "\n".join(lines) + "\n"
-
-
-_SHARD = re.compile(r"^(?P<name>.+)-(?P<split>[^-]+)\.tfrecord(-\d+-of-\d+)?$")
-
-
-def reshard(paths: Sequence[str], out_dir: str, *, shard_size: Any = "128MB", compression: str | None = None,
-            name: str | None = None, split: str | None = None, progress: bool = False) -> list[str]:
-    """Copy every record of `paths`, in order, into new shards (ShardedWriter: TFDS names, indexes, sidecar).
-    The features spec is taken from the input's sidecar when there is one, else inferred from the records."""
-    found = sidecar_for(paths)
-    features, image = None, None
-    if found is not None:
-        sidecar, _ = found
-        features = spec_from_json(sidecar["features"]) if sidecar.get("features") else None
-        image = sidecar.get("image")
-        name = name or sidecar["name"]
-        split = split or sidecar["split"]
-    if name is None:
-        match = _SHARD.match(paths[0].rsplit("/", 1)[-1])
-        name = match.group("name") if match else "data"
-        split = split or (match.group("split") if match else "train")
-    if features is None:
-        try:
-            features = infer_features(paths, max_records=1000)
-        except (DecodeError, ValueError):
-            features = None  # not Examples: raw records are copied all the same
-    meter = Progress(None, f"{name}-{split or 'train'}: ", enabled=progress)
-    with ShardedWriter(out_dir, name, split or "train", shard_size, compression, features=features, image=image) as writer:
-        for path in paths:
-            with RecordReader(path) as reader:
-                for record in reader:
-                    writer.write(record)
-                    meter.update(1, len(record))
+                    report.add(record)
+                    read += 1
+        lines.append(f"{path}\t{n}\t{size}\t{reader.compression}")
     meter.done()
-    return writer.paths
+    if len(paths) > 1:
+        lines.append(f"total\t{sum(int(line.split(chr(9))[1]) for line in lines[1:])}\t{sum(sizes)}")
+    lines.append("")
+    lines += report.text(read, max_records)
+    return "\n".join(lines) + "\n"

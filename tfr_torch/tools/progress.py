@@ -6,6 +6,8 @@ commands' `-q`) turns it off everywhere, `tty_only=False` shows it on any stream
 
 from __future__ import annotations
 
+import os
+import shutil
 import sys
 import time
 from typing import Any, TextIO
@@ -21,6 +23,17 @@ def is_terminal(stream: Any) -> bool:
         return bool(stream.isatty())
     except (AttributeError, ValueError, OSError):
         return False
+
+
+def _screen(stream: Any) -> tuple[int, int]:
+    """The terminal's (columns, rows). A terminal that reports a zero size (a fresh pseudo-terminal, as some CI
+    runners and `script` give) would make tqdm draw nothing: then $COLUMNS / $LINES, else 80 x 24."""
+    try:
+        columns, rows = os.get_terminal_size(stream.fileno())
+    except (AttributeError, ValueError, OSError):
+        columns, rows = 0, 0
+    fallback = shutil.get_terminal_size((80, 24))
+    return columns or fallback.columns or 80, rows or fallback.lines or 24
 
 
 class Progress:
@@ -48,9 +61,10 @@ class Progress:
         self._by_bytes = total_bytes is not None
         self._bar: tqdm | None = None
         if self.shown:
+            columns, rows = _screen(self.stream)
             self._bar = tqdm(total=total_bytes if self._by_bytes else total, desc=self.label or None,
                              unit="B" if self._by_bytes else f" {unit}", unit_scale=self._by_bytes,
-                             file=self.stream, mininterval=interval, dynamic_ncols=True, leave=True)
+                             file=self.stream, mininterval=interval, ncols=columns, nrows=rows, leave=True)
         self._postfix_at = self.start
 
     def update(self, items: int = 1, nbytes: int = 0) -> None:
@@ -72,12 +86,13 @@ class Progress:
             self._bar.total = None
             self._bar.refresh()
 
-    def write(self, line: str) -> None:
-        """Print a line (e.g. a problem found) to the stream without breaking the bar."""
+    def write(self, line: str, file: TextIO | None = None) -> None:
+        """Print a line to `file` (default: the bar's stream), clearing the bar and drawing it again below."""
+        file = file if file is not None else self.stream
         if self._bar is not None:
-            self._bar.write(line, file=self.stream)
+            self._bar.write(line, file=file)
         else:
-            print(line, file=self.stream)
+            print(line, file=file)
 
     def _other(self) -> str:
         if self._by_bytes:

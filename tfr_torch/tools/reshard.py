@@ -1,0 +1,125 @@
+"""`tfr-torch reshard`: rewrite records into new shards (size, compression), with indexes and a sidecar."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from tfr_torch.decode.infer import infer_features
+from tfr_torch.decode.sidecar import sidecar_for, spec_from_json
+from tfr_torch.errors import DecodeError
+from tfr_torch.format.paths import as_path, file_size, is_url
+from tfr_torch.format.reader import RecordReader
+from tfr_torch.tools.progress import Progress
+from tfr_torch.tools.shards import ShardedWriter
+
+__all__ = ["check_output", "reshard", "reshard_names"]
+
+# TFDS: {name}-{split}.tfrecord-00000-of-00004 (also .tfrecords)
+_TFDS = re.compile(r"^(?P<name>.+)-(?P<split>[^-.]+)\.tfrecords?-\d+-of-\d+$")
+# shard numbers elsewhere: tut-00000-of-00004.tfrecord, train-00000-of-01024, part_3_of_8.tfr, data-00007.tfrecord
+_NUMBERING = re.compile(r"[-_.]\d+[-_]of[-_]\d+$|[-_.]\d+$")
+_EXTENSION = re.compile(r"\.(tfrecords?|tfr|records?)$", re.I)
+_COMPRESSED = re.compile(r"\.(gz|gzip|zz|zlib)$", re.I)
+_SPLITS = ("train", "validation", "valid", "val", "test", "eval", "dev")
+
+
+def _base(path: str) -> str:
+    """A file name without folder, compression suffix, extension and shard numbering."""
+    name = _COMPRESSED.sub("", as_path(path).rstrip("/").rsplit("/", 1)[-1])
+    previous = None
+    while previous != name:  # tut-00000-of-00004.tfrecord, shard.tfrecord-00001, x.tfrecord.gz ...
+        previous = name
+        name = _EXTENSION.sub("", _NUMBERING.sub("", name))
+    return name.strip("-_.")
+
+
+def _name_split(path: str) -> tuple[str | None, str | None]:
+    """(name, split) that one file name suggests; None where it suggests nothing."""
+    file_name = _COMPRESSED.sub("", as_path(path).rstrip("/").rsplit("/", 1)[-1])
+    match = _TFDS.match(file_name)
+    if match:
+        return match.group("name"), match.group("split")
+    base = _base(path)
+    for split in _SPLITS:
+        if base.lower() == split:  # ImageNet's train-00000-of-01024: the split alone; the folder names the set
+            folder = os.path.basename(os.path.dirname(os.path.abspath(as_path(path)))) if not is_url(path) else ""
+            return (folder or None), split
+        for sep in "-_.":
+            if base.lower().endswith(sep + split):
+                return base[: -len(split) - 1].strip("-_.") or None, base[-len(split):]
+    return (base or None), None
+
+
+def reshard_names(paths: Sequence[str], name: str | None = None, split: str | None = None) -> tuple[str, str]:
+    """The (name, split) that `reshard` gives its output: `name` / `split` when given, else the input's sidecar's,
+    else what the input file names say (TFDS names, `-00000-of-00004` numbering, a split word such as train or
+    validation at the end), else "data" and "train".
+
+    >>> reshard_names(["tut-00000-of-00004.tfrecord", "tut-00001-of-00004.tfrecord"])
+    ('tut', 'train')
+    >>> reshard_names(["mnist-test.tfrecord-00000-of-00001"])
+    ('mnist', 'test')
+    """
+    found = sidecar_for(paths) if paths else None
+    if found is not None:
+        return name or found[0]["name"], split or found[0]["split"]
+    guesses = [_name_split(path) for path in paths]
+    names = {n for n, _ in guesses}
+    splits = {s for _, s in guesses}
+    guessed_name = names.pop() if len(names) == 1 else None
+    if guessed_name is None and len(names) > 1:
+        common = os.path.commonprefix(sorted(n or "" for n in names)).strip("-_.")
+        guessed_name = common or None
+    guessed_split = splits.pop() if len(splits) == 1 else None
+    return name or guessed_name or "data", split or guessed_split or "train"
+
+
+def check_output(paths: Sequence[str], out_dir: str, name: str, split: str) -> None:
+    """Raise ValueError if shards `name`-`split` in `out_dir` would write over one of `paths`."""
+    prefix = os.path.abspath(f"{as_path(out_dir).rstrip('/') or '.'}/{name}-{split}.tfrecord-")
+    clash = [p for p in paths if not is_url(p) and os.path.abspath(as_path(p)).startswith(prefix)]
+    if clash:
+        raise ValueError(f"the new shards would write over their input {clash[0]!r} (same folder, name {name!r} and "
+                         f"split {split!r}): choose another output folder, --name or --split")
+
+
+def reshard(paths: Sequence[str], out_dir: str, *, shard_size: Any = "128MB", compression: str | None = None,
+            name: str | None = None, split: str | None = None, progress: bool = False) -> list[str]:
+    """Copy every record of `paths` (any compression, detected), in order, into new shards (ShardedWriter: TFDS
+    names, an index per shard, a sidecar) named by `reshard_names`. The features spec is taken from the input's
+    sidecar when there is one, else inferred from records of every file (none when they are not Examples).
+    Refuses to write over its own input (same folder, name and split).
+
+    >>> reshard(["old-00000-of-00002.tfrecord", "old-00001-of-00002.tfrecord"], "new/", shard_size="64MB")  # doctest: +SKIP
+    ['new/old-train.tfrecord-00000-of-00001']
+    """
+    paths = list(paths)
+    name, split = reshard_names(paths, name, split)
+    out = as_path(out_dir).rstrip("/") or "."
+    check_output(paths, out, name, split)
+    found = sidecar_for(paths)
+    features, image = None, None
+    if found is not None:
+        sidecar = found[0]
+        features = spec_from_json(sidecar["features"]) if sidecar.get("features") else None
+        image = sidecar.get("image")
+    if features is None:
+        try:
+            features = dict(infer_features(paths, max_records=1000))
+        except (DecodeError, ValueError):
+            features = None  # not Examples (or no records): the records are copied all the same
+    sizes = [file_size(p) for p in paths] if progress else []
+    meter = Progress(label=f"{name}-{split}", enabled=progress, total_bytes=sum(sizes), unit="records")
+    with ShardedWriter(out, name, split, shard_size, compression, features=features, image=image) as writer:
+        for path in paths:
+            with RecordReader(path) as reader:
+                if reader.compression != "none":
+                    meter.unknown_total()
+                for record in reader:
+                    writer.write(record)
+                    meter.update(1, len(record) + 16)
+    meter.done()
+    return writer.paths
