@@ -380,8 +380,6 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 def _cmd_convert(args: argparse.Namespace) -> int:
     if args.quality is not None and args.format != "jpeg":
         raise UsageError(f"argument --quality: applies to --format jpeg only (got --format {args.format})")
-    if args.address is not None and args.engine != "ray":
-        raise UsageError("argument --address: names a Ray cluster, so it needs --engine ray")
     from tfr_torch.tools.convert import convert_image_folder
 
     if not os.path.isdir(args.src):
@@ -392,11 +390,7 @@ def _cmd_convert(args: argparse.Namespace) -> int:
                                       quality=95 if args.quality is None else args.quality,
                                       shard_size=args.shard_size, compression=args.compression,
                                       workers=args.workers, on_error=args.on_error, check=not args.no_check,
-                                      resume=not args.restart, progress=not args.quiet, engine=args.engine,
-                                      address=args.address)
-    except ImportError as err:  # --engine ray without Ray installed
-        print(f"tfr-torch convert: {err}", file=sys.stderr)
-        return 1
+                                      resume=not args.restart, progress=not args.quiet)
     except (TFRecordError, OSError, ValueError) as err:
         print(f"tfr-torch convert: {_problem(err)}", file=sys.stderr)
         return 1
@@ -514,12 +508,6 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--no-check", action="store_true",
                    help="with --format keep, do not decode each image to check it")
     p.add_argument("--restart", action="store_true", help="ignore the finished shards of an interrupted run")
-    p.add_argument("--engine", default="local", choices=["local", "ray"],
-                   help="local: --workers processes on this machine; ray: Ray tasks on a Ray cluster (SRC readable at "
-                        "the same path on every node; needs tfr_torch[ray]); the same shards either way")
-    p.add_argument("--address", default=None, metavar="ADDR",
-                   help="with --engine ray: the cluster to use (host:port or auto; default: RAY_ADDRESS, else a new "
-                        "local Ray)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress display or summary on stderr")
     p.set_defaults(run=_cmd_convert)
 
