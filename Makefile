@@ -13,14 +13,24 @@ PYTEST_ARGS ?=
 $(PY):
 	$(PYTHON) -m venv --system-site-packages $(VENV)
 
+# What an editable install depends on: a change to any of these reinstalls (and rebuilds the compiled core);
+# otherwise `make demo` / `make test` find their stamp files up to date and install nothing.
+INSTALL_DEPS := pyproject.toml setup.py $(wildcard tfr_torch/_native/src/*.c tfr_torch/_native/src/*.h)
+
 # torch first (only if missing), then the package pinned to the torch that is there, so pip never swaps it.
-install: $(PY)
+$(VENV)/.installed: $(PY) $(INSTALL_DEPS)
 	@$(PY) -c "import torch" 2>/dev/null || { echo "installing $(TORCH_SPEC)"; $(PIP) install "$(TORCH_SPEC)"; }
 	@$(PY) -c "from importlib.metadata import version; print('torch==' + version('torch'))" > $(VENV)/torch-constraint.txt
 	$(PIP) install -c $(VENV)/torch-constraint.txt -e .
+	@touch $@
 
-install-test: install
+$(VENV)/.installed-test: $(VENV)/.installed
 	$(PIP) install -c $(VENV)/torch-constraint.txt -e ".[test]"
+	@touch $@
+
+install: $(VENV)/.installed
+
+install-test: $(VENV)/.installed-test
 
 demo: install
 	$(PY) examples/quickstart.py

@@ -1,7 +1,8 @@
 """tfr_torch quick start: write a small TFRecord dataset, index it, and read it back through a torch DataLoader.
 
-Run with `make demo` (or `python examples/quickstart.py [OUT_DIR]`). Everything here is public API; the files
-it writes are ones TensorFlow reads as they are (`tf.data.TFRecordDataset(paths, compression_type=...)`).
+Run with `make demo` (or `python examples/quickstart.py [OUT_DIR]`: without OUT_DIR the files go to a temporary
+folder that is removed at the end). Everything here is public API; the files it writes are ones TensorFlow reads
+as they are (`tf.data.TFRecordDataset(paths, compression_type=...)`).
 """
 
 from __future__ import annotations
@@ -49,8 +50,15 @@ FEATURES = {
 
 
 def main(argv: list[str]) -> int:
-    out = Path(argv[1]) if len(argv) > 1 else Path(tempfile.mkdtemp(prefix="tfr_torch_demo_"))
-    out.mkdir(parents=True, exist_ok=True)
+    if len(argv) > 1:  # keep the files there
+        out = Path(argv[1])
+        out.mkdir(parents=True, exist_ok=True)
+        return demo(out, keep=True)
+    with tempfile.TemporaryDirectory(prefix="tfr_torch_demo_") as folder:  # removed when the demo ends
+        return demo(Path(folder), keep=False)
+
+
+def demo(out: Path, keep: bool) -> int:
     paths = write_dataset(out)
     for path in paths:
         reader = tfr_torch.read_records(path)
@@ -79,7 +87,11 @@ def main(argv: list[str]) -> int:
         seen.append(ids)
     first = tfr_torch.decode_example(next(iter(tfr_torch.read_records(paths[0]))))
     print(f"first record: caption={first['caption'][0].decode()!r} label={first['label'].tolist()}")
-    print(f"files are in {out}; try: tfr-torch verify {out}/*.tfrecord; tfr-torch head -n 1 {paths[0]}")
+    if keep:
+        print(f"files are in {out}; try: tfr-torch verify {out}/*.tfrecord; tfr-torch head -n 1 {paths[0]}")
+    else:
+        print("(the files were written to a temporary folder, now removed; to keep them: "
+              "python examples/quickstart.py OUT_DIR)")
     return 0
 
 
