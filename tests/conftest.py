@@ -5,11 +5,20 @@ from __future__ import annotations
 import pytest
 
 
-@pytest.fixture(params=["parse", "gather", "arrays"])
+@pytest.fixture(params=["native", "parse", "gather", "arrays"])
 def batch_path(request, monkeypatch):
-    """Run a test three times: as is; with every batch of Examples taking the path parse_example takes for large
-    records (each record parsed in full and its features taken at once); and with every numeric column decoded
-    by the array path (which small batches skip). All must agree value by value and error by error."""
+    """Run a test on every path a batch of Examples can take: the compiled decoder (skipped when it was not
+    built); and on the pure-Python reference as is, with every batch taking the path parse_example takes for
+    large records (each record split and its features taken at once), and with every numeric column decoded by
+    the array path (which small batches skip). All must agree value by value and error by error."""
+    import tfr_torch
+
+    if request.param == "native":
+        if not tfr_torch._native.available():
+            pytest.skip(f"the compiled core is not built: {tfr_torch._native.import_error}")
+        previous = tfr_torch.set_backend("native")
+    else:
+        previous = tfr_torch.set_backend("python")
     if request.param == "gather":
         from tfr_torch.decode import plan
 
@@ -18,7 +27,8 @@ def batch_path(request, monkeypatch):
         from tfr_torch.format import columns
 
         monkeypatch.setattr(columns, "_FEW", 0)
-    return request.param
+    yield request.param
+    tfr_torch.set_backend(previous)
 
 
 @pytest.fixture(params=["python", "native"])

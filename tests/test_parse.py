@@ -246,7 +246,7 @@ def _raw_example(features: dict[str, bytes]) -> bytes:
 @pytest.mark.parametrize("raw, kind, fragment", [
     (b"\x12\x05\x0a\x03abc", torch.float32, "a packed float list of 3 bytes is not a multiple of 4"),
     (b"\x1a\x03\x0a\x01\x80", torch.int64, "ends inside a varint"),
-    (b"\x12\x05\x0a\x07abc", torch.float32, "cannot parse its tf.train.Feature"),
+    (b"\x12\x05\x0a\x07abc", torch.float32, "its tf.train.Feature (7 bytes) has a packed float run of 7 bytes but only 3 bytes remain"),
 ], ids=["float-payload", "int64-varint", "feature"])
 @pytest.mark.usefixtures("batch_path")
 def test_malformed_feature_names_key_and_example(raw, kind, fragment):
@@ -996,11 +996,34 @@ def _assert_parse_matches_decode_example(records: list[bytes], key: str) -> None
             assert_same_tensor(single.coalesce().values(), torch.as_tensor(row))
 
 
+# Encodings where TensorFlow's parse_example and protobuf (tf.train.Example.FromString) disagree or one of them
+# refuses (checked with TensorFlow 2.21): every tfr_torch path raises DecodeError naming the key and the byte
+# offset (format/strict.py holds the rules)
+REJECTED = {
+    "float-two-packed-runs": "has more float values after its packed run",
+    "int64-two-packed-runs": "has more int64 values after its packed run",
+    "int64-packed-then-unpacked": "has more int64 values after its packed run",
+    "float-unpacked-then-packed": "has field 1 (length-delimited) among its unpacked float values",
+    "two-float-lists-merge": "holds a second list after its first",
+    "float-then-int64-last-wins": "holds a second list after its first",
+    "int64-then-float-last-wins": "holds a second list after its first",
+    "int64-then-bytes-last-wins": "holds a second list after its first",
+    "bytes-then-float-last-wins": "holds a second list after its first",
+    "unknown-fields-in-feature": "starts with field 7 (varint): expected its list first",
+    "unknown-fields-in-float-list": "has field 2 (varint) first in its float list",
+    "unknown-fields-in-bytes-list": "has field 2 (varint) in its bytes_list",
+    "no-kind-unknown-field-only": "starts with field 7 (varint): expected its list first",
+}
+
+
 @pytest.mark.parametrize("name", list(NON_CANONICAL))
 @pytest.mark.usefixtures("batch_path")
 def test_non_canonical_feature_decodes_as_protobuf_does(name):
     raw = NON_CANONICAL[name]
     odd = _raw_example({"f": raw})
+    if name in REJECTED:
+        _assert_every_path_rejects(odd, raw, REJECTED[name])
+        return
     # alone, and mixed with canonical records of the same kind (the batch takes both paths)
     _assert_parse_matches_decode_example([odd], "f")
     decoded = tfr_torch.decode_example(odd).get("f")
@@ -1011,26 +1034,44 @@ def test_non_canonical_feature_decodes_as_protobuf_does(name):
     _assert_parse_matches_decode_example([canonical, odd, canonical, odd, encode_example({})], "f")
 
 
+def _assert_every_path_rejects(odd: bytes, raw: bytes, detail: str) -> None:
+    feature = re.escape(f"its tf.train.Feature ({len(raw)} bytes) {detail}") + r".* \(at byte \d+\)"
+    with pytest.raises(DecodeError, match="feature 'f': " + feature):
+        tfr_torch.decode_example(odd)
+    canonical = encode_example({"g": [1, 2]})  # f missing: only record 1 is bad
+    own = {0x0A: tfr_torch.string, 0x12: torch.float32, 0x1A: torch.int64}.get(raw[0])  # the first list's kind
+    for dtype in (torch.int64, torch.float32, tfr_torch.string):
+        spec = {"f": VarLenFeature(dtype)}
+        if own is not None and dtype != own:  # told as a kind mismatch or as malformed, but told
+            with pytest.raises(DecodeError, match=r"feature 'f' in example 1 (holds|is malformed)"):
+                parse_example([canonical, odd, canonical], spec)
+            continue
+        with pytest.raises(DecodeError, match=r"feature 'f' in example 1 is malformed: " + feature):
+            parse_example([canonical, odd, canonical], spec)
+        with pytest.raises(DecodeError, match=r"feature 'f' in the example is malformed: " + feature):
+            parse_single_example(odd, spec)
+
+
 @pytest.mark.usefixtures("batch_path")
 def test_non_canonical_fixed_len_equals_canonical():
     canonical = encode_example({"i": np.array(INTS, dtype=np.int64),
                                 "x": np.array(FLOAT_BITS, dtype=np.uint32).view(np.float32)})
-    odd = _raw_example({"i": NON_CANONICAL["unpacked-int64"], "x": NON_CANONICAL["float-two-packed-runs"]})
+    odd = _raw_example({"i": NON_CANONICAL["unpacked-int64"], "x": NON_CANONICAL["unpacked-float"]})
     spec = {"i": FixedLenFeature([7], torch.int64), "x": FixedLenFeature([2, 3], torch.float32)}
     out = parse_example([canonical, odd], spec)
     assert_same_tensor(out["i"][1], out["i"][0])
     assert_same_tensor(out["x"][1], out["x"][0])
     assert out["i"][0].tolist() == INTS
     assert float32_bits(out["x"][0].numpy()) == FLOAT_BITS
-    # a last-wins kind change is checked against the spec like any other kind
-    flipped = _raw_example({"i": NON_CANONICAL["int64-then-float-last-wins"]})
+    # an unpacked list of another kind is checked against the spec like any other kind
+    flipped = _raw_example({"i": NON_CANONICAL["unpacked-float"]})
     with pytest.raises(DecodeError, match=r"feature 'i' in example 1 holds float values but int64 values were"):
         parse_example([canonical, flipped], {"i": FixedLenFeature([7], torch.int64)})
 
 
 @pytest.mark.usefixtures("batch_path")
 def test_kind_less_feature_counts_as_missing():
-    records = [_raw_example({"f": b""}), _raw_example({"f": b"\x38\x01"}), encode_example({"f": [1.0, 2.0]})]
+    records = [_raw_example({"f": b""}), encode_example({"g": 1}), encode_example({"f": [1.0, 2.0]})]
     out = parse_example(records, {"f": FixedLenFeature([2], torch.float32, default_value=[7.0, 8.0])})
     assert out["f"].tolist() == [[7.0, 8.0], [7.0, 8.0], [1.0, 2.0]]
     with pytest.raises(DecodeError, match=r"feature 'f' in example 0 is required but missing"):

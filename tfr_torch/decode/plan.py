@@ -7,7 +7,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from google.protobuf.message import DecodeError as _ProtoDecodeError
 
 from tfr_torch import _native
 from tfr_torch.decode.dense import FixedLenDecoder, FixedLenSequenceDecoder, StepSequenceDecoder
@@ -20,10 +19,10 @@ from tfr_torch.decode.specs import (
     SparseFeature,
     VarLenFeature,
 )
-from tfr_torch.decode.units import Locator, Units
+from tfr_torch.decode.units import Locator, Units, _without_key
 from tfr_torch.errors import DecodeError
-from tfr_torch.format._proto import example_pb2, raw_example_pb2
 from tfr_torch.format.columns import Column
+from tfr_torch.format.strict import decode_feature, example_features, sequence_example_features
 
 __all__ = ["ExamplePlan", "SequenceExamplePlan", "compile_features"]
 
@@ -42,9 +41,6 @@ _SEQUENCE_DECODERS = {
 _KERNEL_KINDS = {"bytes": 0, "float": 1, "int64": 2}  # the compiled decoder's kind codes
 _NUMPY_OF_KIND = {"float": np.float32, "int64": np.int64}
 _NO_FEATURES: list[dict] = [{}]
-_parse_raw_example = raw_example_pb2.RawExample.FromString
-_parse_raw_sequence = raw_example_pb2.RawSequenceExample.FromString
-_parse_example = example_pb2.Example.FromString
 # From this average record size on, parse_example takes the features it needs out of each record as soon as the
 # record is parsed, so each record's parse (a copy of it) is dropped at once and its memory, still in cache, is
 # reused for the next: for 16 KB records this halves the memory a batch sweeps through
@@ -98,6 +94,27 @@ def _record_bytes(record: Any, locator: Locator, i: int) -> bytes:
     raise TypeError(f"{locator.describe(i)}: a serialized record must be bytes, got {type(record).__name__}")
 
 
+def _size(record: Any) -> int:
+    return len(record) if isinstance(record, (bytes, bytearray, memoryview)) else 0
+
+
+def _located(exc: DecodeError, locator: Locator, i: int) -> DecodeError:
+    """A record-level DecodeError from format.strict, told against the record's name or location."""
+    path, offset = locator.location(i)
+    err = DecodeError(f"{locator.describe(i)}: {exc.message}", path, offset)
+    err.key = getattr(exc, "key", None)  # type: ignore[attr-defined]
+    err.position = getattr(exc, "position", None)  # type: ignore[attr-defined]
+    return err
+
+
+def _features_of(record: Any, locator: Locator, i: int) -> Any:
+    """{key: raw Feature} of record i under format.strict's rules (the reference path of parse_example)."""
+    try:
+        return example_features(_record_bytes(record, locator, i))
+    except DecodeError as exc:
+        raise _located(exc, locator, i) from None
+
+
 class ExamplePlan:
     """The decoding plan of one `features` spec for tf.train.Example records (see `parse_example`)."""
 
@@ -144,23 +161,10 @@ class ExamplePlan:
             units = self._native_units(core, records)
             if units is not None:
                 return self._decode(units, locator, single)
-        try:  # the fast path: every record is bytes and parses
-            if len(records) > 1 and sum(map(len, records)) >= _GATHER_FROM * len(records):
-                gathered = self._gather(records)
-                if gathered is not None:
-                    return self._decode(gathered, locator, single)
-            maps = [_parse_raw_example(record).features.feature for record in records]
-        except (_ProtoDecodeError, TypeError):
-            maps = []
-            for i, record in enumerate(records):
-                data = _record_bytes(record, locator, i)
-                try:
-                    maps.append(_parse_raw_example(data).features.feature)
-                except _ProtoDecodeError as exc:
-                    path, offset = locator.location(i)
-                    raise DecodeError(f"{locator.describe(i)}: cannot parse {len(data)} bytes as a tf.train.Example: "
-                                      f"{exc}", path, offset) from None
-        return self._decode(Units(maps, locator), locator, single)
+        if len(records) > 1 and sum(map(_size, records)) >= _GATHER_FROM * len(records):
+            return self._decode(self._gather(records, locator), locator, single)
+        return self._decode(Units([_features_of(record, locator, i) for i, record in enumerate(records)], locator),
+                            locator, single)
 
     def iter_rows(self, serialized: Sequence[bytes], example_names: Sequence[str] | None = None) -> Iterator[dict]:
         """What parse_single_example gives for each record, in order. When every feature is a FixedLenFeature the
@@ -181,35 +185,37 @@ class ExamplePlan:
             yield self.parse(serialized[i : i + 1], None if example_names is None else example_names[i : i + 1],
                              single=True)
 
-    def _gather(self, records: Sequence[bytes]) -> Units | None:
-        """Units for large records (see _GATHER_FROM): each record is parsed as a full Example and dropped once its
-        features are taken. Bytes features become columns right here (one copy of each value); numeric ones are
-        kept as their serialized Feature for the array decoders. None when a bytes feature holds another kind:
-        the usual path then reports it."""
+    def _gather(self, records: Sequence[bytes], locator: Locator) -> Units:
+        """Units for large records (see _GATHER_FROM): each record is split into its raw Features and dropped once
+        the spec's features are taken, so a batch of large records never holds their unused features. Bytes
+        features become columns right here (one copy of each value)."""
         n = len(records)
         strings = {key: ([], np.zeros(n, dtype=bool), np.zeros(n, dtype=np.int64))
                    for key, kind in self._wire_kinds.items() if kind == "bytes"}
         raws: dict[str, list] = {key: [] for key, kind in self._wire_kinds.items() if kind != "bytes"}
         numeric = list(raws.items())
         text = [(key, *column) for key, column in strings.items()]
+        units = Units([None] * n, locator)
         for i, record in enumerate(records):
-            found = _parse_example(record).features.feature
+            found = _features_of(record, locator, i)
             for key, column in numeric:
-                feature = found.get(key)
-                column.append(None if feature is None else feature.SerializeToString())
+                column.append(found.get(key))
             for key, values, present, counts in text:
                 feature = found.get(key)
                 if feature is None:
                     continue
-                kind = feature.WhichOneof("kind")
-                if kind == "bytes_list":
-                    got = feature.bytes_list.value
-                    present[i] = True
-                    counts[i] = len(got)
-                    values.extend(got)
-                elif kind is not None:
-                    return None
-        units = Units([None] * n, Locator(None))
+                try:
+                    kind, got = decode_feature(feature, key)
+                except DecodeError as exc:
+                    raise units.error(key, i, "is malformed: " + _without_key(exc.message, key)) from None
+                if kind is None:
+                    continue
+                if kind != "bytes":
+                    raise units.error(key, i, f"holds {kind} values but bytes values were expected (data types "
+                                              "don't match)")
+                present[i] = True
+                counts[i] = len(got)
+                values.extend(got)
         units.raw_columns = raws
         for key, column in strings.items():
             units.preset(key, "bytes", Column(*column[1:], column[0]))
@@ -245,13 +251,11 @@ class SequenceExamplePlan:
         for i, record in enumerate(records):
             data = _record_bytes(record, locator, i)
             try:
-                message = _parse_raw_sequence(data)
-            except _ProtoDecodeError as exc:
-                path, offset = locator.location(i)
-                raise DecodeError(f"{locator.describe(i)}: cannot parse {len(data)} bytes as a "
-                                  f"tf.train.SequenceExample: {exc}", path, offset) from None
-            contexts.append(message.context.feature)
-            lists.append(message.feature_lists.feature_list)
+                context_features, feature_lists = sequence_example_features(data)
+            except DecodeError as exc:
+                raise _located(exc, locator, i) from None
+            contexts.append(context_features)
+            lists.append(feature_lists)
         context_units = Units(contexts, locator, what="context feature")
         context = {key: decoder(context_units, single) for key, decoder in self.context.items()}
         feature_lists, lengths = {}, {}
@@ -272,7 +276,7 @@ class SequenceExamplePlan:
         per_example = np.zeros(len(lists), dtype=np.int64)
         example_of, step_of = [], []
         for i, feature_lists in enumerate(lists):
-            found = {k: feature_lists[k].feature for k in keys if k in feature_lists}
+            found = {k: feature_lists[k] for k in keys if k in feature_lists}
             if not found:
                 if isinstance(decoder, StepSequenceDecoder) and not decoder.spec.allow_missing:
                     raise locator.error(key, i, "is required but missing (FixedLenSequenceFeature with "

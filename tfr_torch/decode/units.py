@@ -101,9 +101,15 @@ class Units:
                                              "(data types don't match)") from None
         except DecodeError as exc:
             bad = _first_bad(raws, kind, key)
-            raise self.error(key, bad, "is malformed: " + exc.message) from None
+            raise self.error(key, bad, "is malformed: " + _without_key(exc.message, key)) from None
         self._cache[(key, kind)] = column
         return column
+
+
+def _without_key(message: str, key: str) -> str:
+    """format.strict names the key first ("feature 'k': its tf.train.Feature ..."); the located error names it."""
+    prefix = f"feature {key!r}: "
+    return message[len(prefix):] if message.startswith(prefix) else message
 
 
 def _first_bad(raws, kind: str, key: str) -> int:

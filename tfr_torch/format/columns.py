@@ -3,9 +3,9 @@
 A batch decoder gathers, for one feature key, the raw Feature bytes of every record (None where absent) and
 calls `decode_column`, which returns the values of all records concatenated plus a count per record. Canonical
 Features (what TensorFlow and tfr_torch write: one packed list) are split with a few byte comparisons and their
-payloads decoded in bulk with numpy (floats by reinterpreting bytes, varints with a vectorised decoder); any
-other legal encoding (unpacked lists, repeated or merged fields, unknown fields) goes through protobuf, so the
-result is always what a full parse gives. This loop is the one a compiled kernel can later replace.
+payloads decoded in bulk with numpy (floats by reinterpreting bytes, varints with a vectorised decoder); every
+other encoding goes through format.strict, which accepts it where TensorFlow's parse_example and protobuf agree
+and raises DecodeError otherwise. This is the reference the compiled decoder (tfr_torch._native) is tested against.
 """
 
 from __future__ import annotations
@@ -14,10 +14,9 @@ from collections.abc import Sequence
 from typing import NamedTuple, Union
 
 import numpy as np
-from google.protobuf.message import DecodeError as _ProtoDecodeError
 
 from tfr_torch.errors import DecodeError
-from tfr_torch.format._proto import feature_pb2
+from tfr_torch.format.strict import decode_feature
 
 __all__ = ["KINDS", "Column", "ColumnKindError", "decode_column", "decode_varints", "kind_of"]
 
@@ -25,7 +24,6 @@ __all__ = ["KINDS", "Column", "ColumnKindError", "decode_column", "decode_varint
 _TAG_BYTES, _TAG_FLOAT, _TAG_INT64 = 0x0A, 0x12, 0x1A
 KINDS = {_TAG_BYTES: "bytes", _TAG_FLOAT: "float", _TAG_INT64: "int64"}
 _TAG_OF = {v: k for k, v in KINDS.items()}
-_ONEOF = {"bytes_list": "bytes", "float_list": "float", "int64_list": "int64"}
 
 Values = Union[np.ndarray, list]
 
@@ -94,21 +92,9 @@ def _split(raw: bytes) -> tuple[int, int] | None:
 
 
 def _slow(raw: bytes, key: str) -> tuple[str | None, Values]:
-    """Full protobuf parse of one Feature: (kind or None when no kind is set, values)."""
-    try:
-        feature = feature_pb2.Feature.FromString(raw)
-    except _ProtoDecodeError as exc:
-        raise DecodeError(f"feature {key!r}: cannot parse its tf.train.Feature ({len(raw)} bytes): {exc}") from None
-    which = feature.WhichOneof("kind")
-    if which is None:
-        return None, []
-    kind = _ONEOF[which]
-    values = getattr(feature, which).value
-    if kind == "float":
-        return kind, np.array(values, dtype=np.float32)
-    if kind == "int64":
-        return kind, np.array(values, dtype=np.int64)
-    return kind, list(values)
+    """Any Feature that is not one canonical packed list: format.strict's rules decide (kind or None when no kind
+    is set, values), or raise DecodeError naming the byte offset."""
+    return decode_feature(raw, key)
 
 
 def kind_of(raw: bytes | None, key: str = "?") -> str | None:
