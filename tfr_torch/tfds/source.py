@@ -53,8 +53,19 @@ class TFDSSource:
         return out
 
     def class_names(self) -> dict[str, list]:
+        """Class names of every ClassLabel feature that has them, by feature key ("objects/label")."""
         features = self.features
         return features.class_names() if hasattr(features, "class_names") else {}
+
+    @property
+    def classes(self) -> Optional[list]:
+        """The class names of the dataset's label: the supervised target when it is a ClassLabel, else the only
+        ClassLabel with names; None when there is no such feature."""
+        names = self.class_names()
+        target = self.info.supervised_keys[1] if self.info.supervised_keys else None
+        if target in names:
+            return list(names[target])
+        return list(next(iter(names.values()))) if len(names) == 1 else None
 
 
 def open_tfds(path: Any, split: Optional[str], features: Any = None, as_supervised: bool = False) -> TFDSSource:

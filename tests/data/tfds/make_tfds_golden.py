@@ -21,6 +21,11 @@ It never imports tfr_torch. It deletes and rewrites:
 * ``splits.json``: for each split string, the ``id`` feature of every example TFDS yields for it (same read
   config), or the error TFDS raises; plus TFDS's own file instructions (file name, skip, take).
 * ``supervised.json``: the first examples of ``as_supervised=True`` (image shape, label).
+* ``jpeg_accurate.json``: the JPEG-encoded images (``image_jpeg`` and the JPEG ones of ``mixed``) of every example as
+  ``tf.io.decode_jpeg(..., dct_method="INTEGER_ACCURATE")`` decodes them, with TFDS's channel count. TFDS decodes with
+  TensorFlow's default, ``INTEGER_FAST`` (libjpeg's IFAST inverse DCT), which Pillow and torchvision do not offer:
+  tfr_torch's pixels equal TensorFlow's accurate DCT exactly and TFDS's within a few levels. ``python
+  make_tfds_golden.py jpeg`` rewrites this file alone from the committed shards.
 """
 
 from __future__ import annotations
@@ -199,6 +204,27 @@ BAD_SPLITS = ["validation", "train[:24]", "train[-24:]", "train[:101%]", "all[:1
               "train[a:b]", ""]
 
 
+def jpeg_reference() -> None:
+    """jpeg_accurate.json, from the committed shards (read in TFDS's order, as values.json)."""
+    builder = tfds.builder_from_directory(os.path.join(DATA, "tfr_golden", "1.0.0"))
+    decoders = {"image_jpeg": tfds.decode.SkipDecoding(), "mixed": tfds.decode.SkipDecoding()}
+    out = {}
+    for split in ("train", "test"):
+        ds = builder.as_dataset(split=split, shuffle_files=False, read_config=read_config(), decoders=decoders)
+        rows = []
+        for ex in tfds.as_numpy(ds):
+            row = {}
+            for key in decoders:
+                data = ex[key]
+                if data[:2] == b"\xff\xd8":
+                    row[key] = encode(tf.io.decode_jpeg(data, channels=3, dct_method="INTEGER_ACCURATE").numpy())
+            rows.append(row)
+        out[split] = rows
+    with open(os.path.join(HERE, "jpeg_accurate.json"), "w") as f:
+        json.dump(out, f, indent=None, separators=(",", ":"))
+        f.write("\n")
+
+
 def main() -> None:
     shutil.rmtree(DATA, ignore_errors=True)
     for builder_class in (TfrGoldenOld, TfrGolden):
@@ -232,8 +258,9 @@ def main() -> None:
         json.dump({"test": supervised, "versions": {"tensorflow": tf.__version__, "tfds": tfds.__version__}}, f,
                   indent=1)
         f.write("\n")
+    jpeg_reference()
     print("written under", HERE, file=sys.stderr)
 
 
 if __name__ == "__main__":
-    main()
+    jpeg_reference() if sys.argv[1:] == ["jpeg"] else main()
