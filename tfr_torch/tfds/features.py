@@ -476,6 +476,19 @@ def _compile(node: FeatureNode, key: str, seq: tuple, video: bool, decode_images
     return _LeafDecoder(key, node, seq, video, decode_images, where)
 
 
+def _path_of(children: Mapping[str, Any], key: str) -> Optional[list]:
+    """The dict keys leading to feature `key` ("objects/label"; a top-level key may itself hold "/", as the image
+    converters' "image/encoded"), or None."""
+    if key in children:
+        return [key]
+    for name, child in children.items():
+        if key.startswith(name + "/") and isinstance(child, _DictDecoder):
+            rest = _path_of(child.children, key[len(name) + 1 :])
+            if rest is not None:
+                return [name, *rest]
+    return None
+
+
 class TFDSDecoder:
     """Decodes the records of a TFDS dataset as TFDS does, TensorFlow-free.
 
@@ -509,11 +522,8 @@ class TFDSDecoder:
                 self._lookup_leaf(k)
 
     def _lookup_leaf(self, key: str) -> None:
-        node = self.root
-        for part in key.split("/"):
-            if not isinstance(node, _DictDecoder) or part not in node.children:
-                raise TFDSMetadataError(f"supervised key {key!r} names no feature", self.info.info_path)
-            node = node.children[part]
+        if _path_of(self.root.children, key) is None:
+            raise TFDSMetadataError(f"supervised key {key!r} names no feature", self.info.info_path)
 
     def __repr__(self) -> str:  # compile caches and error messages show this
         return (f"TFDSDecoder({self.info.path!r}, decode_images={self.decode_images}, "
@@ -531,7 +541,7 @@ class TFDSDecoder:
         out = []
         for key in self.info.supervised_keys:
             value: Any = item
-            for part in key.split("/"):
+            for part in _path_of(self.root.children, key) or ():
                 value = value[part]
             out.append(value)
         return tuple(out)

@@ -93,8 +93,9 @@ def image_features(spec: Mapping[str, Any], num_classes: Optional[int], encoding
                          "'jpeg', 'png' or 'keep' for a TFDS dataset")
     tree = features_from_spec(spec)
     features = tree["featuresDict"]["features"]
-    features["image/encoded"] = image_feature((None, None, None), "uint8",
-                                              encoding if encoding in ("jpeg", "png") else None)
+    # no encoding format and no channel count: TFDS then decodes every image by its content (as the converter may
+    # keep mixed formats) with its own channels; TFDS refuses an unknown channel count with a png/jpeg format
+    features["image/encoded"] = image_feature((None, None, None), "uint8", None)
     if num_classes is not None:
         features["image/class/label"] = class_label_feature(num_classes)
     return tree
