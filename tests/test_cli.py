@@ -150,10 +150,11 @@ def test_every_option_of_every_command_has_help():
         assert sub.description, name
         for action in sub._actions:
             assert action.help, (name, action.dest)
-        text = sub.format_help()
+        text = " ".join(sub.format_help().split())
+        assert "(default: None)" not in text and "(default: False)" not in text, name
         for action in sub._actions:
             if action.option_strings and action.default not in (None, False, "==SUPPRESS==") and action.dest != "help":
-                assert f"(default: {action.default})" in " ".join(text.split()), (name, action.dest)
+                assert f"(default: {action.default})" in text or "(default: " in action.help, (name, action.dest)
 
 
 @pytest.mark.parametrize("command", ["count", "index", "verify", "head", "schema", "inspect", "convert", "reshard"])
@@ -245,6 +246,20 @@ def test_head_prints_json_lines_with_file_and_offset_apart(files):
         "x": {"float": [0.5, "NaN"]}}}
     assert lines[1]["offset"] == a.stat().st_size // 3
     assert list(lines[0]["example"]) == ["id", "name", "raw", "x"]  # sorted: the same order every run
+
+
+def test_head_writes_floats_as_their_shortest_decimals(tmp_path):
+    path = write(tmp_path / "f.tfrecord", [
+        tfr_torch.encode_example({"x": np.float32([0.1, 1 / 3, np.inf])}),
+        tfr_torch.serialize_tensor(np.array([0.1, np.nan], np.float32)),
+        tfr_torch.serialize_tensor(np.array([0.1, 1 / 3], np.float64)),
+        tfr_torch.serialize_tensor(np.array([0.1 + 2j], np.complex64)),
+        tfr_torch.serialize_tensor(np.array([0.1], np.float16)),
+    ])
+    rc, out, _ = run("head", path)
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert lines[0]["example"] == {"x": {"float": [0.1, 0.33333334, "Infinity"]}}
+    assert [line["tensor"]["values"] for line in lines[1:]] == [[0.1, "NaN"], [0.1, 1 / 3], [[0.1, 2.0]], [0.1]]
 
 
 def test_head_zero_records_and_several_files(files):
@@ -464,3 +479,27 @@ def test_progress_is_drawn_on_a_terminal_only(files):
     assert rc == 0 and screen == ""
     result = cli("count", a)  # stderr a pipe: nothing but problems
     assert result.returncode == 0 and result.stderr == ""
+
+
+@pytest.mark.parametrize("command, label", [
+    (["verify"], "verify:"), (["index"], "index:"), (["inspect"], "inspect:"), (["reshard", "--out", "new"], "a-train:"),
+])
+def test_long_commands_draw_progress_on_a_terminal(files, tmp_path, command, label):
+    a, _ = files
+    args = [command[0], a, *[tmp_path / x if x == "new" else x for x in command[1:]]]
+    rc, _, screen = _on_a_terminal(*args)
+    assert rc == 0 and label in screen and "100%" in screen, screen
+    result = cli(*args[:2], *[tmp_path / "new2" if x == tmp_path / "new" else x for x in args[2:]])
+    assert result.returncode == 0 and result.stderr == ""
+
+
+def test_convert_draws_progress_on_a_terminal(tmp_path):
+    from PIL import Image
+
+    for label in ("cat", "dog"):
+        (tmp_path / "src" / label).mkdir(parents=True)
+        for i in range(2):
+            Image.new("RGB", (4, 4), (i, 0, 0)).save(tmp_path / "src" / label / f"{i}.png")
+    rc, out, screen = _on_a_terminal("convert", tmp_path / "src", tmp_path / "out", "--name", "pets", "--workers", 1)
+    assert rc == 0 and out == f"{tmp_path}/out/pets-train.tfrecord-00000-of-00001\n"
+    assert "pets-train:" in screen and "4/4" in screen, screen

@@ -39,6 +39,17 @@ class UsageError(Exception):
     """A bad argument found after parsing: one line on stderr, exit status 2."""
 
 
+class _Help(argparse.HelpFormatter):
+    """Each option's help ends with its default, when it has one that its text does not already give."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if (not action.option_strings or action.default in (None, False, argparse.SUPPRESS)
+                or "default" in text):
+            return text
+        return f"{text} (default: %(default)s)"
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse with one-line usage errors (`tfr-torch head: error: argument -n: ...`), exit status 2."""
 
@@ -126,7 +137,7 @@ def _files(args: argparse.Namespace) -> list[str]:
         raise UsageError(str(exc)) from None
 
 
-def _meter(args: argparse.Namespace, paths: Sequence[str], label: str) -> Progress:
+def _meter(args: argparse.Namespace, paths: Sequence[str], label: str, unit: str = "records") -> Progress:
     """A progress bar over the bytes of `paths` (only drawn when stderr is a terminal and -q is not given)."""
     shown = not getattr(args, "quiet", False) and is_terminal(sys.stderr)
     total = None
@@ -135,7 +146,7 @@ def _meter(args: argparse.Namespace, paths: Sequence[str], label: str) -> Progre
             total = sum(file_size(p) for p in paths)
         except OSError:  # a missing file is reported when it is read
             total = None
-    return Progress(label=label, enabled=shown, total_bytes=total, unit="records")
+    return Progress(label=label, enabled=shown, total_bytes=total, unit=unit)
 
 
 def _read(reader: RecordReader, meter: Progress):
@@ -184,7 +195,7 @@ def _cmd_index(args: argparse.Namespace) -> int:
             if target in seen:
                 raise UsageError(f"argument --out-dir: {seen[target]!r} and {path!r} would both write {target!r}")
             seen[target] = path
-    meter = _meter(args, paths, "index")
+    meter = _meter(args, paths, "index", unit="files")
     status = 0
     for path, target in zip(paths, targets):
         try:
@@ -193,7 +204,7 @@ def _cmd_index(args: argparse.Namespace) -> int:
             meter.write(_problem(err))
             status = 1
             continue
-        meter.update(0, file_size(path) if meter.shown else 0)
+        meter.update(1, file_size(path) if meter.shown else 0)
         meter.write(target, sys.stdout)
     meter.done()
     return status
@@ -263,8 +274,17 @@ def _json_values(value: Any, full: bool) -> Any:
     if value.dtype == np.int64:
         shown, extra = _json_list(value.tolist(), full)
         return {"int64": shown, **extra}
-    shown, extra = _json_list(value.tolist(), full)
-    return {"float": [_json_float(float(v)) for v in shown], **extra}
+    shown, extra = _json_list(_floats(value), full)
+    return {"float": shown, **extra}
+
+
+def _floats(array: Any) -> list:
+    """JSON numbers for float values, float16/float32 ones written as their shortest decimal (0.1, not
+    0.10000000149011612); NaN and infinities as the strings "NaN", "Infinity", "-Infinity"."""
+    array = np.asarray(array).ravel()
+    if array.dtype in (np.float16, np.float32):
+        return [_json_float(float(str(v))) for v in array]
+    return [_json_float(v) for v in array.astype(np.float64).tolist()]
 
 
 def _flat(values: Any) -> list:
@@ -272,7 +292,12 @@ def _flat(values: Any) -> list:
         return [values]
     if isinstance(values, list):
         return [item for v in values for item in _flat(v)]
-    return np.asarray(values).ravel().tolist()
+    array = np.asarray(values)
+    if array.dtype.kind == "f":
+        return _floats(array)
+    if array.dtype.kind == "c":  # [real, imaginary] pairs
+        return [list(pair) for pair in zip(_floats(array.real), _floats(array.imag))]
+    return array.ravel().tolist()
 
 
 def _json_tensor(dtype: int, values: Any, full: bool) -> tuple[list, dict[str, Any]]:
@@ -280,17 +305,7 @@ def _json_tensor(dtype: int, values: Any, full: bool) -> tuple[list, dict[str, A
     if dtype == 14:  # bfloat16 bits -> float32
         values = (np.asarray(values, dtype=np.uint32) << 16).view(np.float32)
     flat, extra = _json_list(_flat(values), full)
-    out = []
-    for v in flat:
-        if isinstance(v, bytes):
-            out.append(_json_bytes(v, full))
-        elif isinstance(v, complex):
-            out.append([_json_float(v.real), _json_float(v.imag)])
-        elif isinstance(v, float):
-            out.append(_json_float(v))
-        else:
-            out.append(v)
-    return out, extra
+    return [_json_bytes(v, full) if isinstance(v, bytes) else v for v in flat], extra
 
 
 def _render(record: bytes, kind: str, full: bool) -> dict[str, Any]:
@@ -427,7 +442,7 @@ def _parser() -> argparse.ArgumentParser:
                      "problem (one `path:offset: problem` line each), 2 a usage error.")
     parser.add_argument("--version", action="version", version=f"tfr_torch {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    formatter = argparse.ArgumentDefaultsHelpFormatter
+    formatter = _Help
 
     def command(name: str, help_text: str, progress: str | None = "no progress display (it is shown on stderr "
                 "only when stderr is a terminal)") -> argparse.ArgumentParser:
@@ -435,7 +450,7 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("files", nargs="+", metavar="FILE",
                        help="TFRecord files, glob patterns (quote them; index files beside the matches are "
                             "skipped) or fsspec URLs (s3://, gs://, ...)")
-        p.add_argument("--compression", default="auto", type=_compression,
+        p.add_argument("--compression", default="auto", type=_compression, metavar="{auto,none,gzip,zlib}",
                        help="the files' compression: auto (from the name, else the first bytes), none, gzip or zlib")
         if progress:
             p.add_argument("-q", "--quiet", action="store_true", help=progress)
@@ -492,16 +507,17 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("out", metavar="OUT", help="output folder (created if missing)")
     p.add_argument("--name", required=True, type=_label, help="dataset name, the first part of the shard names")
     p.add_argument("--split", default="train", type=_label, help="split name, the second part of the shard names")
-    p.add_argument("--shard-size", default="128MB", type=_size,
+    p.add_argument("--shard-size", default="128MB", type=_size, metavar="SIZE",
                    help="bytes per shard before compression (e.g. 64MB, 1GiB)")
     p.add_argument("--workers", type=_at_least(1, "a number of processes"),
-                   default=max(1, min(8, (os.cpu_count() or 1))), help="encoding processes")
+                   default=max(1, min(8, (os.cpu_count() or 1))),
+                   help="encoding processes (default: one per CPU, at most 8)")
     p.add_argument("--format", default="keep", choices=["keep", "jpeg", "png", "raw"],
                    help="keep: the original file bytes; jpeg/png: re-encoded; raw: serialize_tensor of the uint8 "
                         "[C, H, W] pixels")
     p.add_argument("--quality", type=_quality, default=None, help="JPEG quality (0-100) with --format jpeg "
                    "(default: 95)")
-    p.add_argument("--compression", default=None, type=_out_compression,
+    p.add_argument("--compression", default=None, type=_out_compression, metavar="{none,gzip,zlib}",
                    help="compression of the shards: none, gzip or zlib (default: none)")
     p.add_argument("--on-error", default="raise", choices=["raise", "skip"],
                    help="what a broken image does: stop the conversion, or be skipped (and listed)")
@@ -519,9 +535,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("files", nargs="+", metavar="FILE", help="TFRecord files, glob patterns or fsspec URLs (any "
                    "compression, detected)")
     p.add_argument("--out", required=True, metavar="DIR", help="output folder (created if missing)")
-    p.add_argument("--shard-size", default="128MB", type=_size,
+    p.add_argument("--shard-size", default="128MB", type=_size, metavar="SIZE",
                    help="bytes per shard before compression (e.g. 64MB, 1GiB)")
     p.add_argument("--compression", dest="out_compression", default=None, type=_out_compression,
+                   metavar="{none,gzip,zlib}",
                    help="compression of the new shards: none, gzip or zlib (default: none)")
     p.add_argument("--name", type=_label, help="dataset name (default: the input's sidecar's, else from the input "
                    "file names, e.g. tut-00000-of-00004.tfrecord -> tut, else 'data')")
