@@ -31,14 +31,24 @@ def batch_path(request, monkeypatch):
     tfr_torch.set_backend(previous)
 
 
-@pytest.fixture(params=["python", "native"])
+def pytest_generate_tests(metafunc):
+    """`backend` runs a test on both backends, except where `batch_path` already runs every decoding path."""
+    if "backend" in metafunc.fixturenames and "batch_path" not in metafunc.fixturenames:
+        metafunc.parametrize("backend", ["python", "native"], indirect=True)
+
+
+@pytest.fixture
 def backend(request):
     """Run a test on both backends: the pure-Python reference and the compiled core (skipped when it was not
     built). Every golden, parity, corruption and error-message test takes this fixture."""
     import tfr_torch
 
-    if request.param == "native" and not tfr_torch._native.available():
+    param = getattr(request, "param", None)
+    if param is None:  # the test takes batch_path, which chooses the backend
+        yield None
+        return
+    if param == "native" and not tfr_torch._native.available():
         pytest.skip(f"the compiled core is not built: {tfr_torch._native.import_error}")
-    previous = tfr_torch.set_backend(request.param)
-    yield request.param
+    previous = tfr_torch.set_backend(param)
+    yield param
     tfr_torch.set_backend(previous)

@@ -39,6 +39,8 @@ from tfr_torch import (
     TruncatedRecordError,
 )
 
+pytestmark = pytest.mark.usefixtures("backend")  # every test on the reference and the compiled core
+
 fsspec = pytest.importorskip("fsspec")
 
 MB = 1 << 20

@@ -31,6 +31,8 @@ from golden_util import (
     tensor_values,
 )
 
+pytestmark = pytest.mark.usefixtures("backend")  # every test on the reference and the compiled core
+
 EXAMPLES = load_json("examples.json")
 SEQUENCE_EXAMPLES = load_json("sequence_examples.json")
 TENSORS = load_json("tensors.json")

@@ -54,6 +54,8 @@ from tfr_torch import (
     parse_single_sequence_example,
 )
 
+pytestmark = pytest.mark.usefixtures("backend")  # every test on the reference and the compiled core
+
 REPO = Path(__file__).resolve().parent.parent
 
 # ----------------------------------------------------------------------------------------------- helpers

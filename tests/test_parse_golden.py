@@ -24,6 +24,8 @@ import torch
 
 import tfr_torch
 
+pytestmark = pytest.mark.usefixtures("backend")  # every test on the reference and the compiled core
+
 CASES_PATH = Path(__file__).parent / "data" / "golden" / "parse" / "cases.json"
 with open(CASES_PATH, encoding="utf-8") as _f:
     CASES = json.load(_f)

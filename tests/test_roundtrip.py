@@ -19,6 +19,8 @@ from hypothesis.extra import numpy as hnp
 
 import tfr_torch
 
+pytestmark = pytest.mark.usefixtures("backend")  # every test on the reference and the compiled core
+
 FAST = settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 FILES = settings(max_examples=40, deadline=None,
                  suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])

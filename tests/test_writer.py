@@ -9,6 +9,8 @@ import pytest
 import tfr_torch
 from tfr_torch.format.crc import masked_crc32c
 
+pytestmark = pytest.mark.usefixtures("backend")  # every test on the reference and the compiled core
+
 
 def test_empty_record_is_the_reference_bytes(tmp_path):
     path = tmp_path / "e.tfrecord"
