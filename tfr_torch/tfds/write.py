@@ -178,3 +178,37 @@ def finish_split(out_dir: str, name: str, split: str, shards: Sequence[Mapping[s
                           options["features"], version=options["version"],
                           supervised_keys=options.get("supervised_keys"), class_names=options.get("class_names"),
                           description=options.get("description", ""))
+
+
+def reshard_options(paths: Sequence[str], out_dir: str, name: str, version: str, features: Optional[Mapping[str, Any]],
+                    image: Optional[Mapping[str, Any]]) -> tuple[str, dict]:
+    """`reshard(..., tfds=True)`: the TFDS version folder to write (`out_dir/name/version`) and ShardedWriter's
+    tfds options. Shards of a TFDS folder keep its features.json, class names, supervised keys and description;
+    shards of tfr_torch's image converters get their image features; others the features of their spec."""
+    from tfr_torch.format.paths import as_path
+    from tfr_torch.tfds.metadata import read_info
+
+    folders = {os.path.dirname(os.path.abspath(as_path(p))) for p in paths}
+    source = None
+    if len(folders) == 1 and os.path.exists(f"{next(iter(folders))}/dataset_info.json"):
+        source = read_info(next(iter(folders)))
+    target = f"{as_path(out_dir).rstrip('/') or '.'}/{name}/{version}"
+    if source is not None:
+        options: dict[str, Any] = {"version": version, "features": dict(source.features),
+                                   "class_names": dict(source.class_names), "description": source.description}
+        if source.supervised_keys:
+            options["supervised_keys"] = source.supervised_keys
+        return target, options
+    if features is None:
+        raise ValueError("a TFDS dataset needs the records' features: the input has no sidecar and its records are "
+                         "not tf.train.Examples tfr_torch can describe")
+    if image:
+        classes = image.get("classes")
+        spec = {k: v for k, v in features.items() if k != image.get("key", "image/encoded")}
+        options = {"version": version, "features": image_features(spec, len(classes) if classes else None,
+                                                                  image.get("encoding", "keep"))}
+        if classes:
+            options["class_names"] = {labels_file_stem(image.get("label_key", "image/class/label")): list(classes)}
+            options["supervised_keys"] = (image.get("key", "image/encoded"), image.get("label_key", "image/class/label"))
+        return target, options
+    return target, {"version": version, "features": features_from_spec(features)}
