@@ -381,8 +381,13 @@ def _cmd_schema(args: argparse.Namespace) -> int:
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
+    from tfr_torch.tfds.metadata import is_tfds_dir
     from tfr_torch.tools.inspect import inspect_files
 
+    if all(is_tfds_dir(f) for f in args.files):  # TensorFlow Datasets folders: splits, counts, feature tree
+        from tfr_torch.tfds.inspect import inspect_main
+
+        return inspect_main(args.files)
     try:
         text = inspect_files(_files(args), args.compression, args.max_records, progress=not args.quiet)
     except (TFRecordError, OSError) as err:
@@ -405,7 +410,8 @@ def _cmd_convert(args: argparse.Namespace) -> int:
                                       quality=95 if args.quality is None else args.quality,
                                       shard_size=args.shard_size, compression=args.compression,
                                       workers=args.workers, on_error=args.on_error, check=not args.no_check,
-                                      resume=not args.restart, progress=not args.quiet)
+                                      resume=not args.restart, progress=not args.quiet, tfds=args.tfds,
+                                      version=args.tfds_version)
     except (TFRecordError, OSError, ValueError) as err:
         print(f"tfr-torch convert: {_problem(err)}", file=sys.stderr)
         return 1
@@ -425,7 +431,7 @@ def _cmd_reshard(args: argparse.Namespace) -> int:
         raise UsageError(str(err)) from None
     try:
         paths = reshard(paths, args.out, shard_size=args.shard_size, compression=args.out_compression,
-                        name=name, split=split, progress=not args.quiet)
+                        name=name, split=split, progress=not args.quiet, tfds=args.tfds, version=args.tfds_version)
     except (TFRecordError, OSError, ValueError) as err:
         print(f"tfr-torch reshard: {_problem(err)}", file=sys.stderr)
         return 1
@@ -435,6 +441,13 @@ def _cmd_reshard(args: argparse.Namespace) -> int:
 
 
 # ------------------------------------------------------------------------------------------------ parser
+
+
+def _tfds_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--tfds", action="store_true",
+                   help="write a TensorFlow Datasets folder OUT/NAME/VERSION/ (dataset_info.json, features.json, "
+                        "class names) instead of the sidecar: tfds.builder_from_directory loads it")
+    p.add_argument("--tfds-version", default="1.0.0", metavar="X.Y.Z", help="with --tfds: the dataset version")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -524,6 +537,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--no-check", action="store_true",
                    help="with --format keep, do not decode each image to check it")
     p.add_argument("--restart", action="store_true", help="ignore the finished shards of an interrupted run")
+    _tfds_arguments(p)
     p.add_argument("-q", "--quiet", action="store_true", help="no progress display or summary on stderr")
     p.set_defaults(run=_cmd_convert)
 
@@ -544,6 +558,7 @@ def _parser() -> argparse.ArgumentParser:
                    "file names, e.g. tut-00000-of-00004.tfrecord -> tut, else 'data')")
     p.add_argument("--split", type=_label, help="split (default: the input's sidecar's, else from the file names, "
                    "e.g. mnist-test.tfrecord-* -> test, else 'train')")
+    _tfds_arguments(p)
     p.add_argument("-q", "--quiet", action="store_true", help="no progress display")
     p.set_defaults(run=_cmd_reshard)
     return parser

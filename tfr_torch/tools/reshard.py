@@ -87,11 +87,13 @@ def check_output(paths: Sequence[str], out_dir: str, name: str, split: str) -> N
 
 
 def reshard(paths: Sequence[str], out_dir: str, *, shard_size: Any = "128MB", compression: str | None = None,
-            name: str | None = None, split: str | None = None, progress: bool = False) -> list[str]:
+            name: str | None = None, split: str | None = None, progress: bool = False, tfds: bool = False,
+            version: str = "1.0.0") -> list[str]:
     """Copy every record of `paths` (any compression, detected), in order, into new shards (ShardedWriter: TFDS
     names, an index per shard, a sidecar) named by `reshard_names`. The features spec is taken from the input's
     sidecar when there is one, else inferred from records of every file (none when they are not Examples).
-    Refuses to write over its own input (same folder, name and split).
+    Refuses to write over its own input (same folder, name and split). `tfds=True` writes a TensorFlow Datasets
+    folder `out_dir/name/version/` instead of the sidecar (tfr_torch.tfds.write.reshard_options).
 
     >>> reshard(["old-00000-of-00002.tfrecord", "old-00001-of-00002.tfrecord"], "new/", shard_size="64MB")  # doctest: +SKIP
     ['new/old-train.tfrecord-00000-of-00001']
@@ -113,7 +115,13 @@ def reshard(paths: Sequence[str], out_dir: str, *, shard_size: Any = "128MB", co
             features = None  # not Examples (or no records): the records are copied all the same
     sizes = [file_size(p) for p in paths] if progress else []
     meter = Progress(label=f"{name}-{split}", enabled=progress, total_bytes=sum(sizes), unit="records")
-    with ShardedWriter(out, name, split, shard_size, compression, features=features, image=image) as writer:
+    tfds_options = None
+    if tfds:
+        from tfr_torch.tfds.write import reshard_options
+
+        out, tfds_options = reshard_options(paths, out, name, version, features, image)
+    with ShardedWriter(out, name, split, shard_size, compression, features=features, image=image,
+                       tfds=tfds_options) as writer:
         for path in paths:
             with RecordReader(path) as reader:
                 if reader.compression != "none":
