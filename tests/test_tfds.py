@@ -529,3 +529,17 @@ print(sorted(m for m in sys.modules if m.split(".")[0] in ("tensorflow", "tensor
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
     assert not (tmp_path / "imported").exists(), (tmp_path / "imported").read_text()
+
+
+def test_legacy_features_json_format(tmp_path):
+    """features.json as TFDS before 4.6 wrote it ({"type": ..., "content": ...}) reads the same."""
+    import shutil
+
+    folder = tmp_path / "old" / "1.0.0"
+    shutil.copytree(DATASET / "0.9.0", folder)
+    (folder / "features.json").write_text(json.dumps({
+        "type": "tensorflow_datasets.core.features.features_dict.FeaturesDict",
+        "content": {"id": {"type": "tensorflow_datasets.core.features.tensor_feature.Tensor",
+                           "content": {"shape": [], "dtype": "int64"}}}}))
+    _edit_info(folder, lambda d: d.update(name="tfr_golden"))
+    assert [int(x["id"]) for x in tfr_torch.TFRecordDataset(folder, split="train")] == [0, 1, 2]
