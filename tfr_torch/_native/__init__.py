@@ -19,8 +19,32 @@ Backend = Literal["native", "python"]
 core: Optional[ModuleType] = None
 import_error: Optional[str] = None  # why the compiled core is not available, when it is not
 
+
+
+def _load() -> Optional[ModuleType]:
+    """The extension: the one built in the package, or the file named by TFR_TORCH_NATIVE_LIB (a build with
+    AddressSanitizer / UndefinedBehaviorSanitizer, see `make test-sanitizers`)."""
+    path = os.environ.get("TFR_TORCH_NATIVE_LIB")
+    if not path:
+        from tfr_torch._native import _core  # type: ignore[attr-defined]
+
+        return _core
+    import importlib.machinery
+    import importlib.util
+    import sys
+
+    loader = importlib.machinery.ExtensionFileLoader("tfr_torch._native._core", path)
+    spec = importlib.util.spec_from_file_location("tfr_torch._native._core", path, loader=loader)
+    if spec is None:
+        raise ImportError(f"TFR_TORCH_NATIVE_LIB={path} is not a loadable extension")
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    sys.modules["tfr_torch._native._core"] = module
+    return module
+
+
 try:
-    from tfr_torch._native import _core as _compiled  # type: ignore[attr-defined]
+    _compiled = _load()
 except ImportError as exc:  # not built (no compiler at install time), or built for another Python
     _compiled = None
     import_error = f"{type(exc).__name__}: {exc}"

@@ -368,13 +368,15 @@ def _cmd_head(args: argparse.Namespace) -> int:
 def _cmd_schema(args: argparse.Namespace) -> int:
     from tfr_torch.decode.infer import format_features, infer_features  # imports torch: only for this command
 
+    paths = _files(args)
     try:
-        spec = infer_features(_files(args), max_records=args.max_records)
+        spec = infer_features(paths, max_records=args.max_records, compression=args.compression)
     except (TFRecordError, OSError) as err:
         print(_problem(err), file=sys.stderr)
         return 1
-    except ValueError as err:  # no records at all
-        print(f"tfr-torch schema: {err}", file=sys.stderr)
+    except ValueError:  # no records at all
+        files = f"{len(paths)} files hold" if len(paths) > 1 else f"{paths[0]} holds"
+        print(f"tfr-torch schema: no records to propose a spec from: {files} no records", file=sys.stderr)
         return 1
     print(format_features(spec), end="")
     return 0
@@ -400,6 +402,8 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 def _cmd_convert(args: argparse.Namespace) -> int:
     if args.quality is not None and args.format != "jpeg":
         raise UsageError(f"argument --quality: applies to --format jpeg only (got --format {args.format})")
+    if args.address is not None and args.engine != "ray":
+        raise UsageError("argument --address: names a Ray cluster, so it needs --engine ray")
     from tfr_torch.tools.convert import convert_image_folder
 
     if not os.path.isdir(args.src):
@@ -410,8 +414,11 @@ def _cmd_convert(args: argparse.Namespace) -> int:
                                       quality=95 if args.quality is None else args.quality,
                                       shard_size=args.shard_size, compression=args.compression,
                                       workers=args.workers, on_error=args.on_error, check=not args.no_check,
-                                      resume=not args.restart, progress=not args.quiet, tfds=args.tfds,
-                                      version=args.tfds_version)
+                                      resume=not args.restart, progress=not args.quiet, engine=args.engine,
+                                      address=args.address, tfds=args.tfds, version=args.tfds_version)
+    except ImportError as err:  # --engine ray without Ray installed
+        print(f"tfr-torch convert: {err}", file=sys.stderr)
+        return 1
     except (TFRecordError, OSError, ValueError) as err:
         print(f"tfr-torch convert: {_problem(err)}", file=sys.stderr)
         return 1
@@ -453,7 +460,7 @@ def _tfds_arguments(p: argparse.ArgumentParser) -> None:
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="tfr-torch", description="TFRecord files without TensorFlow. Exit status: 0 ok, 1 a data "
                      "problem (one `path:offset: problem` line each), 2 a usage error.")
-    parser.add_argument("--version", action="version", version=f"tfr_torch {__version__}")
+    parser.add_argument("--version", action=_Version, nargs=0, help="show the version and the backend, and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     formatter = _Help
 
@@ -537,6 +544,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--no-check", action="store_true",
                    help="with --format keep, do not decode each image to check it")
     p.add_argument("--restart", action="store_true", help="ignore the finished shards of an interrupted run")
+    p.add_argument("--engine", default="local", choices=["local", "ray"],
+                   help="local: --workers processes on this machine; ray: Ray tasks on a Ray cluster (SRC readable at "
+                        "the same path on every node; needs tfr_torch[ray]); the same shards either way")
+    p.add_argument("--address", default=None, metavar="ADDR",
+                   help="with --engine ray: the cluster to use (host:port or auto; default: RAY_ADDRESS, else a new "
+                        "local Ray)")
     _tfds_arguments(p)
     p.add_argument("-q", "--quiet", action="store_true", help="no progress display or summary on stderr")
     p.set_defaults(run=_cmd_convert)
@@ -562,6 +575,25 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("-q", "--quiet", action="store_true", help="no progress display")
     p.set_defaults(run=_cmd_reshard)
     return parser
+
+
+def _version_line() -> str:
+    """tfr_torch's version and the backend in use (the compiled core, or why not)."""
+    from tfr_torch import _native
+
+    if _native.backend() == "native":
+        crc = "hardware" if _native.core.hardware_crc() else "portable"
+        return f"tfr_torch {__version__} (backend: native, compiled core with {crc} CRC-32C)"
+    why = _native.import_error or "turned off by TFR_TORCH_NATIVE=0"
+    return f"tfr_torch {__version__} (backend: python, the pure-Python reference; {why})"
+
+
+class _Version(argparse.Action):
+    """--version: one line, never re-wrapped by argparse."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(_version_line())
+        parser.exit()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,0 +1,400 @@
+"""The compiled core (tfr_torch._native): the backend switch, its kernels against the pure-Python reference, and a
+differential test that feeds both backends the same valid and mutated records.
+
+The golden, parity, corruption and error-message tests run on both backends through the `backend` fixture
+(tests/conftest.py); this file tests what is particular to the kernels.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import struct
+import subprocess
+import sys
+import threading
+import tracemalloc
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import tfr_torch
+from tfr_torch import _native
+from tfr_torch.errors import TFRecordError
+from tfr_torch.format.crc import crc32c as reference_crc32c
+from tfr_torch.format.crc import masked_crc32c as reference_masked
+
+core = _native.core if _native.available() else None
+needs_core = pytest.mark.skipif(not _native.available(), reason=f"the compiled core is not built: {_native.import_error}")
+
+
+def frame(data: bytes) -> bytes:
+    """One record framed as the format says (the reference the kernels are checked against)."""
+    length = struct.pack("<Q", len(data))
+    return length + struct.pack("<I", reference_masked(length)) + data + struct.pack("<I", reference_masked(data))
+
+
+# ---------------------------------------------------------------------------------------------- backend switch
+
+
+def test_set_backend_switches_and_returns_the_previous_one():
+    start = tfr_torch.backend()
+    try:
+        assert tfr_torch.set_backend("python") == start
+        assert tfr_torch.backend() == "python" and _native.core is None
+        assert tfr_torch.set_backend("auto") == "python"
+        assert tfr_torch.backend() == ("native" if _native.available() else "python")
+    finally:
+        tfr_torch.set_backend(start)
+
+
+def test_set_backend_refuses_an_unknown_name():
+    with pytest.raises(ValueError, match=r'backend must be "native", "python" or "auto", got \'fast\''):
+        tfr_torch.set_backend("fast")
+
+
+@pytest.mark.parametrize("value, expected", [("0", "python"), ("off", "python"), ("1", None)])
+def test_environment_variable_turns_the_core_off(value, expected):
+    expected = expected or ("native" if _native.available() else "python")
+    code = "import tfr_torch; print(tfr_torch.backend())"
+    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "TFR_TORCH_NATIVE": value},
+                         capture_output=True, text=True, check=True).stdout.strip()
+    assert out == expected
+
+
+def test_version_names_the_backend():
+    env = {**os.environ, "TFR_TORCH_NATIVE": "0"}
+    out = subprocess.run([sys.executable, "-m", "tfr_torch", "--version"], env=env, capture_output=True, text=True,
+                         check=True).stdout
+    assert out == f"tfr_torch {tfr_torch.__version__} (backend: python, the pure-Python reference; turned off by " \
+                  "TFR_TORCH_NATIVE=0)\n"
+    if _native.available():
+        out = subprocess.run([sys.executable, "-m", "tfr_torch", "--version"], capture_output=True, text=True,
+                             check=True, env={k: v for k, v in os.environ.items() if k != "TFR_TORCH_NATIVE"}).stdout
+        assert out.startswith(f"tfr_torch {tfr_torch.__version__} (backend: native, compiled core with ")
+
+
+@needs_core
+def test_set_backend_native_when_built():
+    previous = tfr_torch.set_backend("native")
+    try:
+        assert tfr_torch.backend() == "native" and _native.core is not None
+    finally:
+        tfr_torch.set_backend(previous)
+
+
+def test_set_backend_native_without_the_core_says_why(monkeypatch):
+    monkeypatch.setattr(_native, "_compiled", None)
+    monkeypatch.setattr(_native, "import_error", "ImportError: no _core")
+    with pytest.raises(RuntimeError, match=r"not available \(ImportError: no _core\); reinstall with a C compiler"):
+        tfr_torch.set_backend("native")
+
+
+# ---------------------------------------------------------------------------------------------- CRC-32C
+
+
+@needs_core
+def test_crc32c_known_vectors():
+    assert core.crc32c(b"") == 0
+    assert core.crc32c(b"123456789") == 0xE3069283  # the standard check value of CRC-32C
+    assert core.crc32c(bytes(32)) == 0x8A9136AA  # RFC 3720, B.4
+    assert core.crc32c(b"\xff" * 32) == 0x62A8AB43
+
+
+@needs_core
+@settings(max_examples=300, deadline=None)
+@given(data=st.binary(max_size=3000), split=st.integers(0, 3000))
+def test_crc32c_equals_the_reference_at_every_length_and_alignment(data, split):
+    assert core.crc32c(data) == reference_crc32c(data)
+    assert core.masked_crc32c(data) == reference_masked(data)
+    split = min(split, len(data))  # continued over two pieces, from any alignment
+    assert core.crc32c(data[split:], core.crc32c(data[:split])) == reference_crc32c(data)
+    assert core.crc32c(memoryview(bytearray(data))[split:]) == reference_crc32c(data[split:])
+
+
+@needs_core
+def test_hardware_crc_is_a_bool():
+    assert core.hardware_crc() in (True, False)
+
+
+# ---------------------------------------------------------------------------------------------- framing
+
+
+@needs_core
+@settings(max_examples=200, deadline=None)
+@given(records=st.lists(st.binary(max_size=300), max_size=20))
+def test_frame_records_equals_the_format(records):
+    assert core.frame_records(records) == b"".join(frame(r) for r in records)
+    assert core.frame_records(tuple(bytearray(r) for r in records)) == b"".join(frame(r) for r in records)
+
+
+@needs_core
+def test_frame_records_refuses_what_is_not_bytes():
+    with pytest.raises(TypeError):
+        core.frame_records([b"ok", 3])
+
+
+@needs_core
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(records=st.lists(st.binary(max_size=200), min_size=1, max_size=12), cut=st.integers(0, 10_000),
+       verify=st.booleans())
+def test_scan_records_hands_out_every_whole_record_and_stops_at_a_cut(records, cut, verify):
+    buf = b"".join(frame(r) for r in records)
+    cut = min(cut, len(buf))
+    found, stop, status = core.scan_records(buf, 0, cut, cut, verify, 1 << 20)
+    ends = np.cumsum([len(r) + 16 for r in records]).tolist()
+    whole = sum(1 for e in ends if e <= cut)
+    assert found == records[:whole]
+    assert stop == (ends[whole - 1] if whole else 0)
+    assert status == (core.SCAN_LIMIT if stop == cut else core.SCAN_MORE)
+
+
+@needs_core
+def test_scan_records_reports_a_bad_header_and_bad_data_where_they_are():
+    records = [b"a" * 10, b"b" * 20, b"c" * 30]
+    buf = bytearray(b"".join(frame(r) for r in records))
+    second = len(records[0]) + 16
+    bad_header = bytearray(buf)
+    bad_header[second + 9] ^= 1  # the length CRC of the second record
+    assert core.scan_records(bad_header, 0, len(buf), len(buf), True, 100) == ([records[0]], second,
+                                                                                core.SCAN_BAD_HEADER)
+    bad_data = bytearray(buf)
+    bad_data[second + 12] ^= 1  # the second record's data
+    assert core.scan_records(bad_data, 0, len(buf), len(buf), True, 100) == ([records[0]], second, core.SCAN_BAD_DATA)
+    found, stop, status = core.scan_records(bad_data, 0, len(buf), len(buf), False, 100)  # data CRC not checked
+    assert len(found) == 3 and stop == len(buf) and status == core.SCAN_LIMIT
+
+
+@needs_core
+def test_scan_records_stops_at_max_records_and_at_the_limit():
+    records = [bytes([i]) * i for i in range(10)]
+    buf = b"".join(frame(r) for r in records)
+    assert core.scan_records(buf, 0, len(buf), len(buf), True, 4)[::2] == (records[:4], core.SCAN_FULL)
+    limit = len(frame(records[0])) + 1  # records that start before the limit are handed out
+    found, stop, status = core.scan_records(buf, 0, len(buf), limit, True, 100)
+    assert found == records[:2] and status == core.SCAN_LIMIT
+
+
+@needs_core
+def test_scan_records_never_trusts_a_lying_length():
+    length = struct.pack("<Q", 2**62)
+    buf = length + struct.pack("<I", reference_masked(length)) + b"x" * 100
+    found, stop, status = core.scan_records(buf, 0, len(buf), len(buf), True, 10)
+    assert (found, stop, status) == ([], 0, core.SCAN_MORE)  # the caller reads on and reports the truncation
+
+
+@needs_core
+@pytest.mark.parametrize("lo, hi", [(-1, 4), (0, 10**6), (5, 4)])
+def test_kernels_refuse_a_range_outside_the_buffer(lo, hi):
+    with pytest.raises(ValueError, match="bad range"):
+        core.scan_records(b"x" * 100, lo, hi, hi, True, 10)
+    with pytest.raises(ValueError, match="bad range"):
+        core.find_header(b"x" * 100, lo, hi)
+
+
+@needs_core
+@settings(max_examples=150, deadline=None)
+@given(junk=st.binary(max_size=400), record=st.binary(max_size=50))
+def test_find_header_finds_the_first_valid_header(junk, record):
+    buf = junk + frame(record)
+    at = core.find_header(buf, 0, len(buf))
+    expected = next(i for i in range(len(buf) - 11) if reference_masked(buf[i:i + 8]) == struct.unpack_from(
+        "<I", buf, i + 8)[0])
+    assert at == expected
+
+
+@needs_core
+def test_find_header_without_a_candidate():
+    assert core.find_header(bytes(11), 0, 11) == -1
+    assert core.find_header(b"", 0, 0) == -1
+
+
+def test_skip_after_corruption_is_fast_and_finds_the_next_record(tmp_path, backend):
+    """20 MiB of zeros then a good record: on_error="skip" reaches the record (issue: a byte-by-byte resync)."""
+    path = tmp_path / "zeros.tfrecord"
+    size = (20 << 20) if backend == "native" else (1 << 20)
+    path.write_bytes(bytes(size) + frame(b"found me"))
+    with pytest.warns(tfr_torch.SkippedRecordWarning):
+        assert list(tfr_torch.read_records(str(path), on_error="skip")) == [b"found me"]
+
+
+# ---------------------------------------------------------------------------------------------- differential
+
+KINDS = {"int64": torch.int64, "float": torch.float32, "bytes": tfr_torch.string}
+
+feature_values = st.one_of(
+    st.lists(st.integers(-(2**63), 2**63 - 1), max_size=6).map(lambda v: ("int64", np.array(v, dtype=np.int64))),
+    st.lists(st.floats(width=32, allow_nan=False), max_size=6).map(lambda v: ("float", np.array(v, np.float32))),
+    st.lists(st.binary(max_size=40), min_size=1, max_size=4).map(lambda v: ("bytes", v)),
+)
+examples = st.dictionaries(st.sampled_from(["a", "b", "c", "long/key/name", "é"]), feature_values, max_size=5)
+
+
+def _mutations(data: bytes, rnd: random.Random) -> list[bytes]:
+    """Byte-level mutations of a serialized record: flips, truncations, insertions, lying lengths."""
+    out = []
+    if not data:
+        return [b"\x0a", b"\x0a\x05"]
+    for _ in range(4):
+        i = rnd.randrange(len(data))
+        flipped = bytearray(data)
+        flipped[i] ^= 1 << rnd.randrange(8)
+        out.append(bytes(flipped))
+    out.append(data[: rnd.randrange(len(data))])
+    i = rnd.randrange(len(data) + 1)
+    out.append(data[:i] + bytes([rnd.randrange(256)]) + data[i:])
+    i = rnd.randrange(len(data))
+    lying = bytearray(data)
+    lying[i] = rnd.choice([0x7F, 0xFF, 0x80, 0x01])
+    out.append(bytes(lying))
+    i = rnd.randrange(len(data))
+    out.append(data[:i] + b"\xff\xff\xff\xff\x0f" + data[i + 1 :])  # a varint length of 2**32 - 1
+    return out
+
+
+def _outcome(fn):
+    """What a call gives, comparable across backends: its values, or its error's class and message."""
+    try:
+        result = fn()
+    except (TFRecordError, ValueError, TypeError) as exc:
+        return ("error", type(exc).__name__, str(exc))
+    return ("ok", _plain(result))
+
+
+def _plain(value):
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, torch.Tensor):
+        if value.is_sparse:
+            value = value.coalesce()
+            return ("sparse", value.indices().tolist(), _plain(value.values()), list(value.shape))
+        if value.dtype == torch.float32:
+            return ("f32", list(value.shape), value.contiguous().view(torch.int32).flatten().tolist())
+        return (str(value.dtype), list(value.shape), value.flatten().tolist())
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if hasattr(value, "values") and hasattr(value, "offsets"):  # a ragged result
+        return ("ragged", _plain(value.values()), _plain(value.offsets()))
+    return value
+
+
+def _specs(example: dict) -> list[dict]:
+    """Specs over a record's keys: VarLen of each key's kind, FixedLen where the count fits, a missing key."""
+    var = {key: tfr_torch.VarLenFeature(KINDS[kind]) for key, (kind, _) in example.items()}
+    fixed = {key: tfr_torch.FixedLenFeature([len(values)], KINDS[kind]) for key, (kind, values) in example.items()
+             if kind != "bytes"}
+    fixed["missing"] = tfr_torch.FixedLenFeature([2], torch.int64, default_value=[7, 8])
+    wrong = {key: tfr_torch.VarLenFeature(torch.int64 if kind != "int64" else torch.float32)
+             for key, (kind, _) in example.items()}
+    return [s for s in (var, fixed, wrong) if s]
+
+
+def _both(fn):
+    previous = tfr_torch.set_backend("python")
+    try:
+        reference = _outcome(fn)
+        tfr_torch.set_backend("native")
+        compiled = _outcome(fn)
+    finally:
+        tfr_torch.set_backend(previous)
+    return reference, compiled
+
+
+@needs_core
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(batch=st.lists(examples, min_size=1, max_size=4), seed=st.integers(0, 2**32 - 1))
+def test_both_backends_give_the_same_values_or_the_same_error(batch, seed):
+    rnd = random.Random(seed)
+    records = [tfr_torch.encode_example({k: v for k, (_, v) in ex.items()}) for ex in batch]
+    specs = [spec for ex in batch for spec in _specs(ex)] or [{"x": tfr_torch.VarLenFeature(torch.int64)}]
+    candidates = [records] + [[m] + records[1:] for m in _mutations(records[0], rnd)]
+    for recs in candidates:
+        for spec in specs[:3]:
+            reference, compiled = _both(lambda: tfr_torch.parse_example(recs, spec))
+            assert compiled == reference, (recs, spec)
+            reference, compiled = _both(lambda: tfr_torch.parse_single_example(recs[0], spec))
+            assert compiled == reference, (recs[0], spec)
+
+
+@needs_core
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(records=st.lists(st.binary(max_size=64), min_size=1, max_size=8), seed=st.integers(0, 2**32 - 1))
+def test_both_backends_read_mutated_files_the_same_way(tmp_path_factory, records, seed):
+    rnd = random.Random(seed)
+    data = b"".join(frame(r) for r in records)
+    folder = tmp_path_factory.mktemp("files")
+    for j, mutated in enumerate([data] + _mutations(data, rnd)):
+        path = folder / f"m{j}.tfrecord"
+        path.write_bytes(mutated)
+
+        def read_all(on_error):
+            import warnings
+
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                return list(tfr_torch.read_records(str(path), on_error=on_error))
+
+        for on_error in ("raise", "skip"):
+            reference, compiled = _both(lambda: read_all(on_error))
+            assert compiled == reference, (mutated, on_error)
+
+
+# ---------------------------------------------------------------------------------------------- memory, threads
+
+TABULAR = {
+    "id": tfr_torch.FixedLenFeature([], torch.int64),
+    "x": tfr_torch.FixedLenFeature([16], torch.float32),
+    "tags": tfr_torch.VarLenFeature(torch.int64),
+    "name": tfr_torch.FixedLenFeature([], tfr_torch.string),
+}
+
+
+def _tabular(n: int, seed: int = 0) -> list[bytes]:
+    rng = np.random.default_rng(seed)
+    return [tfr_torch.encode_example({"id": i, "x": rng.random(16, dtype=np.float32),
+                                      "tags": rng.integers(0, 1000, size=i % 7), "name": b"n%d" % i})
+            for i in range(n)]
+
+
+@needs_core
+def test_parse_example_peak_memory_is_of_the_order_of_its_output():
+    records = _tabular(256)
+    previous = tfr_torch.set_backend("native")
+    try:
+        tfr_torch.parse_example(records, TABULAR)  # warm: plans, the decoder
+        tracemalloc.start()
+        out = tfr_torch.parse_example(records, TABULAR)
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+    finally:
+        tfr_torch.set_backend(previous)
+    numeric = sum(t.numel() * t.element_size() for t in (out["id"], out["x"], out["tags"].values()))
+    names = sum(len(s) + 40 for s in out["name"])  # one bytes object per string value, as the user asked for bytes
+    # a Python object per numeric value would cost about 32 bytes each (256 * 20 values: 160 KiB)
+    assert peak < 2 * (numeric + names) + 64 * 1024, (peak, numeric, names)
+
+
+@needs_core
+def test_decoding_in_threads_gives_the_same_batches():
+    batches = [_tabular(256, seed) for seed in range(6)]
+    previous = tfr_torch.set_backend("native")
+    try:
+        expected = [_plain(tfr_torch.parse_example(b, TABULAR)) for b in batches]
+        got: dict[int, object] = {}
+
+        def work(k: int) -> None:
+            for _ in range(3):
+                for i in range(k, len(batches), 2):
+                    got[i] = _plain(tfr_torch.parse_example(batches[i], TABULAR))
+
+        threads = [threading.Thread(target=work, args=(k,)) for k in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        tfr_torch.set_backend(previous)
+    assert [got[i] for i in range(len(batches))] == expected
