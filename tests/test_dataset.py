@@ -433,9 +433,11 @@ def test_glob_matching_nothing_names_the_pattern(tmp_path):
 
 
 def test_bad_feature_spec_fails_at_construction(corpus):
-    with pytest.raises(TypeError, match=r"'id'.*got 'int64'"):
+    hint = (r"feature 'id' is given as 'int64' \(a dtype name, not a spec\): write "
+            r"tfr_torch.FixedLenFeature\(\[\], torch.int64\) for one value per record")
+    with pytest.raises(TypeError, match=hint):
         TFRecordDataset(corpus["plain"], {"id": "int64"})
-    with pytest.raises(TypeError, match=r"'id'.*got 'int64'"):
+    with pytest.raises(TypeError, match=hint):
         IndexedTFRecordDataset(corpus["plain"], {"id": "int64"})
     with pytest.raises(TypeError, match="got list"):
         TFRecordDataset(corpus["plain"], [SPEC])

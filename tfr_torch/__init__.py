@@ -66,6 +66,8 @@ _EXPORTS = {
     # torch layer
     "TFRecordDataset": "tfr_torch.data.dataset",
     "IndexedTFRecordDataset": "tfr_torch.data.indexed",
+    "CachedDataset": "tfr_torch.data.cache",
+    "decode_raw": "tfr_torch.decode.raw",
     "decode_image": "tfr_torch.images",
     "image_backends": "tfr_torch.images",
     # tools
@@ -98,6 +100,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from tfr_torch.format.writer import TFRecordWriter
     from tfr_torch.data.dataset import TFRecordDataset
     from tfr_torch.data.indexed import IndexedTFRecordDataset
+    from tfr_torch.data.cache import CachedDataset
+    from tfr_torch.decode.raw import decode_raw
     from tfr_torch.images import decode_image, image_backends
     from tfr_torch.decode.infer import infer_features
     from tfr_torch.decode.parse import (

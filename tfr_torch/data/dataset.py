@@ -4,14 +4,16 @@ exactly once per epoch (or an equal-sized subset per rank), shuffled, and resuma
 from __future__ import annotations
 
 import os
+import sys
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
+from tfr_torch.data.counting import SharedCounts, user_site
 from tfr_torch.data.distributed import detect_rank_world
 from tfr_torch.data.reading import Located, Source, interleave, iter_random, iter_run, shuffle_buffer
 from tfr_torch.data.transport import shared_memory_available, wrap_for_transport
@@ -23,13 +25,15 @@ from tfr_torch.data.sharding import (
     global_block,
     rank_quota,
     runs_of_block,
+    split_sizes,
     worker_block,
 )
 from tfr_torch.decode.plan import compile_features
-from tfr_torch.decode.sidecar import sidecar_for, spec_from_json
+from tfr_torch.decode.hints import check_features_argument, check_spec
+from tfr_torch.decode.sidecar import class_names, find_sidecar, spec_from_json, trusted_counts
 from tfr_torch.format.compression import normalize_compression
 from tfr_torch.format.index import index_path_for, read_index, scan_index
-from tfr_torch.format.paths import PathLike, exists, expand_paths
+from tfr_torch.format.paths import PathLike, exists, expand_paths, file_sizes
 from tfr_torch.format.reader import RecordReader
 
 __all__ = ["TFRecordDataset", "resolve_indexes"]
@@ -93,7 +97,7 @@ class TFRecordDataset(IterableDataset):
     def __init__(
         self,
         paths: PathLike | Sequence[PathLike],
-        features: Mapping[str, Any] | None = None,
+        features: Mapping[str, Any] | Literal["auto"] | None = None,
         *,
         index: Any = None,
         compression: str | None = "auto",
@@ -114,20 +118,19 @@ class TFRecordDataset(IterableDataset):
         as_supervised: bool = False,
     ) -> None:
         super().__init__()
+        self._site = user_site()  # where this dataset's warnings point, also from DataLoader workers
         self.tfds = None  # a TFDS dataset folder: its split's shards, counts and decoder (tfr_torch.tfds)
         if split is not None or as_supervised or _is_tfds(paths):
             from tfr_torch.tfds.source import open_tfds
 
             self.tfds = open_tfds(paths, split, features, as_supervised)
             paths, features = self.tfds.paths, self.tfds.features
+        check_features_argument(features)
         self.paths = expand_paths(paths)
-        sidecar = sidecar_for(self.paths) if self.tfds is None else None  # ShardedWriter's: spec and record counts
-        if isinstance(features, str) and features == "auto":
-            if sidecar is None or not sidecar[0].get("features"):
-                raise ValueError("features='auto' needs the sidecar ShardedWriter writes beside its shards "
-                                 "(<name>-<split>.tfr_torch.json) and none describes these files; pass a spec "
-                                 "(tfr_torch.infer_features(paths) proposes one)")
-            features = spec_from_json(sidecar[0]["features"])
+        sizes = existing_sizes(self.paths)
+        sidecar = find_sidecar(self.paths) if self.tfds is None else None  # ShardedWriter's: spec and record counts
+        if isinstance(features, str):  # "auto" (check_features_argument refused anything else)
+            features = auto_features(sidecar)
         if features is not None:
             plan_of(features)  # check the spec now, in the main process
         if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
@@ -149,15 +152,22 @@ class TFRecordDataset(IterableDataset):
         self.shared_memory = bool(shared_memory)
         self.rank, self.world_size = detect_rank_world(rank, world_size)
         self.offsets = resolve_indexes(self.paths, index, compression)
-        self._counts: list[int] | None = (
-            [len(o) for o in self.offsets] if all(o is not None for o in self.offsets) else None)
-        if self._counts is None and sidecar is not None:
-            self._counts = [sidecar[1][p.rsplit("/", 1)[-1]] for p in self.paths]
+        # the sidecar's counts only where the shard still has the size it recorded (an index's count always wins)
+        counts, stale = trusted_counts(sidecar, sizes, [None if o is None else len(o) for o in self.offsets])
+        self.metadata: dict[str, Any] | None = sidecar.data if sidecar is not None else None
+        self._shared = SharedCounts(counts)
+        self._sidecar_counts = sidecar is not None and not stale  # every count is the sidecar's or an index's
+        if stale:
+            shown = "; ".join(stale[:3]) + (f"; and {len(stale) - 3} more" if len(stale) > 3 else "")
+            self._site.warn(f"the sidecar {sidecar.path} does not match {len(stale)} of its {len(self.paths)} shards "
+                            f"(rewritten after it was written?): {shown}. Their records are counted now instead")
+            self._count_now()
         if self.tfds is not None:  # dataset_info.json's counts; indexes cut to the records the split selects
             self.offsets = self.tfds.windowed(self.offsets)
             self._counts = list(self.tfds.counts)
         if self.world_size > 1:
             self._ensure_counts("every rank must yield the same number of records")
+        self._warn_if_empty()
         # a global shuffle reads records by offset: only for indexed, uncompressed files (else: buffered shuffle)
         self._global_shuffle = self.shuffle and all(o is not None for o in self.offsets) and not any(
             _compressed(p, compression) for p in self.paths)
@@ -168,17 +178,72 @@ class TFRecordDataset(IterableDataset):
 
     # ----- counts and epochs -------------------------------------------------------------------------------------
 
+    @property
+    def _counts(self) -> list[int] | None:
+        """Every file's record count (from indexes, a checked sidecar, or counting), or None while any is unknown.
+        Shared with DataLoader workers: counts taken in a worker reach the main process and later epochs."""
+        return self._shared.known()
+
+    @_counts.setter
+    def _counts(self, counts: Sequence[int] | None) -> None:
+        self._shared = SharedCounts([None] * len(self.paths) if counts is None else list(counts))
+
+    def _count_file(self, f: int) -> int:
+        """Records of file `f` as reading yields them (under on_error="skip", the ones that survive)."""
+        verify = self.verify if self.on_error != "raise" else False  # reading raises on a bad data CRC anyway
+        with RecordReader(self.paths[f], self.compression, verify, on_error=self.on_error) as reader:
+            return sum(1 for _ in reader)
+
+    def _count_now(self) -> list[int]:
+        return self._shared.count_here(self._count_file)
+
     def _ensure_counts(self, why: str) -> list[int]:
-        if self._counts is None:
-            missing = [p for p, o in zip(self.paths, self.offsets) if o is None]
-            warnings.warn(f"counting the records of {len(missing)} file(s) without an index ({why}): this reads them "
-                          "once; write indexes (`tfr-torch index FILES`) and pass index='auto' to skip it",
-                          stacklevel=3)
-            counts = []
-            for path, offsets in zip(self.paths, self.offsets):
-                counts.append(len(offsets) if offsets is not None else len(scan_index(path, self.compression)))
-            self._counts = counts
-        return self._counts
+        """Count the files of unknown count now, in this process, with one warning at the user's line."""
+        counts = self._counts
+        if counts is None:
+            unknown = self._shared.unknown()
+            if self._shared.first(0):
+                self._site.warn(f"counting the records of {len(unknown)} file(s) without an index ({why}): this "
+                                "reads them once (the counts are kept for every epoch); write indexes (`tfr-torch "
+                                "index FILES`) and pass index='auto' to skip it")
+            counts = self._count_now()
+        return counts
+
+    def _warn_if_empty(self) -> None:
+        """Warn (once, at the user's line) when this rank will yield nothing in an epoch."""
+        counts = self._counts
+        if counts is None:
+            return
+        total = sum(counts)
+        quota = rank_quota(total, self.world_size, self.pad)
+        if total == 0:
+            self._site.warn(f"the {len(self.paths)} file(s) of this dataset hold no records: it yields nothing")
+        elif quota == 0:
+            self._site.warn(f"every rank yields nothing: {total} records for world_size={self.world_size} leaves "
+                            f"0 per rank (pass pad=True to repeat records so that each rank gets one)")
+        elif self.batch_size is not None and self.drop_last and quota < self.batch_size:
+            self._site.warn(f"this rank yields no batch: {quota} records per rank for batch_size={self.batch_size} "
+                            "with drop_last=True (use a smaller batch_size or drop_last=False)")
+
+    def _warn_idle_workers(self, quota: int, workers: int, multiple: int) -> None:
+        """In DataLoader worker 0: warn once (for every worker and epoch) when some workers get nothing."""
+        if workers < 2 or not self._shared.first(1):
+            return
+        sizes = split_sizes(quota, workers, multiple)
+        idle = [w for w, size in enumerate(sizes) if size == 0]
+        if not idle or quota == 0:
+            return
+        unit = f"{-(-quota // multiple)} batches of {multiple}" if multiple > 1 else f"{quota} records"
+        busy = workers - len(idle)
+        self._site.warn(f"DataLoader workers {', '.join(map(str, idle))} of {workers} get nothing to read: this rank "
+                        f"has {unit} for {workers} workers (num_workers={busy} would do the same work)")
+
+    @property
+    def classes(self) -> list[str] | None:
+        """The class names recorded beside the shards (label i is `classes[i]`), or None."""
+        tfds = getattr(self, "tfds", None)
+        names = getattr(tfds, "classes", None) if tfds is not None else None
+        return list(names) if names is not None else class_names(self.metadata)
 
     def set_epoch(self, epoch: int) -> None:
         """Set the epoch that seeds shuffling (as DistributedSampler.set_epoch); seen by persistent workers."""
@@ -228,6 +293,11 @@ class TFRecordDataset(IterableDataset):
     # ----- iteration --------------------------------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[Any]:
+        if self.batch_size is not None:
+            _refuse_rebatching(self, sys._getframe(1))
+        return self._iterate()
+
+    def _iterate(self) -> Iterator[Any]:
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
         self._worker = (worker, workers)
@@ -279,7 +349,30 @@ class TFRecordDataset(IterableDataset):
         return Run(run.file, run.start + skip, run.stop + skip) if skip else run
 
     def _source(self) -> Source:
-        return Source(self.paths, self.offsets, self.compression, self.verify, self.on_error)
+        # a file read without an index must hold exactly the records counted for it (a stale count would make
+        # ranks unequal or leave records unread): `whole` says a count is the file's total, not a TFDS slice
+        whole = [self.tfds is None] * len(self.paths)
+        return Source(self.paths, self.offsets, self.compression, self.verify, self.on_error,
+                      self._counts, whole, self._count_origin())
+
+    def _count_origin(self) -> str:
+        if self._sidecar_counts and self.metadata is not None:
+            return "the count in the sidecar"
+        return "the count taken when the dataset was built" if self.tfds is None else "the split's record count"
+
+    def _split_counts(self, worker: int, workers: int, readers: int) -> list[int]:
+        """Counts for splitting fewer files than readers by record ranges: in DataLoader workers, counted once
+        for the dataset by all workers together (see data/counting.py); in one process, here."""
+        why = (f"{len(self.paths)} file(s) for {readers} readers (ranks x DataLoader workers): files are split by "
+               "record ranges")
+        if workers < 2 or get_worker_info() is None:
+            return self._ensure_counts(why)
+        if worker == 0 and self._shared.first(0):
+            unknown = len(self._shared.unknown())
+            self._site.warn(f"counting the records of {unknown} file(s) without an index ({why}): the DataLoader "
+                            "workers count them together once, and every later epoch and len() use the counts; "
+                            "write indexes (`tfr-torch index FILES`) and pass index='auto' to skip it")
+        return self._shared.count_shared(self._count_file, worker, workers)
 
     def _records(self, epoch: int, worker: int, workers: int) -> Iterator[Located]:
         """This reader's records for the epoch, in order (before batching)."""
@@ -289,22 +382,47 @@ class TFRecordDataset(IterableDataset):
             counts = self._counts
             quota = rank_quota(sum(counts), self.world_size, self.pad)
             a, b = worker_block(quota, self.rank, worker, workers, multiple)
+            if worker == 0:
+                self._warn_idle_workers(quota, workers, multiple)
             return iter_random(source, global_block(counts, self.seed, epoch, a, b), counts)
         order = file_order(len(self.paths), self.shuffle, self.seed, epoch)
         readers = workers * self.world_size
         if self._counts is None and len(self.paths) < readers:
-            self._ensure_counts(f"{len(self.paths)} files for {readers} readers: files are split by records")
+            self._split_counts(worker, workers, readers)
         if self._counts is None:  # one rank, enough files, counts unknown: whole files per worker
             known = [len(o) if o is not None else 1 << 62 for o in self.offsets]  # read unknown files to their end
             streams = (iter_run(source, Run(f, 0, known[f])) for f in files_for_worker(order, worker, workers))
         else:
             quota = rank_quota(sum(self._counts), self.world_size, self.pad)
             a, b = worker_block(quota, self.rank, worker, workers, multiple)
+            if worker == 0:
+                self._warn_idle_workers(quota, workers, multiple)
             streams = (iter_run(source, self._in_file(run)) for run in runs_of_block(self._counts, order, a, b))
         if not self.shuffle:
             return _chain(streams)
         rng = epoch_rng(self.seed, epoch, 3 + worker + workers * self.rank)
         return shuffle_buffer(interleave(streams, self.interleave), self.shuffle_buffer, rng)
+
+
+def auto_features(sidecar: Any) -> dict[str, Any]:
+    """The spec of features="auto": the one in the sidecar ShardedWriter writes beside its shards."""
+    if sidecar is None or not sidecar.data.get("features"):
+        raise ValueError("features='auto' needs the sidecar ShardedWriter writes beside its shards "
+                         "(<name>-<split>.tfr_torch.json) and none describes these files; pass a spec "
+                         "(tfr_torch.infer_features(paths) proposes one)")
+    return spec_from_json(sidecar.data["features"])
+
+
+def existing_sizes(paths: Sequence[str]) -> list[int | None]:
+    """Each file's size; FileNotFoundError now, in the main process, naming every missing file (a DataLoader
+    worker would find them only when it reaches them)."""
+    sizes = file_sizes(paths)
+    missing = [p for p, size in zip(paths, sizes) if size is None]
+    if missing:
+        shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        raise FileNotFoundError(f"{len(missing)} of the dataset's {len(paths)} file(s) do not exist (or are "
+                                f"folders): {shown}")
+    return sizes
 
 
 def _is_tfds(paths: Any) -> bool:
@@ -316,8 +434,25 @@ def _is_tfds(paths: Any) -> bool:
 
 def plan_of(features: Any) -> Any:
     """The decoding plan of `features`: a spec dict compiled by tfr_torch, or an object that makes its own plan
-    (tfr_torch.tfds.TFDSDecoder)."""
-    return features.plan() if hasattr(features, "plan") else compile_features(features)
+    (tfr_torch.tfds.TFDSDecoder). A spec spelled the way another library spells it gets a TypeError saying what
+    to write instead (decode/hints.py)."""
+    if hasattr(features, "plan"):
+        return features.plan()
+    if isinstance(features, Mapping):
+        check_spec(features)
+    return compile_features(features)
+
+
+def _refuse_rebatching(dataset: TFRecordDataset, caller: Any) -> None:
+    """A DataLoader that batches (its default batch_size=1) would stack this dataset's batches into a new leading
+    dimension: raise, saying to pass batch_size=None. `caller` is the frame that called iter(): DataLoader's
+    fetcher, in the main process or a worker."""
+    fetcher = caller.f_locals.get("self") if caller is not None else None
+    if getattr(fetcher, "dataset", None) is dataset and getattr(fetcher, "auto_collation", False):
+        raise ValueError(f"this TFRecordDataset yields whole batches (batch_size={dataset.batch_size}) but the "
+                         "DataLoader batches them again (its batch_size defaults to 1), adding a leading dimension: "
+                         "pass DataLoader(dataset, batch_size=None), or leave batch_size out of the dataset and let "
+                         "the DataLoader batch records")
 
 
 class _Names(Sequence):

@@ -5,12 +5,14 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from torch.utils.data import Dataset, get_worker_info
 
-from tfr_torch.data.dataset import _is_tfds, plan_of, resolve_indexes
+from tfr_torch.data.dataset import _is_tfds, auto_features, existing_sizes, plan_of, resolve_indexes
+from tfr_torch.decode.hints import check_features_argument
+from tfr_torch.decode.sidecar import class_names, find_sidecar
 from tfr_torch.data.transport import Batch, shared_memory_available
 from tfr_torch.format.index import scan_index
 from tfr_torch.format.paths import PathLike, expand_paths
@@ -26,7 +28,8 @@ class IndexedTFRecordDataset(Dataset):
     Each access reads one record by its offset (one open handle per file, opened lazily in each worker; the
     files are never read whole). `index="auto"` uses `<file>.idx` beside each file and scans files that have
     none (with a warning); a list gives one index path per file. `features=None` returns the record's bytes,
-    a spec dict the decoded Example (as parse_single_example); `transform` is applied to what is returned.
+    a spec dict the decoded Example (as parse_single_example), "auto" the spec in ShardedWriter's sidecar;
+    `transform` is applied to what is returned. `metadata` is that sidecar (or None), `classes` its class names.
     In DataLoader workers, decoded dicts are marked so that the batches the default collate makes of them reach
     the main process through shared memory (see TFRecordDataset's `shared_memory`; False turns it off).
 
@@ -34,7 +37,7 @@ class IndexedTFRecordDataset(Dataset):
     >>> sampler = torch.utils.data.DistributedSampler(ds)                 # doctest: +SKIP
     """
 
-    def __init__(self, paths: PathLike | Sequence[PathLike], features: Mapping[str, Any] | None = None,
+    def __init__(self, paths: PathLike | Sequence[PathLike], features: Mapping[str, Any] | Literal["auto"] | None = None,
                  index: Any = "auto", *, transform: Callable[[Any], Any] | None = None, verify: bool = True,
                  shared_memory: bool = True, split: str | None = None, as_supervised: bool = False) -> None:
         self.tfds = None  # a TFDS dataset folder and split (see TFRecordDataset)
@@ -43,7 +46,13 @@ class IndexedTFRecordDataset(Dataset):
 
             self.tfds = open_tfds(paths, split, features, as_supervised)
             paths, features = self.tfds.paths, self.tfds.features
+        check_features_argument(features)
         self.paths = expand_paths(paths)
+        existing_sizes(self.paths)  # every missing file named now, not at the first access in a worker
+        sidecar = find_sidecar(self.paths) if self.tfds is None else None
+        self.metadata: dict[str, Any] | None = sidecar.data if sidecar is not None else None
+        if isinstance(features, str):  # "auto": the sidecar's spec
+            features = auto_features(sidecar)
         self.features = features
         self._plan = plan_of(features) if features is not None else None  # checks the spec now
         self.transform = transform
@@ -66,6 +75,12 @@ class IndexedTFRecordDataset(Dataset):
 
     def __len__(self) -> int:
         return int(self._ends[-1]) if len(self._ends) else 0
+
+    @property
+    def classes(self) -> list[str] | None:
+        """The class names recorded beside the shards (label i is `classes[i]`), or None."""
+        names = getattr(self.tfds, "classes", None) if self.tfds is not None else None
+        return list(names) if names is not None else class_names(self.metadata)
 
     def locate(self, index: int) -> tuple[str, int, int]:
         """(path, byte offset, framed size) of record `index`."""

@@ -10,6 +10,7 @@ from typing import NamedTuple
 import numpy as np
 
 from tfr_torch.data.sharding import Run
+from tfr_torch.errors import TFRecordError
 from tfr_torch.format.reader import RecordFile, RecordReader
 
 __all__ = ["Located", "Source", "iter_run", "iter_random", "interleave", "shuffle_buffer"]
@@ -22,13 +23,21 @@ class Located(NamedTuple):
 
 
 class Source(NamedTuple):
-    """How to read the files: paths, per-file offsets (from indexes; None where unknown) and reader options."""
+    """How to read the files: paths, per-file offsets (from indexes; None where unknown) and reader options.
+
+    `counts` (when known) are the record counts the split was made with; a file read without an index is checked
+    against them as it is read: one that ends early, or, where `whole[f]` says the count is the file's total, one
+    that holds more, raises instead of giving a rank fewer or more records than the others. `origin` names where
+    the counts came from, for that message."""
 
     paths: Sequence[str]
     offsets: Sequence[np.ndarray | None]
     compression: str | None
     verify: bool
     on_error: object
+    counts: Sequence[int] | None = None
+    whole: Sequence[bool] | None = None
+    origin: str = "the record count"
 
 
 def iter_run(source: Source, run: Run) -> Iterator[Located]:
@@ -46,14 +55,29 @@ def iter_run(source: Source, run: Run) -> Iterator[Located]:
         skip = 0
     else:
         start, end, skip = 0, None, run.start
+    checked = offsets is None and source.counts is not None
     with RecordReader(path, source.compression, source.verify, start=start, end=end, on_error=source.on_error) as reader:
         offset = reader.offset
+        n = -1
         for n, record in enumerate(reader):
             if n >= skip:
                 yield Located(record, path, offset)
                 if n + 1 - skip >= wanted:
-                    return
+                    break
             offset = reader.offset
+        else:
+            if checked and reader.skipped == 0:
+                raise TFRecordError(f"the file ends after {n + 1} records, but {source.origin} is "
+                                    f"{source.counts[run.file]} and this reader was to read records {run.start} to "
+                                    f"{run.stop - 1}: the file changed after the dataset was built? Build the dataset "
+                                    "again (and rewrite its index or sidecar)", path, reader.offset)
+            return
+        if checked and source.whole is not None and source.whole[run.file] and run.stop == source.counts[run.file]:
+            more = reader.offset
+            if next(reader, None) is not None:
+                raise TFRecordError(f"the file holds more records than {source.origin} ({source.counts[run.file]}): "
+                                    "the file changed after the dataset was built? Build the dataset again (and "
+                                    "rewrite its index or sidecar)", path, more)
 
 
 def iter_random(source: Source, global_ids: np.ndarray, counts: Sequence[int]) -> Iterator[Located]:

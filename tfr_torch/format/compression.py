@@ -91,6 +91,11 @@ class Inflater:
         self._eof = False
         self._error: Exception | None = None  # raised on the next call, after the bytes before it were returned
         self.position = 0  # decompressed bytes delivered so far
+        self.dropped_members = 0  # members (or the ZLIB stream) given up after a corruption: see abandon_member
+        self.dropped_bytes = 0  # compressed bytes dropped by abandon_member
+        self._fresh = True  # the next input given to zlib starts with the current member's header
+        self._failed = False  # the stream stopped at an error (not at its end): abandon_member may go on
+        self._salvage: bytes | None = None  # the input of a decompress call that failed (see abandon_member)
 
     def _fill(self) -> bool:
         if not self._pending:
@@ -104,7 +109,7 @@ class Inflater:
         inflated before the damage has been returned, so the records before it are still read."""
         if self._error is not None:
             err, self._error = self._error, None
-            self._eof = True
+            self._eof = self._failed = True
             raise err
         view = memoryview(view).cast("B")
         filled = 0
@@ -113,7 +118,7 @@ class Inflater:
         except (CorruptRecordError, TruncatedRecordError) as err:
             filled = err.filled  # type: ignore[attr-defined]
             if not filled:
-                self._eof = True
+                self._eof = self._failed = True
                 raise
             self._error = err
         self.position += filled
@@ -143,6 +148,7 @@ class Inflater:
                                   "silently): expected the file to end there")
                 self._pending = rest
                 self._z = zlib.decompressobj(_WBITS[self._compression])
+                self._fresh = True
             if self._z.unconsumed_tail:
                 data = self._z.unconsumed_tail
             else:
@@ -153,13 +159,69 @@ class Inflater:
                 data, self._pending = self._pending, b""
             try:
                 out = self._z.decompress(data, want - filled)
+                self._fresh = False
             except zlib.error as exc:
+                # zlib keeps no unconsumed input after an error: keep the chunk for abandon_member (past this
+                # member's own magic bytes when the chunk starts with them)
+                self._salvage = data[1:] if self._fresh else data
                 raise failure(CorruptRecordError,
                               f"cannot inflate the {self._compression.upper()} stream after "
                               f"{self.position + filled} decompressed bytes: {exc}") from None
             view[filled : filled + len(out)] = out
             filled += len(out)
         return filled
+
+    def abandon_member(self) -> int:
+        """Give up the rest of the current GZIP member (of a ZLIB file: the rest of the file) after a corruption.
+
+        A damaged deflate stream can go on inflating without a zlib error: a corrupted back-reference copies
+        earlier bytes, so records that pass their CRCs may be duplicates of earlier ones. After a corruption is
+        seen (a zlib error, or a record header or data CRC that fails in the decompressed bytes), nothing later
+        in that member can be trusted: reading resumes at the next gzip member (its magic bytes, where a member
+        header that inflates without error starts) or ends. Returns how many compressed bytes were dropped
+        (also summed in `dropped_bytes`; `dropped_members` counts the calls). `position` keeps counting the
+        decompressed bytes delivered, so offsets after this point are positions in the stream as read.
+        """
+        self._error = None
+        if self._salvage is not None:  # after a zlib error: the failed call's input, then what follows it
+            rest, self._salvage = self._salvage + self._pending, None
+        else:  # the compressed bytes zlib has not used yet
+            rest = self._z.unconsumed_tail + self._z.unused_data + self._pending
+        self._pending = b""
+        self._z = zlib.decompressobj(_WBITS[self._compression])
+        self._fresh = True
+        self.dropped_members += 1
+        dropped = 0
+        if self._failed:
+            self._eof = self._failed = False
+        if self._compression == GZIP and not self._eof:
+            while True:
+                at = _next_member(rest, False)
+                while at == -2:  # a candidate too close to the end of what is buffered to check: read on
+                    more = self._raw.read(self._chunk)
+                    rest += more
+                    at = _next_member(rest, not more)
+                if at >= 0:
+                    self._pending = rest[at:]
+                    dropped += at
+                    self.dropped_bytes += dropped
+                    return dropped
+                keep = min(len(rest), 2)  # a magic may straddle the next read
+                dropped += len(rest) - keep
+                rest = rest[len(rest) - keep:]
+                more = self._raw.read(self._chunk)
+                if not more:
+                    break
+                rest += more
+        dropped += len(rest)
+        while True:  # ZLIB (one stream), or no further gzip member: the rest of the file is lost
+            more = self._raw.read(self._chunk)
+            if not more:
+                break
+            dropped += len(more)
+        self._eof = True
+        self.dropped_bytes += dropped
+        return dropped
 
     def skip(self, count: int) -> int:
         """Discard `count` decompressed bytes (one pass, no allocation beyond a chunk); return how many were skipped."""
@@ -174,3 +236,30 @@ class Inflater:
 
     def close(self) -> None:
         self._raw.close()
+
+
+_GZIP_MAGIC = b"\x1f\x8b\x08"  # ID1 ID2 and CM=8 (deflate), RFC 1952 section 2.3
+_PROBE = 1 << 16  # compressed bytes a candidate member must inflate without error to be accepted
+
+
+def _next_member(data: bytes, final: bool) -> int:
+    """The offset in `data` of the first gzip member header that inflates without error (a false magic inside
+    deflate data fails within a few bytes), -1 when there is none, -2 when a candidate needs more bytes to tell
+    (`final`: there are no more bytes; a candidate that has not failed by the end is taken)."""
+    at = data.find(_GZIP_MAGIC)
+    while at >= 0:
+        window = data[at : at + _PROBE]
+        if len(window) < 10 and not final:  # not even a whole fixed header yet
+            return -2
+        if not window[3:4] or not window[3] & 0xE0:  # FLG's reserved bits must be zero
+            probe = zlib.decompressobj(_WBITS[GZIP])
+            try:
+                probe.decompress(window)
+            except zlib.error:
+                pass
+            else:
+                if probe.eof or len(window) == _PROBE or final:
+                    return at
+                return -2
+        at = data.find(_GZIP_MAGIC, at + 1)
+    return -1

@@ -15,7 +15,8 @@ import uuid
 from collections.abc import Iterable, Iterator
 from typing import IO, Union
 
-__all__ = ["PathLike", "as_path", "is_url", "expand_paths", "open_input", "exists", "file_size", "AtomicOutput", "atomic_output"]
+__all__ = ["PathLike", "as_path", "is_url", "expand_paths", "side_file_kind", "open_input", "exists", "file_size",
+           "file_sizes", "AtomicOutput", "atomic_output"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -64,12 +65,40 @@ def _has_glob(path: str) -> bool:
     return any(c in _GLOB_CHARS for c in path)
 
 
+# The files tfr_torch, ShardedWriter and TFDS write beside TFRecord shards: (name suffix, what it is)
+_SIDE_SUFFIXES = (
+    (".idx", "a TFRecord index (.idx)"),
+    (".tfr_torch.json", "a tfr_torch sidecar (the shards' spec and record counts)"),
+    (".progress.json", "the progress file of an interrupted conversion"),
+    (".partial", "an unfinished shard of an interrupted conversion"),
+    (".labels.txt", "a TFDS class-names file"),
+)
+_SIDE_NAMES = {"dataset_info.json": "TFDS dataset metadata (dataset_info.json)",
+               "features.json": "TFDS feature metadata (features.json)"}
+
+
+def side_file_kind(path: PathLike) -> str | None:
+    """What a file beside TFRecord shards is ("a TFRecord index (.idx)", ...), or None for anything else.
+
+    >>> side_file_kind("out/train.tfrecord-00000-of-00004.idx")
+    'a TFRecord index (.idx)'
+    """
+    name = as_path(path).rstrip("/").rsplit("/", 1)[-1]
+    if name in _SIDE_NAMES:
+        return _SIDE_NAMES[name]
+    for suffix, what in _SIDE_SUFFIXES:
+        if name.endswith(suffix):
+            return what
+    return None
+
+
 def expand_paths(paths: PathLike | Iterable[PathLike]) -> list[str]:
     """Expand one path, a glob pattern, or a list of them into a list of file paths.
 
-    Patterns expand in sorted order, leaving out `<file>.idx` index files of files the pattern also matches;
-    a pattern that matches nothing raises FileNotFoundError. Plain paths are returned as given (their
-    existence is checked when they are opened).
+    Patterns expand in sorted order, leaving out the side files that tfr_torch and TFDS write beside shards
+    (`.idx` indexes, `.tfr_torch.json` sidecars, `dataset_info.json`, `features.json`, `*.labels.txt`,
+    unfinished `.partial` shards); a pattern that matches nothing else raises FileNotFoundError. A side file
+    named explicitly raises ValueError. Plain paths are returned as given (the datasets check that they exist).
 
     >>> expand_paths(["b.tfrecord", "a.tfrecord"])
     ['b.tfrecord', 'a.tfrecord']
@@ -85,6 +114,10 @@ def expand_paths(paths: PathLike | Iterable[PathLike]) -> list[str]:
     for item in items:
         path = as_path(item)
         if not _has_glob(path):
+            kind = side_file_kind(path)
+            if kind is not None:
+                raise ValueError(f"{path} is {kind}, not a TFRecord file: leave it out of the list of files "
+                                 "(glob patterns skip such files)")
             out.append(path)
             continue
         if is_url(path):
@@ -94,8 +127,11 @@ def expand_paths(paths: PathLike | Iterable[PathLike]) -> list[str]:
             matches = sorted(_glob.glob(path))
         if not matches:
             raise FileNotFoundError(f"no files match {path!r}")
-        matched = set(matches)  # a pattern such as train-* also matches the index files beside the shards: skip them
-        out.extend(m for m in matches if not (m.endswith(".idx") and m[: -len(".idx")] in matched))
+        kept = [m for m in matches if side_file_kind(m) is None]  # a pattern such as out/* also matches side files
+        if not kept:
+            raise FileNotFoundError(f"no TFRecord files match {path!r}: it matches only side files ({len(matches)}, "
+                                    f"such as {matches[0]}: {side_file_kind(matches[0])})")
+        out.extend(kept)
     return out
 
 
@@ -128,6 +164,44 @@ def file_size(path: PathLike) -> int:
         fs, inner = _fsspec(path)
         return int(fs.size(inner))
     return os.path.getsize(path)
+
+
+def file_sizes(paths: Iterable[PathLike]) -> list[int | None]:
+    """The size of each file, or None where no such file exists (a folder counts as missing). Cheap for many
+    files behind a URL: one listing per folder, not one request per file."""
+    paths = [as_path(p) for p in paths]
+    out: list[int | None] = [None] * len(paths)
+    listings: dict[str, dict[str, int] | None] = {}
+    for i, path in enumerate(paths):
+        if not is_url(path):
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            out[i] = st.st_size if not os.path.isdir(path) else None
+            continue
+        fs, inner = _fsspec(path)
+        folder = inner.rstrip("/").rsplit("/", 1)[0]
+        key = f"{fs.unstrip_protocol(folder)}"
+        if key not in listings:
+            try:
+                entries = fs.ls(folder, detail=True)
+                listings[key] = {e["name"].rstrip("/"): (int(e.get("size") or 0) if e.get("type") != "directory"
+                                                         else -1) for e in entries}
+            except (OSError, ValueError):  # FileNotFoundError included: the folder is missing
+                listings[key] = None
+        listing = listings[key]
+        if listing is None:
+            continue
+        size = listing.get(fs._strip_protocol(inner).rstrip("/"))
+        if size is None:  # names in listings differ from the given form on some filesystems: ask directly
+            try:
+                info = fs.info(inner)
+            except (OSError, ValueError):
+                continue
+            size = -1 if info.get("type") == "directory" else int(info.get("size") or 0)
+        out[i] = size if size >= 0 else None
+    return out
 
 
 class AtomicOutput:

@@ -1,0 +1,249 @@
+"""CachedDataset: tf.data's `cache()` for PyTorch: the items of the first full epoch kept in memory or on local
+disk, replayed in later epochs without reading or decoding the records again.
+
+For a small dataset read for many epochs from slow storage (object storage, a network file system), or one whose
+decoding costs more than a training step: the first epoch reads and decodes as usual and keeps what it yields;
+every later epoch replays that. Each reader (rank x DataLoader worker) keeps its own part, so the replayed epoch
+holds exactly the items of the first one, each once, split the same way.
+
+A part is kept only when its reader finished the epoch: an epoch abandoned midway (`break`, an error) keeps
+nothing and the next epoch reads the source again. On disk, each part is written atomically and the folder holds
+a manifest describing the source (its files' names, sizes and modification times, and its settings); a folder made
+from other files or settings is rebuilt, with a warning, never replayed blindly.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import warnings
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import IterableDataset, get_worker_info
+
+from tfr_torch.data.distributed import detect_rank_world
+from tfr_torch.data.transport import Batch, RecordBatch, shared_memory_available, wrap_for_transport
+from tfr_torch.format.paths import atomic_output, is_url
+
+__all__ = ["CachedDataset", "CACHE_FORMAT"]
+
+CACHE_FORMAT = "tfr_torch.cache/1"
+_MANIFEST = "tfr_torch-cache.json"
+
+
+class CachedDataset(IterableDataset):
+    """Replay the items an IterableDataset yields (decoded batches, or records) from memory or a local folder.
+
+    - `dataset`: a TFRecordDataset (or any IterableDataset) whose items are tensors, dicts/lists/tuples of them,
+      bytes, numbers or strings.
+    - `directory`: None keeps the items in memory, in the process that read them (with DataLoader workers, pass
+      `persistent_workers=True`, or the workers' caches end with the workers); a local folder keeps them on disk
+      (`<folder>/part-...pt`), for any workers and for later runs of the same script.
+    - `shuffle`: replayed epochs visit the kept items in a new order each epoch, seeded by (`seed`, epoch); the
+      epoch comes from `set_epoch` (passed on to the dataset too). Leave the dataset's own shuffling off, or the
+      first epoch's order is the one kept (as with tf.data, shuffle after the cache).
+    - `transform`: applied to every item as it is yielded, in every epoch (random augmentation belongs here, not
+      in the dataset's own `transform`, whose results are what is kept).
+
+    Items are copied when kept and when replayed from memory (a tensor changed in place by a training step never
+    changes the cache). `len()` is the dataset's.
+
+    >>> train = CachedDataset(TFRecordDataset("train-*.tfrecord", spec, batch_size=64), "/local/cache",
+    ...                       shuffle=True)                                                        # doctest: +SKIP
+    >>> loader = torch.utils.data.DataLoader(train, batch_size=None, num_workers=4)                # doctest: +SKIP
+    """
+
+    def __init__(self, dataset: IterableDataset, directory: str | os.PathLike[str] | None = None, *,
+                 shuffle: bool = False, seed: int = 0, transform: Callable[[Any], Any] | None = None) -> None:
+        super().__init__()
+        if not isinstance(dataset, IterableDataset):
+            raise TypeError(f"CachedDataset caches an IterableDataset (such as TFRecordDataset), got "
+                            f"{type(dataset).__name__}; a map-style dataset can be cached by indexing it into a list")
+        if not isinstance(seed, int) or isinstance(seed, bool):
+            raise TypeError(f"seed must be an int, got {seed!r}")
+        self.dataset = dataset
+        self.shuffle = bool(shuffle)
+        self.seed = seed
+        self.transform = transform
+        self._epoch = torch.zeros((), dtype=torch.int64).share_memory_()  # seen by persistent workers
+        self._memory: dict[str, list[Any]] = {}
+        self.directory: str | None = None
+        if directory is not None:
+            folder = os.fspath(directory)
+            if not isinstance(folder, str) or is_url(folder):
+                raise ValueError(f"the cache folder must be a local folder, got {folder!r}: the cache is for reading "
+                                 "remote files once")
+            self.directory = folder
+            self._prepare_folder()
+
+    # ----- epochs and length -------------------------------------------------------------------------------------
+
+    def set_epoch(self, epoch: int) -> None:
+        """Set the epoch that seeds the replay order (and the dataset's own, when it has set_epoch)."""
+        self._epoch.fill_(int(epoch))
+        if hasattr(self.dataset, "set_epoch"):
+            self.dataset.set_epoch(epoch)
+
+    def __len__(self) -> int:
+        return len(self.dataset)  # type: ignore[arg-type]
+
+    def cached(self) -> bool:
+        """Whether this reader's part is kept (in this process's memory, or in the folder)."""
+        key = self._key()
+        return key in self._memory or (self.directory is not None and os.path.exists(self._part_path(key)))
+
+    def clear(self) -> None:
+        """Forget every kept part (memory and folder); the next epoch reads the dataset again."""
+        self._memory.clear()
+        if self.directory is not None and os.path.isdir(self.directory):
+            for name in os.listdir(self.directory):
+                if name.startswith("part-") and name.endswith(".pt"):
+                    os.remove(os.path.join(self.directory, name))
+
+    # ----- iteration ---------------------------------------------------------------------------------------------
+
+    def __iter__(self) -> Iterator[Any]:
+        key = self._key()
+        items = self._memory.get(key)
+        if items is None and self.directory is not None:
+            items = self._load(key)
+        if items is None:
+            return self._read_through(key)
+        return self._replay(items, fresh=self.directory is not None and key not in self._memory)
+
+    def _read_through(self, key: str) -> Iterator[Any]:
+        kept = []
+        for item in self.dataset:
+            kept.append(_copy(_plain(item)))  # a copy: the caller may change what it gets in place
+            yield item if self.transform is None else self.transform(item)
+        # the epoch is complete: keep it
+        if self.directory is None:
+            self._memory[key] = kept
+        else:
+            with atomic_output(self._part_path(key)) as f:
+                torch.save(kept, f)
+
+    def _replay(self, items: list[Any], fresh: bool) -> Iterator[Any]:
+        order: Any = range(len(items))
+        if self.shuffle:
+            order = np.random.default_rng([self.seed, int(self._epoch)]).permutation(len(items))
+        wrap = (get_worker_info() is not None and getattr(self.dataset, "shared_memory", False)
+                and shared_memory_available())
+        for i in order:
+            item = items[int(i)] if fresh else _copy(items[int(i)])
+            if self.transform is not None:
+                item = self.transform(item)
+            yield wrap_for_transport(item) if wrap and type(item) in (dict, list) else item
+
+    # ----- the folder --------------------------------------------------------------------------------------------
+
+    def _key(self) -> str:
+        rank, world = (getattr(self.dataset, "rank", None), getattr(self.dataset, "world_size", None))
+        if rank is None or world is None:
+            rank, world = detect_rank_world(None, None)
+        info = get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        return f"rank{rank}of{world}-worker{worker}of{workers}"
+
+    def _part_path(self, key: str) -> str:
+        assert self.directory is not None
+        return os.path.join(self.directory, f"part-{key}.pt")
+
+    def _prepare_folder(self) -> None:
+        """Write the manifest; a folder whose manifest describes another source is emptied first (with a
+        warning saying what changed)."""
+        folder = self.directory
+        assert folder is not None
+        os.makedirs(folder, exist_ok=True)
+        source = describe_source(self.dataset)
+        manifest = {"format": CACHE_FORMAT, "source": source,
+                    "fingerprint": hashlib.sha256(json.dumps(source, sort_keys=True).encode()).hexdigest()}
+        path = os.path.join(folder, _MANIFEST)
+        old = None
+        if os.path.exists(path):
+            try:
+                with open(path) as f:
+                    old = json.load(f)
+            except (OSError, ValueError):
+                old = {}
+        parts = [n for n in os.listdir(folder) if n.startswith("part-") and n.endswith(".pt")]
+        if old is not None and old.get("fingerprint") == manifest["fingerprint"]:
+            return
+        if parts:
+            changed = _differences(old.get("source") if isinstance(old, dict) else None, source)
+            warnings.warn(f"the cache in {folder} was made from another dataset ({changed}): its {len(parts)} part(s) "
+                          "are removed and the next epoch reads the dataset again", stacklevel=3)
+            for name in parts:
+                os.remove(os.path.join(folder, name))
+        with atomic_output(path) as f:
+            f.write(json.dumps(manifest, indent=1, sort_keys=True).encode())
+
+    def _load(self, key: str) -> list[Any] | None:
+        path = self._part_path(key)
+        if not os.path.exists(path):
+            return None
+        from tfr_torch.decode.results import RaggedTensor, SparseBytes
+
+        with torch.serialization.safe_globals([RaggedTensor, SparseBytes]):
+            return torch.load(path, weights_only=True, mmap=True)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_memory"] = {}  # each process keeps its own parts
+        return state
+
+
+def describe_source(dataset: Any) -> dict[str, Any]:
+    """What identifies the items a dataset yields: its type, its files (name, size, modification time) and its
+    settings. A cache made from a different description is not replayed."""
+    files = []
+    for path in getattr(dataset, "paths", []) or []:
+        try:
+            st = os.stat(path)
+            files.append([str(path), st.st_size, st.st_mtime_ns])
+        except OSError:
+            files.append([str(path), None, None])  # a URL: its name only
+    settings = {}
+    for name in ("features", "batch_size", "drop_last", "shuffle", "seed", "pad", "compression", "on_error",
+                 "transform", "world_size"):  # not the rank: the ranks share a folder, each its own parts
+        if hasattr(dataset, name):
+            settings[name] = repr(getattr(dataset, name))
+    return {"type": f"{type(dataset).__module__}.{type(dataset).__qualname__}", "files": files, "settings": settings}
+
+
+def _differences(old: Any, new: dict[str, Any]) -> str:
+    if not isinstance(old, dict):
+        return "its manifest is missing or unreadable"
+    changed = [k for k in ("type", "files") if old.get(k) != new.get(k)]
+    old_settings = old.get("settings") or {}
+    changed += [f"{k}" for k in sorted(set(old_settings) | set(new["settings"]))
+                if old_settings.get(k) != new["settings"].get(k)]
+    return "changed: " + ", ".join(changed) if changed else "another cache format"
+
+
+def _plain(item: Any) -> Any:
+    """The item as plain containers (the shared-memory transport's marker types dropped)."""
+    if type(item) is Batch:
+        return dict(item)
+    if type(item) is RecordBatch:
+        return list(item)
+    return item
+
+
+def _copy(item: Any) -> Any:
+    """A copy of a kept item: new tensors (and containers), so nothing the caller changes reaches the cache."""
+    if isinstance(item, torch.Tensor):
+        return item.clone()
+    if isinstance(item, dict):
+        return {k: _copy(v) for k, v in item.items()}
+    if isinstance(item, list):
+        return [_copy(v) for v in item]
+    if isinstance(item, tuple) and not hasattr(item, "_fields"):
+        return tuple(_copy(v) for v in item)
+    if hasattr(item, "_fields"):  # NamedTuple (SparseBytes)
+        return type(item)(*(_copy(v) for v in item))
+    return item
