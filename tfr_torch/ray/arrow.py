@@ -38,7 +38,6 @@ from tfr_torch.errors import DecodeError
 __all__ = ["BlockMaker", "RAW_COLUMN"]
 
 RAW_COLUMN = "bytes"  # the column of raw records (features=None), as ray.data.read_binary_files names it
-_LENGTHS = "\x00lengths:"  # hidden VarLen twins of FixedLenSequence features: each row's true number of steps
 
 _ARROW_OF_TORCH = {
     torch.float32: pa.float32(), torch.float64: pa.float64(), torch.float16: pa.float16(),
@@ -104,7 +103,7 @@ class BlockMaker:
                 raise ValueError(f"utf8 names features that are not string features: {not_strings}")
         self.text = text
         self.types: dict[str, pa.DataType] = {}
-        extra = {}
+        twins = {}
         for key, spec in self.features.items():
             if isinstance(spec, SparseFeature):
                 raise TypeError(f"feature {key!r}: SparseFeature has no column form in Ray Data; read its index key(s) "
@@ -122,7 +121,7 @@ class BlockMaker:
                                      "tf.train.Example records (as in tf.io.parse_example)")
                 wire = string if spec.dtype == string else (torch.float32 if spec.dtype.is_floating_point
                                                             else torch.int64)
-                extra[_LENGTHS + key] = VarLenFeature(wire)
+                twins[key] = VarLenFeature(wire)  # each row's true number of steps (the padded result hides it)
                 self.types[key] = pa.list_(_fixed_lists(value, spec.shape)) if spec.dtype == string else None
             elif isinstance(spec, RaggedFeature):
                 tail = []
@@ -137,7 +136,8 @@ class BlockMaker:
             else:
                 raise TypeError(f"feature {key!r}: expected a FixedLenFeature, VarLenFeature, "
                                 f"FixedLenSequenceFeature or RaggedFeature, got {spec!r}")
-        self.plan = compile_features({**self.features, **extra})
+        self.plan = compile_features(self.features)
+        self.twin_plan = compile_features(twins) if twins else None
 
     def schema_hint(self) -> dict[str, pa.DataType | None]:
         """Arrow type of each column, None for Ray's tensor columns."""
@@ -146,12 +146,13 @@ class BlockMaker:
     def make(self, records: Sequence[bytes], names: Sequence[str]) -> pa.Table:
         """Decode `records` (named "path:offset" in `names`, read only for error messages) into a table."""
         batch = self.plan.parse(records, names)
-        columns = {key: self._column(key, spec, batch, names) for key, spec in self.features.items()}
+        twins = self.twin_plan.parse(records, names) if self.twin_plan is not None else {}
+        columns = {key: self._column(key, spec, batch, twins, names) for key, spec in self.features.items()}
         return pa.table(columns)
 
     # ----- one column -------------------------------------------------------------------------------------------
 
-    def _column(self, key: str, spec: Any, batch: dict, names: Sequence[str]) -> pa.Array:
+    def _column(self, key: str, spec: Any, batch: dict, twins: dict, names: Sequence[str]) -> pa.Array:
         result = batch[key]
         if isinstance(spec, FixedLenFeature):
             if spec.dtype == string:
@@ -173,7 +174,7 @@ class BlockMaker:
             values = pa.array(result._values().numpy(), _value_type(key, spec.dtype, False))
             return _list_array(values, _offsets(counts))
         if isinstance(spec, FixedLenSequenceFeature):
-            return self._sequence(key, spec, result, batch[_LENGTHS + key], names)
+            return self._sequence(key, spec, result, twins[key], names)
         return self._ragged(key, spec, result, names)
 
     def _sequence(self, key: str, spec: FixedLenSequenceFeature, padded: Any, twin: Any,

@@ -78,7 +78,7 @@ def _arrow_spec(key: str, arrow: Any) -> Any:
         return FixedLenFeature([], dtype)
     ext = getattr(arrow, "extension_name", "")
     if isinstance(arrow, pa.ExtensionType) and "tensor" in ext.lower():
-        inner = scalar(arrow.storage_type.value_type if not hasattr(arrow, "scalar_type") else arrow.scalar_type)
+        inner = scalar(arrow.value_type)  # Ray's tensor types (fixed or variable shape) name their element type
         shape = getattr(arrow, "shape", None)
         if inner is not None and shape is not None and all(isinstance(d, int) and d >= 0 for d in shape):
             return FixedLenFeature(list(shape), inner)

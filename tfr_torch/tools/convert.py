@@ -226,11 +226,16 @@ def _to_pil(image: Any) -> Any:
 
 
 def _run(job: Callable[[int], tuple], count: int, writer: ShardedWriter, workers: int, on_error: str,
-         progress: Progress, start: int, skipped: list) -> None:
-    """Encode items start..count-1 (in worker processes when workers > 1) and write them in order."""
+         progress: Progress, start: int, skipped: list, engine: str = "local", address: str | None = None) -> None:
+    """Encode items start..count-1 (in worker processes when workers > 1, in Ray tasks with engine="ray") and
+    write them in order."""
     indices = range(start, count)
     pool = None
-    if workers > 1:
+    if engine == "ray":
+        from tfr_torch.ray.convert import ordered_map
+
+        results: Any = ordered_map(job, indices, address=address)
+    elif workers > 1:
         context = multiprocessing.get_context("fork" if sys.platform != "win32" else "spawn")
         pool = ProcessPoolExecutor(workers, mp_context=context)  # a dead worker raises BrokenProcessPool, never hangs
         results: Any = _ordered_map(pool, job, indices, window=workers * 4, chunk=8)
@@ -247,6 +252,8 @@ def _run(job: Callable[[int], tuple], count: int, writer: ShardedWriter, workers
             writer.write(record, position=i, state={"skipped": skipped})
             progress.update(1, nbytes)
     finally:
+        if engine == "ray":
+            results.close()  # cancels the Ray tasks still running
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
 
@@ -273,9 +280,14 @@ def _ordered_map(pool: ProcessPoolExecutor, job: Callable[[int], tuple], indices
 
 def _convert(job: Callable, count: int, out_dir: str, name: str, split: str, *, shard_size: Any,
              records_per_shard: int | None, compression: str | None, workers: int, on_error: str, resume: bool,
-             progress: bool, image: dict, settings: dict, tfds_version: str | None = None) -> ConversionResult:
+             progress: bool, image: dict, settings: dict, tfds_version: str | None = None, engine: str = "local",
+             address: str | None = None) -> ConversionResult:
     if on_error not in ("raise", "skip"):
         raise ValueError(f'on_error must be "raise" or "skip", got {on_error!r}')
+    if engine not in ("local", "ray"):
+        raise ValueError(f'engine must be "local" or "ray", got {engine!r}')
+    if address is not None and engine != "ray":
+        raise ValueError(f'address={address!r} names a Ray cluster: it needs engine="ray"')
     workers = max(int(workers), 1)
 
     def say(message: str, always: bool = False) -> None:
@@ -310,7 +322,7 @@ def _convert(job: Callable, count: int, out_dir: str, name: str, split: str, *, 
             f"items {start} to {count - 1}", always=True)
     meter = Progress(count - start, f"{name}-{split}: ", enabled=progress)
     try:
-        _run(job, count, writer, workers, on_error, meter, start, skipped)
+        _run(job, count, writer, workers, on_error, meter, start, skipped, engine, address)
     except BaseException:
         writer.abort()
         raise
@@ -330,7 +342,7 @@ def convert_image_folder(src_dir: str, out_dir: str, name: str, split: str = "tr
                          quality: int = 95, shard_size: Any = "128MB", records_per_shard: int | None = None,
                          compression: str | None = None, workers: int = 1, on_error: str = "raise",
                          check: bool = True, resume: bool = True, progress: bool = False, tfds: bool = False,
-                         version: str = "1.0.0") -> ConversionResult:
+                         version: str = "1.0.0", engine: str = "local", address: str | None = None) -> ConversionResult:
     """Convert a folder of class subfolders (torchvision's ImageFolder layout) into sharded TFRecords.
 
     Labels follow ImageFolder (classes sorted by folder name). `format="keep"` stores the original file bytes
@@ -340,6 +352,8 @@ def convert_image_folder(src_dir: str, out_dir: str, name: str, split: str = "tr
     is skipped and counted (`"skip"`). See the module docstring for the feature keys. `tfds=True` writes a
     TensorFlow Datasets folder `out_dir/name/version/` (dataset_info.json, features.json, class names) instead of the
     sidecar: `tfds.builder_from_directory` loads it, and so does `TFRecordDataset(folder, split=...)`.
+    `engine="ray"` encodes the images in Ray tasks (the running Ray session, or the cluster at `address`; the folder
+    must be readable at the same path on every node) instead of `workers` local processes: same output, byte for byte.
 
     >>> convert_image_folder("photos/", "out/", "photos", "train", workers=4)  # doctest: +SKIP
     """
@@ -347,25 +361,29 @@ def convert_image_folder(src_dir: str, out_dir: str, name: str, split: str = "tr
         raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {format!r}")
     items, classes = image_folder_items(src_dir)
     job = _FolderJob(os.path.abspath(src_dir), items, classes, format, quality, check)
-    if format == "keep" and not check:
+    if format == "keep" and not check and engine == "local":
         workers = 1  # nothing to compute: copying bytes in one process beats shipping them between processes
     image = {"encoding": format, "key": "image/encoded", "label_key": "image/class/label", "classes": classes,
              "filenames": True}
     settings = {"source": os.path.abspath(src_dir), "items": len(items), "format": format, "quality": quality}
     return _convert(job, len(items), out_dir, name, split, shard_size=shard_size, records_per_shard=records_per_shard,
                     compression=compression, workers=workers, on_error=on_error, resume=resume, progress=progress,
-                    image=image, settings=settings, tfds_version=version if tfds else None)
+                    image=image, settings=settings, tfds_version=version if tfds else None, engine=engine,
+                    address=address)
 
 
 def convert_dataset(dataset: Any, out_dir: str, name: str, split: str = "train", image_format: str = "jpeg",
                     quality: int = 95, *, shard_size: Any = "128MB", records_per_shard: int | None = None,
                     compression: str | None = None, workers: int = 1, on_error: str = "raise",
                     classes: Sequence[str] | None = None, resume: bool = True, progress: bool = False,
-                    tfds: bool = False, version: str = "1.0.0") -> ConversionResult:
+                    tfds: bool = False, version: str = "1.0.0", engine: str = "local",
+                    address: str | None = None) -> ConversionResult:
     """Convert a map-style dataset of `(image, target)` items (torchvision's CIFAR10, MNIST, ImageFolder, ...)
     into sharded TFRecords. Images may be PIL images, uint8 tensors [C, H, W] or numpy arrays [H, W, C];
     `image_format` "jpeg" (at `quality`), "png" (lossless) or "raw" (serialize_tensor of uint8 [C, H, W]).
-    Class names come from `classes` or `dataset.classes` when present.
+    Class names come from `classes` or `dataset.classes` when present. `engine="ray"` encodes the items in Ray
+    tasks (the dataset object is shipped to the cluster once; `address` names a cluster) instead of `workers` local
+    processes: same output, byte for byte.
 
     >>> convert_dataset(torchvision.datasets.CIFAR10("data", download=True), "out/", "cifar10", "train",
     ...                 image_format="png", workers=4)  # doctest: +SKIP
@@ -382,4 +400,4 @@ def convert_dataset(dataset: Any, out_dir: str, name: str, split: str = "train",
     return _convert(job, len(dataset), out_dir, name, split, shard_size=shard_size,
                     records_per_shard=records_per_shard, compression=compression, workers=workers,
                     on_error=on_error, resume=resume, progress=progress, image=image, settings=settings,
-                    tfds_version=version if tfds else None)
+                    tfds_version=version if tfds else None, engine=engine, address=address)

@@ -1,0 +1,64 @@
+"""The Ray engine of `convert_image_folder` / `convert_dataset` (`engine="ray"`, `tfr-torch convert --engine ray`).
+
+The items (images) are split into chunks that Ray tasks encode anywhere on the cluster; the encoded records come
+back in item order to the one ShardedWriter of the conversion. So the shards are byte-identical to the local
+engine's, and an interrupted conversion resumes the same way (from its last finished shard) with either engine.
+Image folders must be readable at the same path on every node (a shared file system); a dataset object is
+shipped to the cluster once.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import logging
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import ray
+
+__all__ = ["ordered_map", "connect"]
+
+_CHUNK = 8  # items per task: enough to amortise a task's overhead, small enough to keep every CPU busy
+
+
+@ray.remote
+def _encode_chunk(job: Callable[[int], tuple], indices: range) -> list[tuple]:
+    return [job(i) for i in indices]
+
+
+def connect(address: str | None = None) -> bool:
+    """Make sure this process is connected to Ray: the running session if there is one, else `address` (a
+    cluster's "host:port" or "auto"), else a new local Ray (or the cluster named by RAY_ADDRESS). Returns whether
+    this call connected (and so should disconnect when done)."""
+    if ray.is_initialized():
+        return False
+    ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
+    return True
+
+
+def ordered_map(job: Callable[[int], tuple], indices: range, *, address: str | None = None,
+                chunk: int = _CHUNK) -> Iterator[tuple]:
+    """job(i) for every index, in order, computed by Ray tasks, with a bounded number of chunks in flight (about
+    four per CPU of the cluster) so memory stays bounded however many items there are. A task that fails raises
+    here, after the chunks before it were yielded; closing the iterator cancels what is still running."""
+    started = connect(address)
+    pending: collections.deque = collections.deque()
+    try:
+        job_ref = ray.put(job)
+        window = max(2, int(ray.cluster_resources().get("CPU", 1)) * 4)
+        chunks = (indices[k : k + chunk] for k in range(0, len(indices), chunk))
+        for part in itertools.islice(chunks, window):
+            pending.append(_encode_chunk.remote(job_ref, part))
+        while pending:
+            results = ray.get(pending.popleft())
+            part = next(chunks, None)
+            if part is not None:
+                pending.append(_encode_chunk.remote(job_ref, part))
+            yield from results
+    finally:
+        for ref in pending:
+            ray.cancel(ref, force=True)
+        if started:
+            ray.shutdown()
+
