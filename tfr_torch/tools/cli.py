@@ -368,21 +368,28 @@ def _cmd_head(args: argparse.Namespace) -> int:
 def _cmd_schema(args: argparse.Namespace) -> int:
     from tfr_torch.decode.infer import format_features, infer_features  # imports torch: only for this command
 
+    paths = _files(args)
     try:
-        spec = infer_features(_files(args), max_records=args.max_records)
+        spec = infer_features(paths, max_records=args.max_records, compression=args.compression)
     except (TFRecordError, OSError) as err:
         print(_problem(err), file=sys.stderr)
         return 1
-    except ValueError as err:  # no records at all
-        print(f"tfr-torch schema: {err}", file=sys.stderr)
+    except ValueError:  # no records at all
+        files = f"{len(paths)} files hold" if len(paths) > 1 else f"{paths[0]} holds"
+        print(f"tfr-torch schema: no records to propose a spec from: {files} no records", file=sys.stderr)
         return 1
     print(format_features(spec), end="")
     return 0
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
+    from tfr_torch.tfds.metadata import is_tfds_dir
     from tfr_torch.tools.inspect import inspect_files
 
+    if all(is_tfds_dir(f) for f in args.files):  # TensorFlow Datasets folders: splits, counts, feature tree
+        from tfr_torch.tfds.inspect import inspect_main
+
+        return inspect_main(args.files)
     try:
         text = inspect_files(_files(args), args.compression, args.max_records, progress=not args.quiet)
     except (TFRecordError, OSError) as err:
@@ -408,7 +415,7 @@ def _cmd_convert(args: argparse.Namespace) -> int:
                                       shard_size=args.shard_size, compression=args.compression,
                                       workers=args.workers, on_error=args.on_error, check=not args.no_check,
                                       resume=not args.restart, progress=not args.quiet, engine=args.engine,
-                                      address=args.address)
+                                      address=args.address, tfds=args.tfds, version=args.tfds_version)
     except ImportError as err:  # --engine ray without Ray installed
         print(f"tfr-torch convert: {err}", file=sys.stderr)
         return 1
@@ -431,7 +438,7 @@ def _cmd_reshard(args: argparse.Namespace) -> int:
         raise UsageError(str(err)) from None
     try:
         paths = reshard(paths, args.out, shard_size=args.shard_size, compression=args.out_compression,
-                        name=name, split=split, progress=not args.quiet)
+                        name=name, split=split, progress=not args.quiet, tfds=args.tfds, version=args.tfds_version)
     except (TFRecordError, OSError, ValueError) as err:
         print(f"tfr-torch reshard: {_problem(err)}", file=sys.stderr)
         return 1
@@ -443,10 +450,17 @@ def _cmd_reshard(args: argparse.Namespace) -> int:
 # ------------------------------------------------------------------------------------------------ parser
 
 
+def _tfds_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--tfds", action="store_true",
+                   help="write a TensorFlow Datasets folder OUT/NAME/VERSION/ (dataset_info.json, features.json, "
+                        "class names) instead of the sidecar: tfds.builder_from_directory loads it")
+    p.add_argument("--tfds-version", default="1.0.0", metavar="X.Y.Z", help="with --tfds: the dataset version")
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="tfr-torch", description="TFRecord files without TensorFlow. Exit status: 0 ok, 1 a data "
                      "problem (one `path:offset: problem` line each), 2 a usage error.")
-    parser.add_argument("--version", action="version", version=f"tfr_torch {__version__}")
+    parser.add_argument("--version", action=_Version, nargs=0, help="show the version and the backend, and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     formatter = _Help
 
@@ -536,6 +550,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--address", default=None, metavar="ADDR",
                    help="with --engine ray: the cluster to use (host:port or auto; default: RAY_ADDRESS, else a new "
                         "local Ray)")
+    _tfds_arguments(p)
     p.add_argument("-q", "--quiet", action="store_true", help="no progress display or summary on stderr")
     p.set_defaults(run=_cmd_convert)
 
@@ -556,9 +571,29 @@ def _parser() -> argparse.ArgumentParser:
                    "file names, e.g. tut-00000-of-00004.tfrecord -> tut, else 'data')")
     p.add_argument("--split", type=_label, help="split (default: the input's sidecar's, else from the file names, "
                    "e.g. mnist-test.tfrecord-* -> test, else 'train')")
+    _tfds_arguments(p)
     p.add_argument("-q", "--quiet", action="store_true", help="no progress display")
     p.set_defaults(run=_cmd_reshard)
     return parser
+
+
+def _version_line() -> str:
+    """tfr_torch's version and the backend in use (the compiled core, or why not)."""
+    from tfr_torch import _native
+
+    if _native.backend() == "native":
+        crc = "hardware" if _native.core.hardware_crc() else "portable"
+        return f"tfr_torch {__version__} (backend: native, compiled core with {crc} CRC-32C)"
+    why = _native.import_error or "turned off by TFR_TORCH_NATIVE=0"
+    return f"tfr_torch {__version__} (backend: python, the pure-Python reference; {why})"
+
+
+class _Version(argparse.Action):
+    """--version: one line, never re-wrapped by argparse."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(_version_line())
+        parser.exit()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
