@@ -341,6 +341,23 @@ def test_schema_samples_every_file_and_marks_partial_keys(tmp_path):
         "}"]
 
 
+def test_schema_reads_the_compression_it_is_given(tmp_path):
+    path = tmp_path / "data.bin"  # a name that says nothing about its compression
+    with tfr_torch.TFRecordWriter(path, compression="zlib") as w:
+        w.write_example({"id": 1})
+    rc, out, _ = run("schema", "--compression", "zlib", path)
+    assert rc == 0 and "    'id': tfr_torch.FixedLenFeature([], torch.int64)," in out.splitlines()
+    rc, out, err = run("schema", "--compression", "none", path)  # read as it is told: not a TFRecord file then
+    assert (rc, out) == (1, "") and err.startswith(f"{path}:0: ")
+
+
+def test_schema_of_files_without_records(tmp_path):
+    empty = write(tmp_path / "empty.tfrecord", [])
+    assert run("schema", empty) == (1, "", f"tfr-torch schema: no records to propose a spec from: {empty} holds "
+                                           "no records\n")
+    assert run("schema", empty, empty)[2] == "tfr-torch schema: no records to propose a spec from: 2 files hold no records\n"
+
+
 def test_schema_of_tensor_records_says_what_they_are(tmp_path):
     path = write(tmp_path / "t.tfrecord", [tfr_torch.serialize_tensor(np.zeros((2, 3), np.float32))])
     rc, out, err = run("schema", path)

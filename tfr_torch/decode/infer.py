@@ -103,7 +103,8 @@ class InferredFeatures(dict):
                 f"{self.files_to_end:,} read to the end)")
 
 
-def _from_files(paths: list[str], max_records: int, info: InferredFeatures) -> Iterator[tuple[bytes, str, int]]:
+def _from_files(paths: list[str], max_records: int, info: InferredFeatures,
+                compression: str | None) -> Iterator[tuple[bytes, str, int]]:
     """The first records of every file: the budget is shared out evenly, at least one record per file, and what
     a short file leaves over goes to the files after it."""
     left, to_end, most = max_records, 0, 0
@@ -111,7 +112,7 @@ def _from_files(paths: list[str], max_records: int, info: InferredFeatures) -> I
         budget = max(1, left // (len(paths) - i))
         most = max(most, budget)
         n = 0
-        with read_records(path) as reader:
+        with read_records(path, compression) as reader:
             records = iter(reader)
             offset = reader.offset
             for record in records:
@@ -136,14 +137,16 @@ def _is_paths(items: Any) -> bool:
         isinstance(items, (list, tuple)) and bool(items) and isinstance(items[0], (str, os.PathLike)))
 
 
-def infer_features(paths_or_records: Any, max_records: int = 1000) -> InferredFeatures:
+def infer_features(paths_or_records: Any, max_records: int = 1000,
+                   compression: str | None = "auto") -> InferredFeatures:
     """Propose a spec for tf.train.Example records: FixedLenFeature where every record read carries the key with
     the same number of values (shape [] for one value, [n] otherwise), VarLenFeature otherwise; the dtype comes
     from the wire (float32, int64, or tfr_torch.string).
 
     From files (paths, globs, URLs) it reads about `max_records` records spread over every file: the first
     `max_records // len(files)` of each (at least one per file; a shorter file's share goes to the next ones).
-    From an iterable of serialized records it reads the first `max_records`. The result is a dict of specs that
+    `compression` is the files' ("auto": from the name, else the first bytes). From an iterable of serialized
+    records it reads the first `max_records`. The result is a dict of specs that
     also says what it was based on (`InferredFeatures`: records and files read, records carrying each key).
 
     >>> import tfr_torch
@@ -159,7 +162,7 @@ def infer_features(paths_or_records: Any, max_records: int = 1000) -> InferredFe
     spec = InferredFeatures()
     if _is_paths(paths_or_records):
         sample: Iterable[tuple[bytes, str | None, int | None]] = _from_files(
-            expand_paths(paths_or_records), max_records, spec)
+            expand_paths(paths_or_records), max_records, spec, compression)
     else:
         sample = itertools.islice(((record, None, None) for record in paths_or_records), max_records)
     maps = []
