@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check -q
 PYTEST_ARGS ?=
 
-.PHONY: demo test install install-test bench golden protos clean
+.PHONY: demo test install install-test bench golden protos clean fuzz fuzz-ci
 
 $(PY):
 	$(PYTHON) -m venv --system-site-packages $(VENV)
@@ -40,6 +40,18 @@ test: install-test
 
 bench: install-test
 	$(PY) benchmarks/run.py
+
+# Coverage-guided fuzzing of every decoder (fuzz/README.md): FUZZ_SECONDS per harness, executions and coverage
+# per harness printed, crashing inputs under build/fuzz/crashes/. fuzz-ci is the short, seeded pass for CI
+# (7 harnesses x 30 s, about 6 minutes with start-up); `make test` can call it with `$(MAKE) fuzz-ci`.
+FUZZ_SECONDS ?= 480
+fuzz: install-test
+	$(PIP) install -c $(VENV)/torch-constraint.txt -e ".[fuzz]"
+	$(PY) fuzz/run.py --seconds $(FUZZ_SECONDS)
+
+fuzz-ci: install-test
+	$(PIP) install -c $(VENV)/torch-constraint.txt -e ".[fuzz]"
+	$(PY) fuzz/run.py --seconds 30 --seed 1
 
 # Regenerate tfr_torch/format/_proto/*_pb2.py from protos/ (needs grpcio-tools, installed by install-test).
 protos: install-test
