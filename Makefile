@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check -q
 PYTEST_ARGS ?=
 
-.PHONY: demo test install install-test bench golden protos clean fuzz fuzz-ci
+.PHONY: demo test install install-test test-images bench golden protos clean fuzz fuzz-ci
 
 $(PY):
 	$(PYTHON) -m venv --system-site-packages $(VENV)
@@ -37,6 +37,26 @@ demo: install
 
 test: install-test
 	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+# The image decoders beside a CUDA torch (tests/test_images.py and the image tests of tests/test_convert.py with the
+# torchvision and TorchCodec decoders; the corrupt-PNG tests run the decode in a subprocess). Its own virtualenv:
+# torch 2.14.1 + torchvision 0.29.1 + torchcodec 0.17.0 are about 5.5 GB. The package is taken from the source tree
+# (PYTHONPATH), so nothing is built or installed into it there. Not part of `make test`.
+IMAGES_VENV ?= .venv-images
+IMAGES_PY := $(IMAGES_VENV)/bin/python
+IMAGES_SPEC ?= torch==2.14.1 torchvision==0.29.1 torchcodec==0.17.0
+
+$(IMAGES_VENV)/.installed-images: pyproject.toml
+	test -x $(IMAGES_PY) || $(PYTHON) -m venv $(IMAGES_VENV)
+	$(IMAGES_PY) -m pip --disable-pip-version-check -q install $(IMAGES_SPEC)
+	printf '%s\n' $(IMAGES_SPEC) > $(IMAGES_VENV)/images-constraint.txt
+	$(IMAGES_PY) -m pip --disable-pip-version-check -q install -c $(IMAGES_VENV)/images-constraint.txt \
+		"numpy>=1.23" "protobuf>=4.21" "crc32c>=2.3" "pillow>=9" "tqdm>=4.60" "pytest>=7" "hypothesis>=6"
+	@touch $@
+
+test-images: $(IMAGES_VENV)/.installed-images
+	PYTHONPATH=$(CURDIR) $(IMAGES_PY) -m pytest -q -p no:cacheprovider tests/test_images.py tests/test_convert.py \
+		-k "image or mode or decode" $(PYTEST_ARGS)
 
 bench: install-test
 	$(PY) benchmarks/run.py

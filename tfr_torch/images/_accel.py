@@ -32,11 +32,17 @@ def torchvision_io() -> Any:
         tvio.ImageReadMode  # noqa: B018
     except (ImportError, RuntimeError, OSError, AttributeError):  # e.g. a torchvision built for another torch
         return None
-    # torchvision 0.29 warns on every decode that its image decoding moves to TorchCodec; we choose the decoder
-    # per call (TorchCodec first when installed), so the notice says nothing to a tfr_torch user.
+    return tvio
+
+
+def _quiet_torchvision() -> warnings.catch_warnings:
+    """torchvision 0.29 warns on every decode that its image decoding moves to TorchCodec; tfr_torch chooses the
+    decoder per call (and uses TorchCodec where it is installed and exact), so the notice says nothing to its users."""
+    quiet = warnings.catch_warnings()
+    quiet.__enter__()
     warnings.filterwarnings("ignore", message="The image decoding and encoding capabilities of TorchVision",
                             category=DeprecationWarning)
-    return tvio
+    return quiet
 
 
 @functools.lru_cache(maxsize=1)
@@ -106,7 +112,11 @@ def decode_cpu(backend: str, fmt: str, data: bytes, gray: bool) -> tuple[torch.T
             decode = {"jpeg": tcd.decode_jpeg, "png": tcd.decode_png, "webp": tcd.decode_webp}[fmt]
             return _widen(decode(_tensor(data), mode=mode, output_dtype="auto" if fmt == "png" else torch.uint8))
         tvio = torchvision_io()
-        return tvio.decode_jpeg(_tensor(data), mode=getattr(tvio.ImageReadMode, mode)), 8
+        quiet = _quiet_torchvision()
+        try:
+            return tvio.decode_jpeg(_tensor(data), mode=getattr(tvio.ImageReadMode, mode)), 8
+        finally:
+            quiet.__exit__(None, None, None)
     except (RuntimeError, ValueError) as exc:
         raise AccelError(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__) from None
 
@@ -133,7 +143,11 @@ def decode_jpegs_gpu(backend: str, items: Sequence[bytes], gray: bool, device: t
             return list(torchcodec_decoders().decode_jpeg(tensors, mode="GRAY" if gray else "RGB", device=device))
         tvio = torchvision_io()
         mode = tvio.ImageReadMode.GRAY if gray else tvio.ImageReadMode.RGB
-        return list(tvio.decode_jpeg(tensors, mode=mode, device=device))
+        quiet = _quiet_torchvision()
+        try:
+            return list(tvio.decode_jpeg(tensors, mode=mode, device=device))
+        finally:
+            quiet.__exit__(None, None, None)
     except (RuntimeError, ValueError) as exc:
         raise AccelError(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__) from None
 

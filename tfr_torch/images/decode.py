@@ -4,10 +4,12 @@ The contract (README, "Images"): uint8 [C, H, W]; C by `mode` with torchvision's
 gives the image's own channels (1 gray, 2 gray+alpha, 3 RGB, 4 RGBA) with palettes expanded (RGBA when the palette
 has transparency; a tRNS colour key of a gray or RGB PNG is not a channel), bit depths below 8 scaled to 0-255,
 16-bit samples shifted right by 8 (or kept with dtype=torch.uint16, or scaled to [0, 1] with torch.float32), CMYK as
-RGB; the first frame of an animation unless all_frames=True; no EXIF rotation unless asked.
+RGB; GIF as RGB (its transparent index is alpha in the *_ALPHA modes only); the first frame of an animation unless
+all_frames=True; no EXIF rotation unless asked.
 
-Decoders, per format (backend="auto"): TorchCodec for JPEG, PNG and still WebP when it is installed; torchvision for
-8-bit gray/colour JPEG when it is; Pillow for everything else and whenever the others are absent. torchvision never
+Decoders, per format (backend="auto"): torchvision for 8-bit gray/colour JPEG when it is installed, else TorchCodec
+(for JPEGs without an EXIF rotation, which it would apply); TorchCodec for PNG and still WebP; Pillow for everything
+else and whenever the others are absent. torchvision never
 gets a PNG (its decoder crashes the process on corrupt PNG data) nor a CMYK JPEG (it returns inverted CMYK).
 """
 
@@ -31,6 +33,9 @@ __all__ = ["decode_image", "image_backends", "choose_backend", "BACKENDS"]
 BACKENDS = ("auto", "pillow", "torchcodec", "torchvision", "nvimgcodec")
 ENV_BACKEND = "TFR_TORCH_IMAGE_BACKEND"
 _GPU_ORDER = ("nvimgcodec", "torchcodec", "torchvision")
+# backend="auto" on the CPU, by format (benchmarks/image_decode.py): torchvision's decode_jpeg was the fastest exact
+# JPEG decoder measured, TorchCodec the fastest for PNG and WebP; Pillow takes whatever neither may decode.
+_CPU_ORDER = {"jpeg": ("torchvision", "torchcodec"), "png": ("torchcodec",), "webp": ("torchcodec",)}
 Mode = Union[str, enum.Enum]
 Data = Union[bytes, bytearray, memoryview, torch.Tensor]
 
@@ -61,11 +66,10 @@ def _can(name: str, header: Header, all_frames: bool) -> bool:
         return True
     if name == "torchvision":
         return _plain_jpeg(header)
-    if name == "torchcodec":
-        if header.animated and all_frames:
+    if name == "torchcodec":  # its decode_jpeg always applies the EXIF orientation: those JPEGs go elsewhere
+        if header.animated:
             return False
-        return _plain_jpeg(header) or header.format == "png" and not header.animated or (
-            header.format == "webp" and not header.animated)
+        return (_plain_jpeg(header) and header.orientation == 1) or header.format in ("png", "webp")
     return False  # nvimgcodec: GPU batches only
 
 
@@ -89,9 +93,9 @@ def _choose(header: Header, backend: str, device: torch.device, all_frames: bool
     if device.type == "cuda" and _plain_jpeg(header):
         order = _GPU_ORDER if backend == "auto" else (backend,)
         for name in order:
-            if name != "pillow" and _available(name):
+            if name in _GPU_ORDER and _available(name) and (name != "torchcodec" or header.orientation == 1):
                 return name
-    order = ("torchcodec", "torchvision") if backend == "auto" else (backend,)
+    order = _CPU_ORDER.get(header.format, ()) if backend == "auto" else (backend,)
     for name in order:
         if name not in ("pillow", "nvimgcodec") and _available(name) and _can(name, header, all_frames):
             return name
@@ -135,7 +139,18 @@ def _finish(pixels: torch.Tensor, depth: int, mode: str, dtype: torch.dtype, ori
         pixels, depth = (pixels >> 8).to(torch.uint8), 8
     pixels = _pixels.to_mode(pixels, mode, 255 if depth == 8 else 65535)
     pixels = _pixels.orient(pixels, orientation)
-    return _pixels.to_dtype(pixels, depth, dtype).contiguous()
+    return _contiguous(_pixels.to_dtype(pixels, depth, dtype))
+
+
+def _contiguous(pixels: torch.Tensor) -> torch.Tensor:
+    """A contiguous tensor. torchvision and TorchCodec hand back [C, H, W] views of [H, W, C] memory; on the CPU
+    numpy's single-threaded copy makes them contiguous (torch's parallel copy of a small strided tensor costs
+    tens of milliseconds on a busy machine)."""
+    if pixels.is_contiguous():
+        return pixels
+    if pixels.device.type == "cpu":
+        return torch.from_numpy(np.ascontiguousarray(pixels.numpy()))
+    return pixels.contiguous()
 
 
 def _decode_one(data: bytes, mode: str, dtype: torch.dtype, backend: str, all_frames: bool, exif: bool,
@@ -158,6 +173,8 @@ def _decode_one(data: bytes, mode: str, dtype: torch.dtype, backend: str, all_fr
                 pixels = pixels[0]
     except (PillowError, _accel.AccelError) as exc:
         raise _unreadable(data, name, header, str(exc)) from None
+    if header.format == "gif" and mode == "UNCHANGED" and pixels.shape[-3] == 4:
+        pixels = pixels[..., :3, :, :]  # GIF is RGB (as TensorFlow and torchvision give it); alpha only when asked
     orientation = 1
     if exif:
         orientation = header.orientation if header.format == "jpeg" else exif_orientation(data)
