@@ -79,6 +79,20 @@ def test_count_keeps_going_after_a_missing_file_and_exits_1(files, tmp_path):
     assert err == f"{tmp_path / 'missing.tfrecord'}: No such file or directory\n"
 
 
+def test_globs_skip_side_files_and_a_listed_side_file_is_misuse(tmp_path):
+    from tfr_torch.tools.reshard import reshard
+
+    src = write(tmp_path / "src.tfrecord", [tfr_torch.encode_example({"i": i}) for i in range(5)])
+    shards = reshard([str(src)], str(tmp_path / "out"), name="set")  # a shard, its .idx, the sidecar
+    rc, out, err = run("count", tmp_path / "out" / "*")
+    assert (rc, err) == (0, "") and out.splitlines() == [f"5\t{shards[0]}"]
+    rc, out, err = run("inspect", *sorted((tmp_path / "out").iterdir()))  # what the shell makes of out/*
+    assert (rc, out) == (2, "")
+    assert err == (f"tfr-torch inspect: error: {tmp_path}/out/set-train.tfr_torch.json is a tfr_torch sidecar (the "
+                   "shards' spec and record counts), not a TFRecord file: leave it out of the list of files (glob "
+                   "patterns skip such files) (see `tfr-torch inspect --help`)\n")
+
+
 def test_a_glob_matching_nothing_is_a_data_problem(tmp_path):
     rc, out, err = run("count", tmp_path / "nothing-*.tfrecord")
     assert (rc, out) == (1, "")
