@@ -207,3 +207,17 @@ def test_readme_tf_data_examples_run(tmp_path, monkeypatch):
     assert sorted(scope["odd_labels"]) == list(range(1, 40, 2))
     assert sorted(os.listdir("cache")) == ["part-rank0of1-worker0of2.pt", "part-rank0of1-worker1of2.pt",
                                            "tfr_torch-cache.json"]
+
+
+@pytest.mark.parametrize("folder", [None, "cache"])
+def test_replay_in_persistent_workers_needs_no_files(files, tmp_path, folder):
+    """After the first epoch the files can go (the object-storage case): later epochs come from the cache."""
+    ds = CachedDataset(TFRecordDataset(files, SPEC, index="auto", batch_size=3),
+                       None if folder is None else tmp_path / folder, shuffle=True)
+    loader = DataLoader(ds, batch_size=None, num_workers=2, persistent_workers=True)
+    assert Counter(ids(loader)) == Counter(range(N))
+    for path in files:
+        os.remove(path)
+    for epoch in range(1, 3):
+        ds.set_epoch(epoch)
+        assert Counter(ids(loader)) == Counter(range(N))

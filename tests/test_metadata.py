@@ -296,3 +296,13 @@ def test_sidecar_json_is_what_metadata_returns(shards):
         on_disk = json.load(f)
     assert TFRecordDataset(shards, "auto").metadata == on_disk
     assert Counter(s["records"] for s in on_disk["shards"]) == {10: 3}
+
+
+def test_indexed_dataset_scanning_warning_points_at_the_user_line(tmp_path):
+    paths = plain_files(tmp_path, [3, 2])
+    with pytest.warns(UserWarning) as caught:
+        ds = IndexedTFRecordDataset(paths, SPEC)
+    assert [w.filename for w in caught] == [__file__]
+    assert str(caught[0].message) == (f"2 file(s) have no index ({paths[0]}...): scanning them now; write indexes "
+                                      "with `tfr-torch index FILES` to skip this")
+    assert [int(ds[i]["id"]) for i in range(len(ds))] == list(range(5))

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import os
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 import numpy as np
 from torch.utils.data import Dataset, get_worker_info
 
+from tfr_torch.data.counting import user_site
 from tfr_torch.data.dataset import _is_tfds, auto_features, existing_sizes, plan_of, resolve_indexes
 from tfr_torch.decode.hints import check_features_argument
 from tfr_torch.decode.sidecar import class_names, find_sidecar
@@ -61,8 +61,8 @@ class IndexedTFRecordDataset(Dataset):
         offsets = resolve_indexes(self.paths, index if index is not None else "auto", "auto")
         missing = [p for p, o in zip(self.paths, offsets) if o is None]
         if missing:
-            warnings.warn(f"{len(missing)} file(s) have no index ({missing[0]}...): scanning them now; write indexes "
-                          "with `tfr-torch index FILES` to skip this", stacklevel=2)
+            user_site().warn(f"{len(missing)} file(s) have no index ({missing[0]}...): scanning them now; write "
+                             "indexes with `tfr-torch index FILES` to skip this")
             offsets = [o if o is not None else scan_index(p) for p, o in zip(self.paths, offsets)]
         if self.tfds is not None:
             offsets = self.tfds.windowed(offsets)
