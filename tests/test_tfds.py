@@ -543,3 +543,34 @@ def test_legacy_features_json_format(tmp_path):
                            "content": {"shape": [], "dtype": "int64"}}}}))
     _edit_info(folder, lambda d: d.update(name="tfr_golden"))
     assert [int(x["id"]) for x in tfr_torch.TFRecordDataset(folder, split="train")] == [0, 1, 2]
+
+
+def _same_batch(a, b, key=""):
+    if isinstance(b, dict):
+        assert sorted(a) == sorted(b), key
+        for k in b:
+            _same_batch(a[k], b[k], f"{key}/{k}")
+    elif isinstance(b, tfr_torch.RaggedTensor):
+        assert a.to_list() == b.to_list(), key
+    elif isinstance(b, torch.Tensor) and b.is_nested:
+        assert a.is_nested and [x.tolist() for x in a.unbind()] == [x.tolist() for x in b.unbind()], key
+    elif isinstance(b, torch.Tensor):
+        assert isinstance(a, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b), key
+    elif isinstance(b, bytes):
+        assert a == b, key
+    else:
+        assert type(a) is type(b) and len(a) == len(b), key
+        for x, y in zip(a, b):
+            _same_batch(x, y, key)
+
+
+@pytest.mark.parametrize("decode_images", [True, False])
+def test_batch_decoding_equals_collated_rows(decode_images, backend):
+    """Batches decode the static leaves column by column: the same values and types as collating the rows."""
+    decoder = TFDSDecoder(read_info(DATASET), decode_images=decode_images)
+    plan = decoder.plan()
+    records = [r for p in read_info(DATASET).shard_paths("train") for r in tfr_torch.read_records(p)]
+    for start in range(0, len(records), 8):
+        chunk = records[start : start + 8]
+        rows = list(plan.iter_rows(chunk))
+        _same_batch(plan.parse(chunk), decoder.root.collate(rows), f"batch {start}")

@@ -21,13 +21,12 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-from tfr_torch.decode.plan import compile_features
 from tfr_torch.decode.results import RaggedTensor
 from tfr_torch.decode.specs import FixedLenFeature, FixedLenSequenceFeature, string
 from tfr_torch.errors import DecodeError
 from tfr_torch.tfds.metadata import TFDSInfo, TFDSMetadataError
 
-__all__ = ["FeatureNode", "DictNode", "SequenceNode", "LeafNode", "parse_features", "TFDSDecoder", "TFDSPlan"]
+__all__ = ["FeatureNode", "DictNode", "SequenceNode", "LeafNode", "parse_features", "TFDSDecoder"]
 
 Shape = tuple  # of int or None
 
@@ -529,7 +528,10 @@ class TFDSDecoder:
         return (f"TFDSDecoder({self.info.path!r}, decode_images={self.decode_images}, "
                 f"as_supervised={self.as_supervised})")
 
-    def plan(self) -> TFDSPlan:
+    def plan(self) -> Any:
+        """What the datasets decode with (tfr_torch.tfds.plan.TFDSPlan)."""
+        from tfr_torch.tfds.plan import TFDSPlan
+
         return TFDSPlan(self)
 
     def leaves(self) -> list:
@@ -550,26 +552,3 @@ class TFDSDecoder:
         """Class names of every ClassLabel feature with names, by feature key."""
         return {leaf.key: leaf.leaf.names for leaf in self.root.leaves()
                 if leaf.leaf.type == "ClassLabel" and leaf.leaf.names is not None}
-
-
-class TFDSPlan:
-    """What the datasets call to decode records: `iter_rows` (one item per record) and `parse` (a batch), like
-    tfr_torch's ExamplePlan, with TFDS's steps after parsing."""
-
-    def __init__(self, decoder: TFDSDecoder) -> None:
-        self.decoder = decoder
-        self.inner = compile_features(decoder.wire)
-
-    def iter_rows(self, serialized: Sequence[bytes], example_names: Optional[Sequence[str]] = None) -> Iterator[Any]:
-        root, supervised = self.decoder.root, self.decoder.supervised
-        for i, raw in enumerate(self.inner.iter_rows(serialized, example_names)):
-            yield supervised(root.decode(raw, None if example_names is None else example_names[i]))
-
-    def parse(self, serialized: Sequence[bytes], example_names: Optional[Sequence[str]] = None,
-              single: bool = False) -> Any:
-        if single:
-            return next(self.iter_rows(serialized, example_names))
-        root = self.decoder.root
-        rows = [root.decode(raw, None if example_names is None else example_names[i])
-                for i, raw in enumerate(self.inner.iter_rows(serialized, example_names))]
-        return self.decoder.supervised(root.collate(rows))
