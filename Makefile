@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check -q
 PYTEST_ARGS ?=
 
-.PHONY: demo test install install-test test-images bench golden protos clean fuzz fuzz-ci
+.PHONY: demo test test-sanitizers install install-test test-images bench golden protos clean fuzz fuzz-ci
 
 $(PY):
 	$(PYTHON) -m venv --system-site-packages $(VENV)
@@ -37,6 +37,26 @@ demo: install
 
 test: install-test
 	$(PY) -m pytest -q $(PYTEST_ARGS)
+	@$(MAKE) --no-print-directory test-sanitizers
+
+# The compiled core built with AddressSanitizer + UndefinedBehaviorSanitizer (build/sanitizers, never installed),
+# loaded through TFR_TORCH_NATIVE_LIB, runs the kernel, decode, differential and corruption tests: any report fails.
+# Skipped with a notice where the compiler has no sanitizer runtime.
+SANITIZE := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all -O1 -g
+CC ?= cc
+test-sanitizers: install-test
+	@asan=$$($(CC) -print-file-name=libasan.so); ubsan=$$($(CC) -print-file-name=libubsan.so); \
+	if [ ! -e "$$asan" ] || [ ! -e "$$ubsan" ]; then echo "test-sanitizers: skipped ($(CC) has no libasan/libubsan)"; exit 0; fi; \
+	rm -rf build/sanitizers build/sanitizers-tmp; \
+	TFR_TORCH_CFLAGS="$(SANITIZE)" TFR_TORCH_LDFLAGS="-fsanitize=address,undefined" \
+	  $(PY) setup.py -q build_ext --build-lib build/sanitizers --build-temp build/sanitizers-tmp > build/sanitizers.log 2>&1 \
+	  || { cat build/sanitizers.log; exit 1; }; \
+	so=$$(find build/sanitizers -name '_core*.so'); \
+	echo "test-sanitizers: $$so under ASan + UBSan"; \
+	LD_PRELOAD="$$asan $$ubsan" ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  TFR_TORCH_NATIVE_LIB=$$so $(PY) -m pytest -q -p no:cacheprovider tests/test_native.py tests/test_parse.py \
+	  tests/test_corruption.py -k "native and not inflate"
+
 
 # The image decoders beside a CUDA torch (tests/test_images.py and the image tests of tests/test_convert.py with the
 # torchvision and TorchCodec decoders; the corrupt-PNG tests run the decode in a subprocess). Its own virtualenv:

@@ -398,3 +398,58 @@ def test_decoding_in_threads_gives_the_same_batches():
     finally:
         tfr_torch.set_backend(previous)
     assert [got[i] for i in range(len(batches))] == expected
+
+
+# ---------------------------------------------------------------------------------------------- inflate libraries
+
+
+def _inflate_libraries():
+    import zlib
+
+    libs = [("zlib", zlib)]
+    try:
+        from zlib_ng import zlib_ng
+    except ImportError:
+        pass
+    else:
+        libs.append(("zlib-ng", zlib_ng))
+    return libs
+
+
+@pytest.mark.parametrize("name, lib", _inflate_libraries(), ids=[n for n, _ in _inflate_libraries()])
+@pytest.mark.parametrize("compression", ["gzip", "zlib"])
+def test_every_inflate_library_reads_and_rejects_alike(tmp_path, monkeypatch, name, lib, compression):
+    from tfr_torch.format import compression as codec
+
+    records = [bytes([i % 251]) * (i * 37 % 5000) for i in range(200)]
+    path = tmp_path / "data.tfrecord"
+    with tfr_torch.TFRecordWriter(str(path), compression=compression) as writer:
+        for r in records:
+            writer.write(r)
+    data = path.read_bytes()
+    broken = bytearray(data)
+    broken[len(data) // 2] ^= 0xFF
+    (tmp_path / "broken.tfrecord").write_bytes(bytes(broken))
+    (tmp_path / "cut.tfrecord").write_bytes(data[: len(data) * 2 // 3])
+    monkeypatch.setattr(codec, "_inflate", lib)
+    monkeypatch.setattr(codec, "_INFLATE_ERRORS", (__import__("zlib").error, lib.error))
+    assert list(tfr_torch.read_records(str(path), compression=compression)) == records
+    for bad, error in (("broken", TFRecordError), ("cut", tfr_torch.TruncatedRecordError)):
+        with pytest.raises(error, match=rf"{bad}.tfrecord:\d+: ") as caught:
+            list(tfr_torch.read_records(str(tmp_path / f"{bad}.tfrecord"), compression=compression))
+        got = str(caught.value)
+        monkeypatch.setattr(codec, "_inflate", __import__("zlib"))
+        with pytest.raises(type(caught.value)) as reference:
+            list(tfr_torch.read_records(str(tmp_path / f"{bad}.tfrecord"), compression=compression))
+        monkeypatch.setattr(codec, "_inflate", lib)
+        assert got == str(reference.value)  # the same error, at the same offset, as with zlib
+
+
+def test_inflate_library_can_be_chosen(monkeypatch):
+    code = "from tfr_torch.format import compression as c; print(c.INFLATE)"
+    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "TFR_TORCH_INFLATE": "zlib"},
+                         capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "zlib"
+    bad = subprocess.run([sys.executable, "-c", code], env={**os.environ, "TFR_TORCH_INFLATE": "fast"},
+                         capture_output=True, text=True)
+    assert 'TFR_TORCH_INFLATE must be "auto", "zlib" or "zlib-ng", got \'fast\'' in bad.stderr

@@ -1,13 +1,18 @@
 """GZIP and ZLIB compression exactly as TensorFlow's TFRecordOptions does it.
 
 TensorFlow compresses a whole file as one deflate stream with memLevel 9 and window bits 15 (+16 for GZIP);
-CPython's zlib with the same parameters writes identical bytes at levels 1 to 9.
+CPython's zlib with the same parameters writes identical bytes at levels 1 to 9. Writing always uses zlib (so the
+bytes stay TensorFlow's); reading inflates with zlib-ng when it is installed (`pip install tfr_torch[fast-gzip]`:
+the `zlib-ng` package, a drop-in zlib API), zlib otherwise; TFR_TORCH_INFLATE=zlib turns it off. (python-isal
+is faster still but reports the end of a stream differently, which the corruption checks here rely on.)
 """
 
 from __future__ import annotations
 
+import os
 import struct
 import zlib
+from types import ModuleType
 from typing import IO
 
 from tfr_torch.errors import CorruptRecordError, TruncatedRecordError
@@ -21,6 +26,27 @@ NONE, GZIP, ZLIB = "none", "gzip", "zlib"
 _NAMES = {None: NONE, "": NONE, "none": NONE, "gzip": GZIP, "zlib": ZLIB}
 _WBITS = {GZIP: 31, ZLIB: 15}
 _MEM_LEVEL = 9  # TensorFlow's ZlibCompressionOptions.mem_level
+
+
+def _inflate_library() -> tuple[str, ModuleType]:
+    """The fastest installed library with zlib's decompressobj API (TFR_TORCH_INFLATE overrides)."""
+    wanted = os.environ.get("TFR_TORCH_INFLATE", "auto").strip().lower()
+    candidates = {"zlib-ng": ("zlib_ng", "zlib_ng")}
+    if wanted not in ("auto", "zlib", *candidates):
+        raise ValueError(f'TFR_TORCH_INFLATE must be "auto", "zlib" or "zlib-ng", got {wanted!r}')
+    for name, (package, module) in candidates.items():
+        if wanted in ("auto", name):
+            try:
+                return name, getattr(__import__(f"{package}.{module}"), module)
+            except ImportError:
+                if wanted == name:
+                    raise ImportError(f"TFR_TORCH_INFLATE={name} but the {name} package is not installed "
+                                      "(pip install tfr_torch[fast-gzip])") from None
+    return "zlib", zlib
+
+
+INFLATE, _inflate = _inflate_library()  # the library's name ("zlib" or "zlib-ng") and module
+_INFLATE_ERRORS = (zlib.error, _inflate.error)
 
 
 def normalize_compression(compression: str | None, allow_auto: bool = False) -> str:
@@ -87,7 +113,7 @@ class Inflater:
         self._path = path
         self._chunk = chunk_size
         self._pending = head  # compressed bytes read but not yet given to zlib
-        self._z = zlib.decompressobj(_WBITS[compression])
+        self._z = _inflate.decompressobj(_WBITS[compression])
         self._eof = False
         self._error: Exception | None = None  # raised on the next call, after the bytes before it were returned
         self.position = 0  # decompressed bytes delivered so far
@@ -147,7 +173,7 @@ class Inflater:
                                   f"{len(rest)}+ bytes follow the end of the ZLIB stream (TensorFlow would ignore them "
                                   "silently): expected the file to end there")
                 self._pending = rest
-                self._z = zlib.decompressobj(_WBITS[self._compression])
+                self._z = _inflate.decompressobj(_WBITS[self._compression])
                 self._fresh = True
             if self._z.unconsumed_tail:
                 data = self._z.unconsumed_tail
@@ -160,7 +186,7 @@ class Inflater:
             try:
                 out = self._z.decompress(data, want - filled)
                 self._fresh = False
-            except zlib.error as exc:
+            except _INFLATE_ERRORS as exc:
                 # zlib keeps no unconsumed input after an error: keep the chunk for abandon_member (past this
                 # member's own magic bytes when the chunk starts with them)
                 self._salvage = data[1:] if self._fresh else data
@@ -188,7 +214,7 @@ class Inflater:
         else:  # the compressed bytes zlib has not used yet
             rest = self._z.unconsumed_tail + self._z.unused_data + self._pending
         self._pending = b""
-        self._z = zlib.decompressobj(_WBITS[self._compression])
+        self._z = _inflate.decompressobj(_WBITS[self._compression])
         self._fresh = True
         self.dropped_members += 1
         dropped = 0
@@ -252,10 +278,10 @@ def _next_member(data: bytes, final: bool) -> int:
         if len(window) < 10 and not final:  # not even a whole fixed header yet
             return -2
         if not window[3:4] or not window[3] & 0xE0:  # FLG's reserved bits must be zero
-            probe = zlib.decompressobj(_WBITS[GZIP])
+            probe = _inflate.decompressobj(_WBITS[GZIP])
             try:
                 probe.decompress(window)
-            except zlib.error:
+            except _INFLATE_ERRORS:
                 pass
             else:
                 if probe.eof or len(window) == _PROBE or final:
