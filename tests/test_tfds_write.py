@@ -253,7 +253,12 @@ def test_tfds_builder_from_directory_loads_what_tfr_torch_wrote(images, tmp_path
     tfr_torch.convert_image_folder(str(src), str(tmp_path), "pets", format="keep", tfds=True, records_per_shard=4)
     tfr_torch.convert_image_folder(str(src), str(tmp_path), "pets", "test", format="jpeg", tfds=True)
     table, pets = tmp_path / "table" / "1.0.0", tmp_path / "pets" / "1.0.0"
-    seen = _tfds_load([table, pets])
+    from tfr_torch.tools.reshard import reshard
+
+    reshard(sorted(str(p) for p in pets.glob("pets-train.tfrecord-*[0-9]")), str(tmp_path / "re"), shard_size="1KB",
+            tfds=True, version="1.0.1")
+    again = tmp_path / "re" / "pets" / "1.0.1"
+    seen = _tfds_load([table, pets, again])
 
     got = seen[str(table)]
     assert (got["name"], got["version"], got["supervised_keys"]) == ("table", "1.0.0", ["x", "y"])
@@ -293,3 +298,10 @@ def test_tfds_builder_from_directory_loads_what_tfr_torch_wrote(images, tmp_path
                 assert (image.int() - mine["image/encoded"].int()).abs().max() <= 8, rel
     labels = [int(_decode(y)) for _, y in got["supervised"]]
     assert labels == [int(x["image/class/label"]) for x in ours["train"]]
+
+    resharded = seen[str(again)]  # reshard --tfds of a TFDS folder's shards keeps its metadata
+    assert resharded["version"] == "1.0.1" and resharded["class_names"] == got["class_names"]
+    assert resharded["supervised_keys"] == got["supervised_keys"] and resharded["splits"]["train"]["num_shards"] > 1
+    assert resharded["features"] == got["features"]
+    assert [v["dict"]["image/filename"] for v in resharded["values"]["train"]] == \
+        [v["dict"]["image/filename"] for v in got["values"]["train"]]

@@ -116,15 +116,20 @@ def _isdir(path: str) -> bool:
 
 
 def is_tfds_dir(path: PathLike) -> bool:
-    """True for a TFDS version folder (it holds dataset_info.json) or a folder with version subfolders."""
+    """True for a local TFDS version folder (it holds dataset_info.json) or a folder with version subfolders."""
     if not isinstance(path, (str, os.PathLike)):
         return False
     text = os.path.expanduser(as_path(path)).rstrip("/")
-    if any(c in text for c in "*?[") or not _isdir(text):
+    if any(c in text for c in "*?[") or is_url(text):  # local folders only: no request to tell a URL apart
         return False
-    if exists(f"{text}/dataset_info.json"):
-        return True
-    return any(_VERSION.match(v) and exists(f"{text}/{v}/dataset_info.json") for v in _listdir(text))
+    try:
+        if not _isdir(text):
+            return False
+        if exists(f"{text}/dataset_info.json"):
+            return True
+        return any(_VERSION.match(v) and exists(f"{text}/{v}/dataset_info.json") for v in _listdir(text))
+    except (ImportError, OSError, ValueError):  # a URL without its fsspec package, an unreadable folder: not one
+        return False
 
 
 def _version_key(version: str) -> tuple[int, ...]:
