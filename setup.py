@@ -2,7 +2,8 @@
 
 The metadata lives in pyproject.toml; this file only declares the extension. If it cannot be compiled (no C
 compiler, an unsupported platform), the build goes on and tfr_torch runs on its pure-Python backend: one line on
-stderr says so. TFR_TORCH_CFLAGS adds compiler flags (the sanitizer build uses it).
+stderr says so. TFR_TORCH_CFLAGS / TFR_TORCH_LDFLAGS add compiler and linker flags (the sanitizer build uses them);
+TFR_TORCH_REQUIRE_NATIVE=1 makes a failed compile an error (the wheel builds set it).
 """
 
 import os
@@ -31,7 +32,11 @@ class OptionalBuildExt(build_ext):
 
     @staticmethod
     def _notice(exc):
+        if os.environ.get("TFR_TORCH_REQUIRE_NATIVE", "") not in ("", "0"):
+            raise exc
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if len(first) > 160:  # a failed compiler command line: its start says which
+            first = first[:157] + "..."
         sys.stderr.write(f"tfr_torch: the compiled core was not built ({first}); using the pure-Python backend\n")
 
 
