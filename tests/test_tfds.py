@@ -574,3 +574,39 @@ def test_batch_decoding_equals_collated_rows(decode_images, backend):
         chunk = records[start : start + 8]
         rows = list(plan.iter_rows(chunk))
         _same_batch(plan.parse(chunk), decoder.root.collate(rows), f"batch {start}")
+
+
+@pytest.mark.parametrize("indexed", [False, True])
+def test_slices_across_ranks_and_workers_exactly_once(indexed, tmp_path):
+    """A split whose slices start and end inside shards, read by 2 ranks x 2 DataLoader workers: every rank yields
+    the same number of records, no record twice, all from the split (the remainder of 25 over 2 ranks dropped)."""
+    import shutil
+
+    folder = tmp_path / "tfr_golden" / "1.0.0"
+    shutil.copytree(VERSION_DIR, folder)
+    if indexed:
+        for shard in folder.glob("*.tfrecord-*"):
+            tfr_torch.build_index(str(shard))
+    spec = {"id": tfr_torch.FixedLenFeature([], torch.int64)}
+    split = "train[3:-2]+test"
+    want = [int(expected(ex)["id"]) for ex in VALUES["train"][3:-2] + VALUES["test"]]
+    per_rank = []
+    for rank in range(2):
+        ds = tfr_torch.TFRecordDataset(folder, spec, split=split, rank=rank, world_size=2, batch_size=2,
+                                       index="auto" if indexed else None)
+        ids = [int(i) for b in DataLoader(ds, batch_size=None, num_workers=2) for i in b["id"]]
+        assert len(ds) == 6 and len(ids) == 12
+        per_rank.append(ids)
+    seen = per_rank[0] + per_rank[1]
+    assert len(set(seen)) == 24 and set(seen) <= set(want)
+    assert [int(x["id"]) for x in tfr_torch.TFRecordDataset(folder, spec, split=split)] == want
+
+
+def test_metadata_and_splits_never_import_torch():
+    """read_info, resolve_split and describe() need neither torch nor TensorFlow (e.g. for a tool that plans reads)."""
+    code = (f"import sys, tfr_torch.tfds as t\n"
+            f"info = t.read_info({str(DATASET)!r})\n"
+            f"t.resolve_split('train[:10%]+test', {{n: s.shard_lengths for n, s in info.splits.items()}})\n"
+            f"print(sorted(m for m in ('torch', 'tensorflow', 'tensorflow_datasets') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
