@@ -603,7 +603,7 @@ def test_slices_across_ranks_and_workers_exactly_once(indexed, tmp_path):
 
 
 def test_metadata_and_splits_never_import_torch():
-    """read_info, resolve_split and describe() need neither torch nor TensorFlow (e.g. for a tool that plans reads)."""
+    """read_info and resolve_split need neither torch nor TensorFlow (e.g. for a tool that plans reads)."""
     code = (f"import sys, tfr_torch.tfds as t\n"
             f"info = t.read_info({str(DATASET)!r})\n"
             f"t.resolve_split('train[:10%]+test', {{n: s.shard_lengths for n, s in info.splits.items()}})\n"
