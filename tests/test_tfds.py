@@ -610,3 +610,21 @@ def test_metadata_and_splits_never_import_torch():
             f"print(sorted(m for m in ('torch', 'tensorflow', 'tensorflow_datasets') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_buffered_shuffle_without_indexes_keeps_the_split():
+    spec = {"id": tfr_torch.FixedLenFeature([], torch.int64)}
+    want = [int(expected(ex)["id"]) for ex in VALUES["train"][5:-5]]
+    ids = [int(x["id"]) for x in tfr_torch.TFRecordDataset(DATASET, spec, split="train[5:-5]", shuffle=True, seed=1,
+                                                           shuffle_buffer=4)]
+    assert sorted(ids) == sorted(want) and ids != want
+
+
+def test_config_folders(tmp_path):
+    """<data_dir>/<name>/<config>/<version>/: the config folder picks its latest version like a dataset folder."""
+    import shutil
+
+    shutil.copytree(VERSION_DIR, tmp_path / "tfr_golden" / "small" / "1.0.0")
+    info = read_info(tmp_path, "tfr_golden/small")
+    assert info.path == f"{tmp_path}/tfr_golden/small/1.0.0" and info.version == "1.0.0"
+    assert len(tfr_torch.TFRecordDataset(tmp_path / "tfr_golden" / "small", split="test")) == 7
