@@ -872,7 +872,8 @@ def test_convert_imagefolder_like_dataset_matches_its_items(folder, tmp_path):
 @pytest.mark.parametrize("bad", [
     "a string",
     [[1, 2], [3, 4]],
-    torch.zeros(3, 8, 8, dtype=torch.float32),
+    torch.full((3, 8, 8), 1.5),  # a float image outside [0, 1]: not what ToTensor() makes
+    torch.zeros(3, 8, 8, dtype=torch.int32),
     np.zeros((2, 3, 4, 5), dtype=np.uint8),
     np.zeros((8, 8, 3), dtype=np.float64),
 ])
@@ -895,6 +896,176 @@ def test_bad_item_is_skipped_with_on_error_skip(tmp_path):
     assert len(stored) == len(items) - 1
     for got, want in zip(stored, expected[:3] + expected[4:]):
         assert torch.equal(got, want)
+
+
+# ------------------------------------------------------------------------------- modes and the image contract
+
+CORPUS = os.path.join(ROOT, "tests", "data", "images", "src")
+CORPUS_GOOD = sorted(f for f in os.listdir(CORPUS) if not f.startswith("bad_"))
+
+
+def _corpus_folder(tmp_path, names):
+    """An image folder of golden-corpus files: class "a" (those given), class "b" (one RGB PNG)."""
+    for cls, files in (("a", names), ("b", ["png_rgb8.png"])):
+        os.makedirs(tmp_path / "src" / cls, exist_ok=True)
+        for name in files:
+            shutil.copy(os.path.join(CORPUS, name), tmp_path / "src" / cls / name)
+    return str(tmp_path / "src")
+
+
+def _fields(record):
+    return int(record["image/height"]), int(record["image/width"]), int(record["image/channels"])
+
+
+def _stored_pixels(record):
+    if record["image/format"] == b"raw":
+        return tfr_torch.parse_tensor(record["image/encoded"], torch.uint8)
+    return decode_image(record["image/encoded"])
+
+
+@pytest.mark.parametrize("fmt", ["keep", "png", "raw", "jpeg"])
+def test_size_fields_describe_what_decode_image_returns_for_every_corpus_image(tmp_path, fmt):
+    """Palette, 1-bit, 16-bit, CMYK, GIF, WebP, BMP, TIFF, PGM: image/channels, height and width are the shape of
+    decode_image(stored bytes), whatever the format."""
+    names = [n for n in CORPUS_GOOD if n.rsplit(".", 1)[-1] in ("png", "jpg", "bmp", "tiff", "webp", "ppm", "pgm")]
+    src = _corpus_folder(tmp_path, names)
+    result = convert_image_folder(src, str(tmp_path / "out"), "c", format=fmt)
+    records = parsed(result.paths)
+    assert len(records) == len(names) + 1
+    for record in records:
+        pixels = _stored_pixels(record)
+        assert _fields(record) == (pixels.shape[1], pixels.shape[2], pixels.shape[0]), record["image/filename"]
+
+
+def test_gif_files_are_left_out_as_imagefolder_leaves_them(tmp_path):
+    """.gif is not in torchvision's IMG_EXTENSIONS: ImageFolder skips such files, and so does the converter."""
+    src = tmp_path / "src" / "a"
+    src.mkdir(parents=True)
+    shutil.copy(os.path.join(CORPUS, "gif_transparent.gif"), src / "t.gif")
+    Image.fromarray(_pattern(np.random.default_rng(0), 9, 9, 3)).save(src / "x.png")
+    result = convert_image_folder(str(tmp_path / "src"), str(tmp_path / "out"), "g")
+    assert [(_fields(r), r["image/filename"]) for r in parsed(result.paths)] == [((9, 9, 3), b"a/x.png")]
+
+
+@pytest.mark.parametrize("fmt", ["png", "raw", "jpeg"])
+@pytest.mark.parametrize("mode", ["RGB", "GRAY", "RGB_ALPHA", "GRAY_ALPHA"])
+def test_mode_makes_a_mixed_folder_one_shape(tmp_path, fmt, mode):
+    names = ["png_gray8.png", "png_ga8.png", "png_pal4_trns.png", "png_rgba16.png", "jpeg_cmyk.jpg", "bmp_pal8.bmp"]
+    src = _corpus_folder(tmp_path, names)
+    if fmt == "jpeg" and mode.endswith("ALPHA"):
+        with pytest.raises(ValueError) as info:
+            convert_image_folder(src, str(tmp_path / "out"), "m", format=fmt, mode=mode)
+        assert str(info.value) == f"JPEG has no alpha channel: mode='{mode}' needs format 'png' or 'raw'"
+        return
+    result = convert_image_folder(src, str(tmp_path / "out"), "m", format=fmt, mode=mode)
+    channels = {"RGB": 3, "GRAY": 1, "RGB_ALPHA": 4, "GRAY_ALPHA": 2}[mode]
+    records = parsed(result.paths)
+    for record in records:
+        pixels = _stored_pixels(record)
+        assert pixels.shape[0] == channels and int(record["image/channels"]) == channels
+        original = decode_image(open(os.path.join(src, record["image/filename"].decode()), "rb").read(), mode)
+        if fmt == "jpeg":
+            assert (pixels.float() - original.float()).abs().mean() < 12
+        else:
+            assert torch.equal(pixels, original), record["image/filename"]
+    sidecar = json.load(open(os.path.join(tmp_path, "out", "m-train.tfr_torch.json")))
+    assert sidecar["image"]["mode"] == mode
+
+
+def test_mode_with_keep_is_refused(tmp_path):
+    src = _corpus_folder(tmp_path, ["png_rgb8.png"])
+    with pytest.raises(ValueError) as info:
+        convert_image_folder(src, str(tmp_path / "out"), "m", mode="RGB")
+    assert str(info.value) == ("mode='RGB' needs a format that re-encodes the pixels (jpeg, png or raw); format 'keep' "
+                               "stores the files as they are")
+    with pytest.raises(ValueError, match="^mode must be one of UNCHANGED, GRAY, GRAY_ALPHA, RGB, RGB_ALPHA"):
+        convert_image_folder(src, str(tmp_path / "out"), "m", format="png", mode="CMYK")
+
+
+def test_convert_dataset_mode_and_torchvision_enum(tmp_path):
+    import enum
+
+    class ImageReadMode(enum.Enum):  # torchvision.io.ImageReadMode's shape
+        RGB = 3
+
+    items, expected, _ = _mixed_items()
+    result = convert_dataset(ArrayDataset(items), str(tmp_path / "out"), "d", image_format="raw",
+                             mode=ImageReadMode.RGB)
+    for record, want in zip(parsed(result.paths, DATASET_SPEC), expected):
+        stored = tfr_torch.parse_tensor(record["image/encoded"], torch.uint8)
+        rgb = want[:3] if want.shape[0] >= 3 else want[:1].expand(3, -1, -1)
+        assert torch.equal(stored, rgb) and int(record["image/channels"]) == 3
+
+
+def test_convert_dataset_takes_float_tensors_as_topilimage_does(tmp_path):
+    """ToTensor() output (float in [0, 1]) is stored as torchvision's ToPILImage makes it: pic.mul(255).byte()."""
+    rng = np.random.default_rng(5)
+    floats = [torch.from_numpy(rng.random((3, 7, 9), dtype=np.float32)), torch.zeros(1, 4, 4), torch.ones(3, 2, 5),
+              torch.from_numpy(rng.random((5, 6), dtype=np.float32)).double()]
+    result = convert_dataset(ArrayDataset([(f, 0) for f in floats]), str(tmp_path / "out"), "f", image_format="png")
+    records = parsed(result.paths, DATASET_SPEC)
+    assert len(records) == 4 and result.skipped == []
+    for record, f in zip(records, floats):
+        want = f.mul(255).to(torch.uint8)
+        want = want[None] if want.ndim == 2 else want
+        assert torch.equal(decode_image(record["image/encoded"]), want)
+        assert _fields(record) == (want.shape[1], want.shape[2], want.shape[0])
+
+
+def test_float_tensor_outside_zero_one_names_the_item_and_the_range(tmp_path):
+    items = [(torch.zeros(3, 4, 4), 0), (torch.full((3, 4, 4), 255.0), 0)]
+    with pytest.raises(DecodeError) as info:
+        convert_dataset(ArrayDataset(items), str(tmp_path / "out"), "f", image_format="png")
+    assert str(info.value).startswith("item 1: cannot convert it: a float tensor image must hold values in [0, 1] "
+                                      "(what ToTensor() makes), got values from 255.0 to 255.0")
+
+
+def test_skipping_every_item_is_an_error_not_an_empty_data_set(tmp_path):
+    out = str(tmp_path / "out")
+    with pytest.raises(DecodeError) as info:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            convert_dataset(ArrayDataset([("a string", 0), (None, 1)]), out, "s", image_format="png",
+                            on_error="skip")
+    assert str(info.value) == ("every one of the 2 items was skipped, so nothing was written; the first: item 0: "
+                               "cannot convert it: an image must be a PIL image, a uint8 or float tensor [C, H, W] or "
+                               "a uint8 numpy array [H, W, C], got str")
+    assert final_shards(out) == [] and not os.path.exists(os.path.join(out, "s-train.tfr_torch.json"))
+
+
+def test_an_empty_class_folder_is_an_error_unless_allowed(tmp_path):
+    src = _corpus_folder(tmp_path, ["png_rgb8.png"])
+    os.makedirs(os.path.join(src, "empty"))
+    with open(os.path.join(src, "empty", "notes.txt"), "w") as f:
+        f.write("not an image")
+    with pytest.raises(FileNotFoundError) as info:
+        convert_image_folder(src, str(tmp_path / "out"), "e")
+    assert str(info.value) == (f"no image files in the class folder(s) {os.path.join(src, 'empty')!r} (extensions: "
+                               f".jpg .jpeg .png .ppm .bmp .pgm .tif .tiff .webp); pass allow_empty=True "
+                               f"(--allow-empty) to keep such classes with no images, as torchvision's "
+                               f"ImageFolder(allow_empty=True) does")
+    result = convert_image_folder(src, str(tmp_path / "out"), "e", allow_empty=True)
+    records = parsed(result.paths)
+    assert [int(r["image/class/label"]) for r in records] == [0, 1]  # a, b; "empty" keeps label 2 with no images
+    sidecar = json.load(open(os.path.join(tmp_path, "out", "e-train.tfr_torch.json")))
+    assert sidecar["image"]["classes"] == ["a", "b", "empty"]
+
+
+def test_cli_convert_mode_and_allow_empty(tmp_path):
+    src = _corpus_folder(tmp_path, ["png_gray8.png", "png_pal4_trns.png"])
+    os.makedirs(os.path.join(src, "c"))
+    r = run_cli("convert", src, tmp_path / "out", "--name", "m", "--format", "png", "--mode", "rgb", "-q",
+                "--workers", "1")
+    assert r.returncode == 1 and "no image files in the class folder(s)" in r.stderr and r.stdout == ""
+    r = run_cli("convert", src, tmp_path / "out", "--name", "m", "--format", "png", "--mode", "rgb", "-q",
+                "--workers", "1", "--allow-empty")
+    assert r.returncode == 0, r.stderr
+    records = parsed(r.stdout.split())
+    assert [int(x["image/channels"]) for x in records] == [3, 3, 3]
+    r = run_cli("convert", src, tmp_path / "out2", "--name", "m", "--mode", "RGB", "-q")
+    assert r.returncode == 2 and "argument --mode: RGB needs --format jpeg, png or raw" in r.stderr
+    r = run_cli("convert", src, tmp_path / "out2", "--name", "m", "--format", "jpeg", "--mode", "RGB_ALPHA", "-q")
+    assert r.returncode == 2 and "argument --mode: JPEG has no alpha channel" in r.stderr
 
 
 def test_convert_dataset_refuses_bad_arguments(tmp_path):

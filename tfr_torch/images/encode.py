@@ -90,7 +90,7 @@ def _tensor_pixels(image: torch.Tensor) -> torch.Tensor:
     if image.dtype == torch.uint8:
         return image.contiguous()
     if image.is_floating_point():
-        low, high = float(image.min()), float(image.max()) if image.numel() else (0.0, 0.0)
+        low, high = (float(image.min()), float(image.max())) if image.numel() else (0.0, 0.0)
         if not (0.0 <= low and high <= 1.0):  # NaN fails both
             raise ValueError(f"a float tensor image must hold values in [0, 1] (what ToTensor() makes), got values "
                              f"from {low} to {high}")

@@ -402,6 +402,11 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 def _cmd_convert(args: argparse.Namespace) -> int:
     if args.quality is not None and args.format != "jpeg":
         raise UsageError(f"argument --quality: applies to --format jpeg only (got --format {args.format})")
+    if args.mode != "UNCHANGED" and args.format == "keep":
+        raise UsageError(f"argument --mode: {args.mode} needs --format jpeg, png or raw (keep stores the files as "
+                         f"they are)")
+    if args.format == "jpeg" and args.mode in ("GRAY_ALPHA", "RGB_ALPHA"):
+        raise UsageError(f"argument --mode: JPEG has no alpha channel: {args.mode} needs --format png or raw")
     if args.address is not None and args.engine != "ray":
         raise UsageError("argument --address: names a Ray cluster, so it needs --engine ray")
     from tfr_torch.tools.convert import convert_image_folder
@@ -415,7 +420,8 @@ def _cmd_convert(args: argparse.Namespace) -> int:
                                       shard_size=args.shard_size, compression=args.compression,
                                       workers=args.workers, on_error=args.on_error, check=not args.no_check,
                                       resume=not args.restart, progress=not args.quiet, engine=args.engine,
-                                      address=args.address, tfds=args.tfds, version=args.tfds_version)
+                                      address=args.address, tfds=args.tfds, version=args.tfds_version,
+                                      mode=args.mode, allow_empty=args.allow_empty)
     except ImportError as err:  # --engine ray without Ray installed
         print(f"tfr-torch convert: {err}", file=sys.stderr)
         return 1
@@ -537,6 +543,10 @@ def _parser() -> argparse.ArgumentParser:
                         "[C, H, W] pixels")
     p.add_argument("--quality", type=_quality, default=None, help="JPEG quality (0-100) with --format jpeg "
                    "(default: 95)")
+    p.add_argument("--mode", default="UNCHANGED", type=str.upper,
+                   choices=["UNCHANGED", "GRAY", "GRAY_ALPHA", "RGB", "RGB_ALPHA"],
+                   help="with --format jpeg/png/raw: the pixels stored, as decode_image's read modes (RGB: every "
+                        "image 3-channel, gray and palette files included; default: UNCHANGED, each image's own)")
     p.add_argument("--compression", default=None, type=_out_compression, metavar="{none,gzip,zlib}",
                    help="compression of the shards: none, gzip or zlib (default: none)")
     p.add_argument("--on-error", default="raise", choices=["raise", "skip"],
@@ -544,6 +554,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--no-check", action="store_true",
                    help="with --format keep, do not decode each image to check it")
     p.add_argument("--restart", action="store_true", help="ignore the finished shards of an interrupted run")
+    p.add_argument("--allow-empty", action="store_true",
+                   help="keep class folders that hold no image (default: an error naming them, as ImageFolder)")
     p.add_argument("--engine", default="local", choices=["local", "ray"],
                    help="local: --workers processes on this machine; ray: Ray tasks on a Ray cluster (SRC readable at "
                         "the same path on every node; needs tfr_torch[ray]); the same shards either way")

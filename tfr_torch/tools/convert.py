@@ -7,7 +7,7 @@ read by many TF input functions):
 |---|---|---|
 | `image/encoded` | bytes | the encoded image (original file bytes with format "keep"); serialize_tensor of a uint8 [C, H, W] tensor with "raw" |
 | `image/format` | bytes | b"jpeg", b"png", ... or b"raw" |
-| `image/height`, `image/width`, `image/channels` | int64 | the image's size |
+| `image/height`, `image/width`, `image/channels` | int64 | the size of what `decode_image(encoded, mode)` returns |
 | `image/class/label` | int64 | the class index (ImageFolder's sorted class order) |
 | `image/class/text` | bytes | the class name (folder name, or dataset.classes[label]) |
 | `image/filename` | bytes | the source path relative to the folder (image folders only) |
@@ -34,6 +34,7 @@ import torch
 from tfr_torch.decode.specs import FixedLenFeature, string
 from tfr_torch.errors import DecodeError
 from tfr_torch.format.example import encode_example
+from tfr_torch.images.encode import as_pixels, check_mode_for_format, encode_pixels, image_info
 from tfr_torch.tools.progress import Progress
 from tfr_torch.tools.shards import ShardedWriter
 
@@ -76,29 +77,32 @@ def find_classes(root: str) -> tuple[list[str], dict[str, int]]:
     return classes, {name: i for i, name in enumerate(classes)}
 
 
-def image_folder_items(root: str) -> tuple[list[tuple[str, int]], list[str]]:
-    """(path, label) of every image, in ImageFolder's order (class by class, files sorted), and the classes."""
+def image_folder_items(root: str, allow_empty: bool = False) -> tuple[list[tuple[str, int]], list[str]]:
+    """(path, label) of every image, in ImageFolder's order (class by class, files sorted), and the classes.
+
+    A class folder with no image file is an error naming it, as in torchvision's ImageFolder; `allow_empty=True`
+    keeps its class (its label is used by no record)."""
     classes, class_to_idx = find_classes(root)
     items = []
+    empty = []
     for name in classes:
+        found = 0
         for folder, _, files in sorted(os.walk(os.path.join(root, name), followlinks=True)):
             for file in sorted(files):
                 if file.lower().endswith(IMG_EXTENSIONS):
                     items.append((os.path.join(folder, file), class_to_idx[name]))
+                    found += 1
+        if not found:
+            empty.append(os.path.join(root, name))
+    if empty and not allow_empty:
+        raise FileNotFoundError(f"no image files in the class folder(s) {', '.join(repr(e) for e in empty)} "
+                                f"(extensions: {' '.join(IMG_EXTENSIONS)}); pass allow_empty=True (--allow-empty) to "
+                                f"keep such classes with no images, as torchvision's ImageFolder(allow_empty=True) does")
     return items, classes
 
 
 def _pil_format(name: str | None) -> str:
     return (name or "unknown").lower().replace("mpo", "jpeg")
-
-
-def _encode_pil(img: Any, fmt: str, quality: int) -> bytes:
-    out = io.BytesIO()
-    if fmt == "jpeg":
-        img.save(out, "JPEG", quality=quality)
-    else:
-        img.save(out, "PNG")
-    return out.getvalue()
 
 
 def _check_decodes(img: Any) -> None:
@@ -121,9 +125,9 @@ class _FolderJob:
     """Encodes item i of an image folder (picklable: runs in worker processes)."""
 
     def __init__(self, root: str, items: list[tuple[str, int]], classes: list[str], fmt: str, quality: int,
-                 check: bool) -> None:
+                 check: bool, mode: str = "UNCHANGED") -> None:
         self.root, self.items, self.classes = root, items, classes
-        self.fmt, self.quality, self.check = fmt, quality, check
+        self.fmt, self.quality, self.check, self.mode = fmt, quality, check, mode
 
     def __call__(self, i: int) -> tuple[int, bytes | None, int, str | None]:
         from PIL import Image
@@ -133,61 +137,45 @@ class _FolderJob:
         try:
             with open(path, "rb") as f:
                 data = f.read()
-            with Image.open(io.BytesIO(data)) as img:
-                fmt, size = _pil_format(img.format), img.size
-                if self.fmt == "keep":
+            if self.fmt == "keep":
+                with Image.open(io.BytesIO(data)) as img:
+                    fmt = _pil_format(img.format)
+                    height, width, channels = image_info(img, data)  # before the check's draft() shrinks it
                     if self.check:
                         _check_decodes(img)
-                    channels = _decoded_channels(img)
-                    encoded = data
-                else:
-                    img.load()
-                    encoded, fmt, channels = _reencode(img, self.fmt, self.quality)
+                encoded = data
+            else:
+                from tfr_torch.images import decode_image
+
+                pixels = decode_image(data, self.mode, backend="pillow", name=path)
+                encoded, fmt, channels = _reencode(pixels, self.fmt, self.quality)
+                height, width = pixels.shape[-2:]
         except Image.UnidentifiedImageError:
             return i, None, 0, f"{path}: not an image Pillow can identify"
+        except DecodeError as exc:
+            return i, None, 0, f"{path}: cannot read the image: {str(exc).split(': ', 1)[-1]}"
         except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
             return i, None, 0, f"{path}: cannot read the image: {exc}"
-        record = _image_example(encoded, fmt, size[1], size[0], channels, label, self.classes[label], rel)
+        record = _image_example(encoded, fmt, int(height), int(width), channels, label, self.classes[label], rel)
         return i, record, len(data), None
 
 
-def normalize_mode(img: Any) -> Any:
-    """The PIL image in the mode decoders give: L, LA, RGB and RGBA stay; palette images become RGB (RGBA with
-    transparency); 16-bit and float gray become L; everything else RGB (RGBA when it has alpha)."""
-    if img.mode in ("L", "LA", "RGB", "RGBA"):
-        return img
-    if img.mode == "P":
-        return img.convert("RGBA" if "transparency" in img.info else "RGB")
-    if img.mode in ("I;16", "I", "F"):
-        return img.convert("L")
-    return img.convert("RGBA" if "A" in img.getbands() else "RGB")
-
-
-def _decoded_channels(img: Any) -> int:
-    """Channels of the pixels decoders give for this image (decode_image, tf.io.decode_image, torchvision)."""
-    return len(normalize_mode(img).getbands()) if img.mode != "P" else (4 if "transparency" in img.info else 3)
-
-
-def _reencode(img: Any, fmt: str, quality: int) -> tuple[bytes, str, int]:
-    """(encoded bytes, format name, channels of the stored pixels)."""
-    img = normalize_mode(img)
+def _reencode(pixels: torch.Tensor, fmt: str, quality: int) -> tuple[bytes, str, int]:
+    """uint8 [C, H, W] pixels stored as `fmt`: (encoded bytes, format name, channels decode_image will return)."""
     if fmt == "raw":
         from tfr_torch.tensors import serialize_tensor
 
-        array = np.array(img)
-        array = array[:, :, None] if array.ndim == 2 else array
-        return serialize_tensor(torch.from_numpy(np.ascontiguousarray(array.transpose(2, 0, 1)))), "raw", array.shape[2]
-    if fmt == "jpeg" and img.mode not in ("L", "RGB"):
-        img = img.convert("L" if img.mode == "LA" else "RGB")  # JPEG has no alpha
-    encoded = _encode_pil(img, fmt, quality)
-    return encoded, fmt, len(img.getbands())
+        return serialize_tensor(pixels.contiguous()), "raw", int(pixels.shape[0])
+    encoded, channels = encode_pixels(pixels, fmt, quality)
+    return encoded, fmt, channels
 
 
 class _DatasetJob:
     """Encodes item i of a map-style dataset of (image, target)."""
 
-    def __init__(self, dataset: Any, classes: Sequence[str] | None, fmt: str, quality: int) -> None:
-        self.dataset, self.classes, self.fmt, self.quality = dataset, classes, fmt, quality
+    def __init__(self, dataset: Any, classes: Sequence[str] | None, fmt: str, quality: int,
+                 mode: str = "UNCHANGED") -> None:
+        self.dataset, self.classes, self.fmt, self.quality, self.mode = dataset, classes, fmt, quality, mode
 
     def __call__(self, i: int) -> tuple[int, bytes | None, int, str | None]:
         from PIL import Image
@@ -195,34 +183,14 @@ class _DatasetJob:
         try:
             image, target = self.dataset[i]
             label = int(target.item() if hasattr(target, "item") else target)
-            img = _to_pil(image)
-            encoded, fmt, channels = _reencode(img, "png" if self.fmt == "keep" else self.fmt, self.quality)
+            pixels = as_pixels(image, self.mode)
+            encoded, fmt, channels = _reencode(pixels, "png" if self.fmt == "keep" else self.fmt, self.quality)
         except (OSError, ValueError, TypeError, SyntaxError, Image.DecompressionBombError) as exc:
             return i, None, 0, f"item {i}: cannot convert it: {exc}"
         text = str(self.classes[label]) if self.classes is not None and 0 <= label < len(self.classes) else str(label)
-        record = _image_example(encoded, fmt, img.size[1], img.size[0], channels, label, text, None)
+        height, width = int(pixels.shape[-2]), int(pixels.shape[-1])
+        record = _image_example(encoded, fmt, height, width, channels, label, text, None)
         return i, record, len(encoded), None
-
-
-def _to_pil(image: Any) -> Any:
-    from PIL import Image
-
-    if isinstance(image, Image.Image):
-        return image
-    if isinstance(image, torch.Tensor):
-        if image.dtype != torch.uint8 or image.ndim not in (2, 3):
-            raise TypeError(f"a tensor image must be uint8 [C, H, W] or [H, W], got {image.dtype} {tuple(image.shape)}")
-        array = image.numpy() if image.ndim == 2 else image.permute(1, 2, 0).numpy()
-    elif isinstance(image, np.ndarray):
-        if image.dtype != np.uint8 or image.ndim not in (2, 3):
-            raise TypeError(f"a numpy image must be uint8 [H, W, C] or [H, W], got {image.dtype} {image.shape}")
-        array = image
-    else:
-        raise TypeError(f"an image must be a PIL image, a uint8 tensor [C, H, W] or a numpy array [H, W, C], got "
-                        f"{type(image).__name__}")
-    if array.ndim == 3 and array.shape[2] == 1:
-        array = array[:, :, 0]
-    return Image.fromarray(np.ascontiguousarray(array))
 
 
 def _run(job: Callable[[int], tuple], count: int, writer: ShardedWriter, workers: int, on_error: str,
@@ -323,6 +291,9 @@ def _convert(job: Callable, count: int, out_dir: str, name: str, split: str, *, 
     meter = Progress(count - start, f"{name}-{split}: ", enabled=progress)
     try:
         _run(job, count, writer, workers, on_error, meter, start, skipped, engine, address)
+        if count and writer.records == 0:  # on_error="skip" skipped every item: no data set, an error
+            raise DecodeError(f"every one of the {count} items was skipped, so nothing was written; the first: "
+                              f"{skipped[0][1] if skipped else 'none'}")
     except BaseException:
         writer.abort()
         raise
@@ -342,7 +313,8 @@ def convert_image_folder(src_dir: str, out_dir: str, name: str, split: str = "tr
                          quality: int = 95, shard_size: Any = "128MB", records_per_shard: int | None = None,
                          compression: str | None = None, workers: int = 1, on_error: str = "raise",
                          check: bool = True, resume: bool = True, progress: bool = False, tfds: bool = False,
-                         version: str = "1.0.0", engine: str = "local", address: str | None = None) -> ConversionResult:
+                         version: str = "1.0.0", engine: str = "local", address: str | None = None,
+                         mode: Any = "UNCHANGED", allow_empty: bool = False) -> ConversionResult:
     """Convert a folder of class subfolders (torchvision's ImageFolder layout) into sharded TFRecords.
 
     Labels follow ImageFolder (classes sorted by folder name). `format="keep"` stores the original file bytes
@@ -354,18 +326,25 @@ def convert_image_folder(src_dir: str, out_dir: str, name: str, split: str = "tr
     sidecar: `tfds.builder_from_directory` loads it, and so does `TFRecordDataset(folder, split=...)`.
     `engine="ray"` encodes the images in Ray tasks (the running Ray session, or the cluster at `address`; the folder
     must be readable at the same path on every node) instead of `workers` local processes: same output, byte for byte.
+    `mode` (with "jpeg", "png" or "raw"): the pixels stored, with decode_image's read modes ("RGB" makes a folder
+    of gray, palette and RGBA files all 3-channel; JPEG takes no alpha). A class folder with no images is an error
+    naming it, as in torchvision's ImageFolder, unless `allow_empty=True`. `image/height`, `image/width` and
+    `image/channels` always describe what `decode_image` returns for the stored bytes.
 
     >>> convert_image_folder("photos/", "out/", "photos", "train", workers=4)  # doctest: +SKIP
     """
     if format not in FORMATS:
         raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {format!r}")
-    items, classes = image_folder_items(src_dir)
-    job = _FolderJob(os.path.abspath(src_dir), items, classes, format, quality, check)
+    mode = check_mode_for_format(mode, format)
+    items, classes = image_folder_items(src_dir, allow_empty=allow_empty)
+    job = _FolderJob(os.path.abspath(src_dir), items, classes, format, quality, check, mode)
     if format == "keep" and not check and engine == "local":
         workers = 1  # nothing to compute: copying bytes in one process beats shipping them between processes
     image = {"encoding": format, "key": "image/encoded", "label_key": "image/class/label", "classes": classes,
              "filenames": True}
     settings = {"source": os.path.abspath(src_dir), "items": len(items), "format": format, "quality": quality}
+    if mode != "UNCHANGED":
+        image["mode"] = settings["mode"] = mode
     return _convert(job, len(items), out_dir, name, split, shard_size=shard_size, records_per_shard=records_per_shard,
                     compression=compression, workers=workers, on_error=on_error, resume=resume, progress=progress,
                     image=image, settings=settings, tfds_version=version if tfds else None, engine=engine,
@@ -377,10 +356,13 @@ def convert_dataset(dataset: Any, out_dir: str, name: str, split: str = "train",
                     compression: str | None = None, workers: int = 1, on_error: str = "raise",
                     classes: Sequence[str] | None = None, resume: bool = True, progress: bool = False,
                     tfds: bool = False, version: str = "1.0.0", engine: str = "local",
-                    address: str | None = None) -> ConversionResult:
+                    address: str | None = None, mode: Any = "UNCHANGED") -> ConversionResult:
     """Convert a map-style dataset of `(image, target)` items (torchvision's CIFAR10, MNIST, ImageFolder, ...)
-    into sharded TFRecords. Images may be PIL images, uint8 tensors [C, H, W] or numpy arrays [H, W, C];
-    `image_format` "jpeg" (at `quality`), "png" (lossless) or "raw" (serialize_tensor of uint8 [C, H, W]).
+    into sharded TFRecords. Images may be PIL images, uint8 tensors [C, H, W] / [H, W], float tensors in [0, 1]
+    (what ToTensor() makes: times 255 and truncated to uint8, as torchvision's ToPILImage does) or uint8 numpy
+    arrays [H, W, C] / [H, W], with 1 to 4 channels; `mode` converts them with decode_image's read modes ("RGB",
+    "GRAY", ...; JPEG takes no alpha). `image_format` "jpeg" (at `quality`), "png" (lossless) or "raw"
+    (serialize_tensor of uint8 [C, H, W]). With on_error="skip", a run that skips every item is an error.
     Class names come from `classes` or `dataset.classes` when present. `engine="ray"` encodes the items in Ray
     tasks (the dataset object is shipped to the cluster once; `address` names a cluster) instead of `workers` local
     processes: same output, byte for byte.
@@ -393,10 +375,13 @@ def convert_dataset(dataset: Any, out_dir: str, name: str, split: str = "train",
     if not hasattr(dataset, "__getitem__") or not hasattr(dataset, "__len__"):
         raise TypeError(f"convert_dataset needs a map-style dataset (with __getitem__ and __len__), got "
                         f"{type(dataset).__name__}")
+    mode = check_mode_for_format(mode, image_format)
     classes = list(classes) if classes is not None else (list(dataset.classes) if hasattr(dataset, "classes") else None)
-    job = _DatasetJob(dataset, classes, image_format, quality)
+    job = _DatasetJob(dataset, classes, image_format, quality, mode)
     image = {"encoding": image_format, "key": "image/encoded", "label_key": "image/class/label", "classes": classes}
     settings = {"source": type(dataset).__name__, "items": len(dataset), "format": image_format, "quality": quality}
+    if mode != "UNCHANGED":
+        image["mode"] = settings["mode"] = mode
     return _convert(job, len(dataset), out_dir, name, split, shard_size=shard_size,
                     records_per_shard=records_per_shard, compression=compression, workers=workers,
                     on_error=on_error, resume=resume, progress=progress, image=image, settings=settings,
