@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check -q
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-sanitizers install install-test test-images bench golden protos clean fuzz fuzz-ci
+.PHONY: demo test test-sanitizers install install-test test-xla test-images bench golden protos clean fuzz fuzz-ci
 
 $(PY):
 	$(PYTHON) -m venv --system-site-packages $(VENV)
@@ -24,8 +24,12 @@ $(VENV)/.installed: $(PY) $(INSTALL_DEPS)
 	$(PIP) install -c $(VENV)/torch-constraint.txt -e .
 	@touch $@
 
-$(VENV)/.installed-test: $(VENV)/.installed
-	$(PIP) install -c $(VENV)/torch-constraint.txt -e ".[test]"
+# The test tools at the versions in constraints/test.txt (a fresh machine gets what passed, not that day's PyPI;
+# its header says how to update it on purpose).
+TEST_CONSTRAINTS := constraints/test.txt
+
+$(VENV)/.installed-test: $(VENV)/.installed $(wildcard $(TEST_CONSTRAINTS))
+	$(PIP) install -c $(VENV)/torch-constraint.txt -c $(TEST_CONSTRAINTS) -e ".[test]"
 	@touch $@
 
 install: $(VENV)/.installed
@@ -57,6 +61,21 @@ test-sanitizers: install-test
 	  TFR_TORCH_NATIVE_LIB=$$so $(PY) -m pytest -q -p no:cacheprovider tests/test_native.py tests/test_parse.py \
 	  tests/test_corruption.py -k "native and not inflate"
 
+# The torch_xla path (tests/test_xla.py: replicas on PJRT CPU devices, the TPU example) in its own virtualenv:
+# torch-xla 2.9.0 needs torch 2.9.0 (a ~1 GB download). Not part of `make test`.
+XLA_VENV ?= .venv-xla
+XLA_PY := $(XLA_VENV)/bin/python
+XLA_SPEC ?= torch==2.9.0 torch-xla==2.9.0
+
+$(XLA_VENV)/.installed-xla: $(INSTALL_DEPS) $(wildcard $(TEST_CONSTRAINTS))
+	test -x $(XLA_PY) || $(PYTHON) -m venv $(XLA_VENV)
+	$(XLA_PY) -m pip --disable-pip-version-check -q install $(XLA_SPEC)
+	printf '%s\n' $(XLA_SPEC) > $(XLA_VENV)/xla-constraint.txt
+	$(XLA_PY) -m pip --disable-pip-version-check -q install -c $(XLA_VENV)/xla-constraint.txt -c $(TEST_CONSTRAINTS) -e . pytest
+	@touch $@
+
+test-xla: $(XLA_VENV)/.installed-xla
+	PJRT_DEVICE=CPU $(XLA_PY) -m pytest -q -p no:cacheprovider tests/test_xla.py $(PYTEST_ARGS)
 
 # The image decoders beside a CUDA torch (tests/test_images.py and the image tests of tests/test_convert.py with the
 # torchvision and TorchCodec decoders; the corrupt-PNG tests run the decode in a subprocess). Its own virtualenv:
