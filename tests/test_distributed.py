@@ -10,6 +10,11 @@ Checked per epoch: every rank yields the same number of batches (= len(dataset))
 ranks and workers; together the ranks yield N - N % 2 distinct ids of the dataset (the documented remainder is
 dropped); each rank's order differs between epochs. With index="auto" (indexes from tfr_torch.build_index: a
 global permutation) and without indexes (record counts scanned, files split by records).
+
+Then rank detection itself (tfr_torch.data.distributed), with a stand-in torch_xla module: the documented order,
+torch_xla asked only when already imported with its runtime running several replicas (never imported, never started,
+the environment never written), probe failures falling through with a debug line, and check_rank_world refusing a
+dataset whose rank was detected before the job started. tests/test_xla.py runs the real torch_xla.
 """
 
 from __future__ import annotations
