@@ -267,6 +267,57 @@ def test_folder_split_and_features_auto_from_the_sidecar(tmp_path):
     assert [row["id"] for row in rows_of(tray.read_tfrecords(out, "auto", split="test"))] == list(range(1000, 1010))
 
 
+@pytest.mark.parametrize("indexed", [False, True])
+def test_tfds_folder_splits_counts_and_wire_features(tmp_path, indexed):
+    """A TFDS dataset folder written by real TFDS: TFDS's split syntax (slices with its rounding, sums), exact
+    counts from dataset_info.json, features="auto" as the Example features TFDS stores (images as bytes)."""
+    folder = str(tmp_path / "tfr_golden")
+    shutil.copytree(TFDS_GOLDEN, folder)
+    version = os.path.join(folder, "1.0.0")
+    if indexed:
+        for name in os.listdir(version):
+            if ".tfrecord-" in name:
+                tfr_torch.build_index(os.path.join(version, name))
+    split = "train[2:60%]+test[-3:]"
+    want = [int(item["id"]) for item in
+            tfr_torch.TFRecordDataset(folder, {"id": FixedLenFeature([], torch.int64)}, split=split)]
+    source = tray.TFRecordDatasource(folder, "auto", split=split)
+    assert sum(t.metadata.num_rows for t in source.get_read_tasks(4)) == len(want) == source.num_records
+    table = table_of(ray.data.read_datasource(source, override_num_blocks=4))
+    assert table.column("id").to_pylist() == want
+    import pyarrow as pa
+
+    assert table.schema.field("image").type == pa.binary()
+    assert table.schema.field("label").type == pa.int64()
+    raw = [row["bytes"] for row in rows_of(tray.read_tfrecords(folder, split="test"))]
+    assert len(raw) == 7
+    with pytest.raises(ValueError, match="is a TFDS dataset: pass split="):
+        tray.read_tfrecords(folder)
+
+
+@pytest.mark.tensorflow
+def test_rays_own_tensorflow_reader_gives_the_same_rows(tmp_path):
+    """Ray's TF-based ray.data.read_tfrecords (it needs TensorFlow in every task) on the same files: the same rows.
+    Ray turns 1-value lists into scalars, so the file holds scalars and a 3-value list."""
+    pytest.importorskip("tensorflow")
+    path = str(tmp_path / "same.tfrecord")
+    with tfr_torch.TFRecordWriter(path) as writer:
+        for i in range(200):
+            writer.write_example({"id": i - 100, "x": np.arange(3, dtype=np.float32) / 7 + i, "s": f"s{i}".encode()})
+    tfr_torch.build_index(path)
+    spec = {"id": FixedLenFeature([], torch.int64), "x": FixedLenFeature([3], torch.float32),
+            "s": FixedLenFeature([], string)}
+    theirs = ray.data.read_tfrecords(path).take_all()
+    ours = tray.read_tfrecords(path, spec, override_num_blocks=2).take_all()
+    assert len(theirs) == len(ours) == 200
+    for a, b in zip(theirs, ours):
+        assert a["id"] == b["id"] and a["s"] == b["s"]
+        assert np.array_equal(np.asarray(a["x"], np.float32), b["x"])
+    golden = os.path.join(GOLDEN, "large-gzip.tfrecord")  # written by TensorFlow: raw records alike
+    raw = tray.read_tfrecords(golden).take_all()
+    assert [r["bytes"] for r in raw] == list(tfr_torch.read_records(golden))
+
+
 def test_argument_errors_are_named():
     path = os.path.join(GOLDEN, "examples.tfrecord")
     with pytest.raises(ValueError, match=r"features must be None, a spec dict or \"auto\", got 'bogus'"):

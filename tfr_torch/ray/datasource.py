@@ -74,6 +74,8 @@ class _ReadPieces:
         rows_cap = self.batch_rows or _BATCH_ROWS
         bytes_cap = None if self.batch_rows else _BATCH_BYTES
         for piece in self.pieces:
+            if piece.exact and piece.count == 0:
+                continue
             skipped: list[str] = []
             policy = self.on_error
             if self.on_error == "skip":
@@ -87,9 +89,14 @@ class _ReadPieces:
                     records: list[bytes] = []
                     offsets: list[int] = []
                     size = 0
-                    wanted = piece.count if piece.end is not None else None
+                    wanted = piece.count if piece.exact else None
+                    skip = piece.skip
                     offset = reader.offset
                     for record in reader:
+                        if skip:  # a slice of a file without an index: records before it are read, not kept
+                            skip -= 1
+                            offset = reader.offset
+                            continue
                         records.append(record)
                         offsets.append(offset)
                         offset = reader.offset
@@ -126,6 +133,25 @@ def _shard_files(directory: str, split: str | None) -> list[str]:
     return chosen
 
 
+def _tfds_folder(paths: Any) -> bool:
+    if not isinstance(paths, (str, os.PathLike)):
+        return False
+    from tfr_torch.tfds.metadata import is_tfds_dir
+
+    return is_tfds_dir(os.path.expanduser(as_path(paths)))
+
+
+def _tfds_wire_spec(info: Any) -> dict[str, Any]:
+    """The Example features of a TFDS dataset as stored (images and encoded tensors as bytes, class labels as
+    int64, Sequences as FixedLenSequence): what read_tfrecords(features="auto") decodes a TFDS folder with."""
+    from tfr_torch.tfds.features import TFDSDecoder
+
+    spec: dict[str, Any] = {}
+    for leaf in TFDSDecoder(info, decode_images=False).leaves():
+        spec.update(leaf.wire)
+    return spec
+
+
 def _resolve_paths(paths: Any, split: str | None) -> list[str]:
     if isinstance(paths, (str, os.PathLike)) and os.path.isdir(as_path(paths)):
         return _shard_files(as_path(paths), split)
@@ -153,8 +179,15 @@ class TFRecordDatasource(Datasource):
                  verify: bool = True, on_error: str | Callable[[TFRecordError], None] = "raise",
                  batch_rows: int | None = None, utf8: bool | Sequence[str] = False) -> None:
         super().__init__()
-        self.paths = _resolve_paths(paths, split)
         self.compression = normalize_compression(compression, allow_auto=True)
+        self.tfds = None  # the TFDSSource of a TFDS dataset folder (its shards, slices and counts)
+        if _tfds_folder(paths):
+            from tfr_torch.tfds.source import open_tfds
+
+            self.tfds = open_tfds(os.path.expanduser(as_path(paths)), split, features={})
+            self.paths = list(self.tfds.paths)
+        else:
+            self.paths = _resolve_paths(paths, split)
         if not (on_error in ("raise", "skip") or callable(on_error)):
             raise ValueError(f'on_error must be "raise", "skip" or a callable taking the error, got {on_error!r}')
         if batch_rows is not None and (not isinstance(batch_rows, int) or isinstance(batch_rows, bool)
@@ -162,15 +195,18 @@ class TFRecordDatasource(Datasource):
             raise ValueError(f"batch_rows must be None or a positive int, got {batch_rows!r}")
         from tfr_torch.decode.sidecar import sidecar_for, spec_from_json
 
-        sidecar = sidecar_for(self.paths)
+        sidecar = sidecar_for(self.paths) if self.tfds is None else None
         if isinstance(features, str):
             if features != "auto":
                 raise ValueError(f'features must be None, a spec dict or "auto", got {features!r}')
-            if sidecar is None or not sidecar[0].get("features"):
+            if self.tfds is not None:
+                features = _tfds_wire_spec(self.tfds.info)
+            elif sidecar is None or not sidecar[0].get("features"):
                 raise ValueError("features='auto' needs the sidecar that ShardedWriter / write_tfrecords write beside "
                                  "their shards (<name>-<split>.tfr_torch.json) and none describes these files; pass "
                                  "a spec (tfr_torch.infer_features(paths) proposes one)")
-            features = spec_from_json(sidecar[0]["features"])
+            else:
+                features = spec_from_json(sidecar[0]["features"])
         if features is not None:
             from tfr_torch.ray.arrow import BlockMaker
 
@@ -184,6 +220,9 @@ class TFRecordDatasource(Datasource):
         self.batch_rows = batch_rows
         counts = sidecar[1] if sidecar is not None else {}
         self._files = [self._file_info(p, index, i, counts) for i, p in enumerate(self.paths)]
+        if self.tfds is not None:  # counts from dataset_info.json; split slices as record windows
+            self._files = [self._tfds_slice(f, skip, take, expected) for f, skip, take, expected in
+                           zip(self._files, self.tfds.skips, self.tfds.counts, self.tfds.expected)]
         self._skip_log = _SkipLog.remote() if on_error == "skip" else None
 
     def _file_info(self, path: str, index: Any, i: int, counts: dict[str, int]) -> FileInfo:
@@ -207,6 +246,18 @@ class TFRecordDatasource(Datasource):
                 with RecordReader(path, "auto", verify=False) as reader:
                     compression = reader.compression
         return FileInfo(path, file_size(path), count, offsets, offsets is not None and compression == "none")
+
+    def _tfds_slice(self, f: FileInfo, skip: int, take: int, expected: int) -> FileInfo:
+        offsets = f.offsets
+        if offsets is not None:
+            if len(offsets) != expected:
+                from tfr_torch.tfds.metadata import TFDSMetadataError
+
+                raise TFDSMetadataError(f"shard holds {len(offsets)} records but {self.tfds.info.info_path} says "
+                                        f"{expected} (shardLengths of its split)", f.path)
+            offsets = offsets[skip : skip + take]
+        partial = skip != 0 or take != expected
+        return FileInfo(f.path, f.size, take, offsets, f.splittable, first=skip, partial=partial)
 
     # ----- Datasource -------------------------------------------------------------------------------------------
 

@@ -19,19 +19,23 @@ __all__ = ["FileInfo", "Piece", "plan_pieces", "group_pieces"]
 class FileInfo:
     """What the planner knows of one file: its size in bytes, its record count (from an index or a sidecar; None
     when unknown) and, when it has an index, the (n, 2) offsets and framed sizes of its records. `splittable`:
-    the file can be read by record ranges (an index over an uncompressed file)."""
+    the file can be read by record ranges (an index over an uncompressed file). `partial`: only records
+    `[first, first + count)` are wanted (a TFDS split slice such as "train[:10%]"); `offsets` then holds just theirs."""
 
     path: str
     size: int
     count: int | None
     offsets: np.ndarray | None
     splittable: bool
+    first: int = 0
+    partial: bool = False
 
 
 @dataclass(frozen=True)
 class Piece:
     """Records `[first, first + count)` of a file, found between byte offsets `start` and `end` (`end` None: to
-    the end of the file; `count` None: unknown, read all); `nbytes` estimates the bytes read."""
+    the end of the file; `count` None: unknown, read all); `nbytes` estimates the bytes read. `exact`: read
+    exactly `count` records, after skipping `skip` records from `start` (a slice of a file without an index)."""
 
     path: str
     start: int
@@ -39,6 +43,8 @@ class Piece:
     first: int
     count: int | None
     nbytes: int
+    exact: bool = False
+    skip: int = 0
 
 
 def _split(n: int, parts: int) -> list[int]:
@@ -58,15 +64,20 @@ def plan_pieces(files: Sequence[FileInfo], parallelism: int) -> list[Piece]:
         parts = 1
         if split and f.splittable and f.count:
             parts = min(f.count, max(1, round(parallelism * f.size / total)))
-        if parts == 1:
+        if parts == 1 and f.partial and f.offsets is not None and f.count:
+            start, end = int(f.offsets[0, 0]), int(f.offsets[-1, 0] + f.offsets[-1, 1])
+            pieces.append(Piece(f.path, start, end, f.first, f.count, end - start, exact=True))
+        elif parts == 1 and f.partial:  # no index: read from the start, skip to the slice
+            pieces.append(Piece(f.path, 0, None, f.first, f.count, f.size, exact=True, skip=f.first))
+        elif parts == 1:
             pieces.append(Piece(f.path, 0, None, 0, f.count, f.size))
-            continue
-        first = 0
-        for n in _split(int(f.count), parts):
-            start = int(f.offsets[first, 0])
-            end = int(f.offsets[first + n - 1, 0] + f.offsets[first + n - 1, 1])
-            pieces.append(Piece(f.path, start, end, first, n, end - start))
-            first += n
+        else:
+            first = 0
+            for n in _split(int(f.count), parts):
+                start = int(f.offsets[first, 0])
+                end = int(f.offsets[first + n - 1, 0] + f.offsets[first + n - 1, 1])
+                pieces.append(Piece(f.path, start, end, f.first + first, n, end - start, exact=True))
+                first += n
     return pieces
 
 
