@@ -382,7 +382,11 @@ def test_on_error_skip_counts_what_it_skipped(tmp_path):
 
 
 def local_set(folder: str, rows, **kwargs) -> list[str]:
-    with tfr_torch.ShardedWriter(folder, "toy", "train", features=SPEC, **kwargs) as writer:
+    return local_set_split(folder, "train", rows, **kwargs)
+
+
+def local_set_split(folder: str, split: str, rows, **kwargs) -> list[str]:
+    with tfr_torch.ShardedWriter(folder, "toy", split, features=SPEC, **kwargs) as writer:
         for row in rows:
             writer.write_example(row)
     return writer.paths
@@ -441,6 +445,25 @@ def test_write_python_rows(tmp_path):
     assert [g["blob"] for g in got] == [[bytes([i])] for i in range(20)]
     assert list(tfr_torch.read_records(paths[0]))[0] == tfr_torch.encode_example(
         {"blob": b"\x00", "n": 0, "text": "t0", "vals": np.array([0.0, 0.5], np.float32)})
+
+
+def test_write_with_tfds_metadata_as_sharded_writer_does(tmp_path):
+    options = {"version": "1.2.0", "description": "toy rows"}
+    ref = str(tmp_path / "ref" / "toy" / "1.2.0")
+    local_set(ref, (example(i) for i in range(500)), records_per_shard=200, tfds=options)
+    out = str(tmp_path / "ray" / "toy" / "1.2.0")
+    for split in ("train", "test"):  # a second split updates dataset_info.json, as ShardedWriter does
+        tray.write_tfrecords(source_dataset(tmp_path), out, "toy", split, records_per_shard=200, tfds=options)
+        if split == "test":
+            local_set_split(ref, "test", (example(i) for i in range(500)), records_per_shard=200, tfds=options)
+    assert "dataset_info.json" in os.listdir(out) and "toy-train.tfr_torch.json" not in os.listdir(out)
+    assert dir_bytes(out) == dir_bytes(ref)
+    ids = [row["id"] for row in rows_of(tray.read_tfrecords(str(tmp_path / "ray" / "toy"), "auto", split="test[:10]"))]
+    assert ids == list(range(10))
+    with pytest.raises(ValueError, match="TensorFlow Datasets reads uncompressed shards only"):
+        tray.write_tfrecords(source_dataset(tmp_path), out, "toy", compression="gzip", tfds=options)
+    with pytest.raises(ValueError, match="tfds options: unknown key"):
+        tray.write_tfrecords(source_dataset(tmp_path), out, "toy", tfds={"versoin": "1.0.0"})
 
 
 def test_a_failed_write_leaves_no_final_shard_and_a_rerun_completes(tmp_path):

@@ -129,7 +129,8 @@ class TFRecordDatasink(Datasink):
 
     def __init__(self, out_dir: PathLike, name: str, split: str = "train", shard_size: int | str = "128MB",
                  compression: str | None = None, *, records_per_shard: int | None = None,
-                 features: Mapping[str, Any] | str | None = "auto", image: Mapping[str, Any] | None = None) -> None:
+                 features: Mapping[str, Any] | str | None = "auto", image: Mapping[str, Any] | None = None,
+                 tfds: Mapping[str, Any] | None = None) -> None:
         from tfr_torch.tools.shards import parse_size
 
         for label, value in (("name", name), ("split", split)):
@@ -153,6 +154,15 @@ class TFRecordDatasink(Datasink):
             spec_to_json(features)  # a spec the sidecar cannot store fails now, not after the write
         self.features = dict(features) if isinstance(features, Mapping) else features
         self.image = dict(image) if image is not None else None
+        self.tfds = dict(tfds) if tfds is not None else None  # TFDS metadata instead of the sidecar
+        if self.tfds is not None:
+            from tfr_torch.tfds.write import tfds_options
+
+            spec = self.features if isinstance(self.features, Mapping) else {}
+            tfds_options(self.tfds, spec, self.compression)  # bad options fail now, not after the write
+            if self.features is None and not self.tfds.get("features"):
+                raise ValueError("TFDS metadata needs the features: features='auto' or a spec, or "
+                                 "tfds={'features': ...}")
         self.staging = f"{self.out_dir}/.{name}-{split}.ray-{uuid.uuid4().hex[:12]}"
         self.paths: list[str] = []
         self.records = 0
@@ -269,8 +279,14 @@ class TFRecordDatasink(Datasink):
         for final, partial in zip(finals, partials):
             os.replace(partial, f"{self.out_dir}/{final}")
             os.replace(partial + ".idx", f"{self.out_dir}/{final}.idx")
-        with atomic_output(sidecar_path(self.out_dir, self.name, self.split)) as f:
-            f.write(text.encode())
+        if self.tfds is not None:
+            from tfr_torch.tfds.write import finish_split, tfds_options
+
+            options = tfds_options(self.tfds, features, self.compression)
+            finish_split(self.out_dir, self.name, self.split, shards, options)
+        else:
+            with atomic_output(sidecar_path(self.out_dir, self.name, self.split)) as f:
+                f.write(text.encode())
         shutil.rmtree(self.staging, ignore_errors=True)
         self.paths = [f"{self.out_dir}/{final}" for final in finals]
         self.records = sidecar["records"]
@@ -290,7 +306,8 @@ def _value(value: Any) -> Any:
 def write_tfrecords(dataset: Any, out_dir: PathLike, name: str, split: str = "train", shard_size: int | str = "128MB",
                     compression: str | None = None, *, records_per_shard: int | None = None,
                     features: Mapping[str, Any] | str | None = "auto", image: Mapping[str, Any] | None = None,
-                    concurrency: int | None = None, ray_remote_args: dict[str, Any] | None = None) -> list[str]:
+                    tfds: Mapping[str, Any] | None = None, concurrency: int | None = None,
+                    ray_remote_args: dict[str, Any] | None = None) -> list[str]:
     """Write a `ray.data.Dataset` as sharded TFRecord files of tf.train.Examples, without TensorFlow.
 
     Each row (a dict of numpy arrays, scalars, bytes or str) becomes one Example, exactly as
@@ -301,14 +318,17 @@ def write_tfrecords(dataset: Any, out_dir: PathLike, name: str, split: str = "tr
     `TFRecordDataset(features="auto")` use; or a spec; or None) and every shard's record count. The dataset is
     written in its order (Ray's `preserve_order` is switched on for the write), so the same rows give the same
     bytes whatever the number of workers. `out_dir` must be a folder every Ray node can write (on a cluster, a
-    shared file system). Returns the shard paths.
+    shared file system). `tfds` ({"version", "features", "supervised_keys", "class_names", "description"}, all
+    optional, as in `ShardedWriter`) writes TensorFlow Datasets metadata (dataset_info.json, features.json) instead
+    of the sidecar, so that `out_dir` (name it `<data_dir>/<name>/<version>`) loads with
+    `tfds.builder_from_directory`. Returns the shard paths.
 
     >>> tfr_torch.ray.write_tfrecords(ds, "out/", "mydata", "train", shard_size="128MB")  # doctest: +SKIP
     """
     from ray.data import DataContext
 
     sink = TFRecordDatasink(out_dir, name, split, shard_size, compression, records_per_shard=records_per_shard,
-                            features=features, image=image)
+                            features=features, image=image, tfds=tfds)
     context = DataContext.get_current()
     before = context.execution_options.preserve_order
     context.execution_options.preserve_order = True
