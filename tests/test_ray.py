@@ -246,6 +246,15 @@ def test_no_tensorflow_in_the_tasks(tmp_path):
     assert sum(1 for _ in tfr_torch.read_records(out[0])) == 100
 
 
+def test_the_rest_of_tfr_torch_never_imports_ray():
+    import subprocess
+
+    code = ("import sys, tfr_torch, tfr_torch.data.dataset, tfr_torch.tools.convert, tfr_torch.tools.cli, "
+            "tfr_torch.tfds.source; print(sorted(m for m in sys.modules if m == 'ray' or m.startswith('ray.')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
 # ----- reading: shard sets, sidecar and TFDS metadata -------------------------------------------------------------
 
 
