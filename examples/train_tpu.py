@@ -11,7 +11,8 @@ batch the same shape (XLA compiles the step once), persistent DataLoader workers
 and torch_xla's MpDeviceLoader moves batches to the device in the background.
 
 --sync: gradients are all-reduced across replicas (xm.optimizer_step) on TPU; on CPU devices ("auto") each replica
-steps alone, because the all-reduce of torch-xla 2.9's CPU client hangs with several devices. "always" forces it.
+steps alone, because with several CPU devices torch-xla 2.9's all-reduce does not complete (the replicas wait in
+XLA's rendezvous, "Expected 4 threads to join", until XLA aborts the process). "always" forces it.
 Without torch_xla this script says so and exits. Public API only.
 """
 
@@ -90,7 +91,7 @@ def main() -> int:
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--sync", choices=["auto", "always", "never"], default="auto",
-                        help="all-reduce gradients across replicas (auto: not on CPU devices, where it hangs)")
+                        help="all-reduce gradients across replicas (auto: not on several CPU devices, where it fails)")
     args = parser.parse_args()
     if importlib.util.find_spec("torch_xla") is None:
         print("torch_xla is not installed: run this on a TPU VM (pip install torch_xla[tpu]), or try it on CPU "
