@@ -9,6 +9,7 @@ where they import (`make test-images` runs this file in a virtualenv with torch 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import subprocess
@@ -18,6 +19,8 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import tfr_torch
 from tfr_torch.errors import DecodeError
@@ -183,6 +186,66 @@ def test_broken_images_raise_decode_error_naming_them(decoder, name):
     message = str(info.value)
     want = PILLOW_MESSAGES[name]
     assert message == want if not want.endswith(": ") else message.startswith(want) and len(message) > len(want)
+
+
+SWEEP = ["png_rgb8.png", "png_pal4_trns.png", "png_ga16.png", "jpeg_rgb420.jpg", "jpeg_gray.jpg", "gif_animated.gif",
+         "webp_lossy.webp", "webp_lossless_rgba.webp", "bmp_pal8.bmp", "tiff_rgb.tiff"]
+
+
+@pytest.mark.parametrize("name", SWEEP)
+def test_every_truncation_and_byte_flip_gives_pixels_or_decode_error(decoder, name):
+    """Nothing but DecodeError ever escapes, and whatever decodes has the image's shape (a flip in pixel data can
+    decode to other pixels; the formats without a checksum cannot tell). Run in-process: a crash fails the run."""
+    data = read(name)
+    shape = tuple(expected(name)["UNCHANGED"].shape)
+    variants = [data[:k] for k in range(len(data))]
+    variants += [data[:k] + bytes([data[k] ^ 0xFF]) + data[k + 1:] for k in range(len(data))]
+    decoded = 0
+    for variant in variants:
+        try:
+            pixels = decode_image(variant, backend=decoder)
+        except DecodeError as exc:
+            assert str(exc).startswith(f"cannot decode image ({len(variant)} bytes): "), str(exc)
+            continue
+        decoded += 1
+        assert pixels.dtype == torch.uint8 and pixels.ndim == 3 and 1 <= pixels.shape[0] <= 4
+        if pixels.shape[1:] != shape[1:]:  # a flip in a size field: a consistent image of another size, or none
+            assert pixels.numel() == pixels.shape[0] * pixels.shape[1] * pixels.shape[2]
+    assert decoded < len(variants)
+
+
+@st.composite
+def pixel_arrays(draw):
+    channels = draw(st.sampled_from([1, 2, 3, 4]))
+    height, width = draw(st.integers(1, 9)), draw(st.integers(1, 9))
+    flat = draw(st.binary(min_size=channels * height * width, max_size=channels * height * width))
+    return np.frombuffer(flat, np.uint8).reshape(height, width, channels)
+
+
+def contract_modes(hwc: np.ndarray) -> dict:
+    """The read modes by the contract's rules, in numpy: the reference the decoders are held to."""
+    c = hwc.shape[-1]
+    colour = hwc[..., :3] if c >= 3 else np.repeat(hwc[..., :1], 3, axis=-1)
+    wide = colour.astype(np.int64)
+    luma = ((wide[..., 0] * 19595 + wide[..., 1] * 38470 + wide[..., 2] * 7471 + 32768) >> 16).astype(np.uint8)
+    gray = hwc[..., :1] if c <= 2 else luma[..., None]
+    alpha = hwc[..., -1:] if c in (2, 4) else np.full(hwc.shape[:2] + (1,), 255, np.uint8)
+    out = {"UNCHANGED": hwc, "GRAY": gray, "GRAY_ALPHA": np.concatenate([gray, alpha], -1), "RGB": colour,
+           "RGB_ALPHA": np.concatenate([colour, alpha], -1)}
+    return {k: np.ascontiguousarray(np.moveaxis(v, -1, 0)) for k, v in out.items()}
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(hwc=pixel_arrays())
+def test_png_round_trip_in_every_mode(decoder, hwc):
+    from PIL import Image
+
+    buf = io.BytesIO()
+    c = hwc.shape[-1]
+    Image.fromarray(hwc[..., 0] if c == 1 else hwc, {1: "L", 2: "LA", 3: "RGB", 4: "RGBA"}[c]).save(buf, "PNG")
+    for mode, want in contract_modes(hwc).items():
+        got = decode_image(buf.getvalue(), mode, backend=decoder)
+        assert np.array_equal(got.numpy(), want), mode
 
 
 def test_an_unnamed_image_is_described_by_its_size():
@@ -398,6 +461,7 @@ def fake_gpu(monkeypatch, fake_decoders):
 
     monkeypatch.setattr(fake_decoders, "decode_jpegs_gpu", decode_jpegs_gpu)
     monkeypatch.setattr(fake_decoders, "torchcodec_decoders", lambda: None)  # torchvision is the GPU decoder here
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.Tensor, "to", fake_to)
     return calls
 
@@ -429,6 +493,14 @@ def test_a_bad_jpeg_in_a_gpu_batch_is_named(fake_gpu):
         decode_image(items, device="cuda", name=["a.tfrecord:0", "a.tfrecord:812", "a.tfrecord:1400"])
     assert str(info.value) == ("cannot decode image a.tfrecord:812 (525 bytes): corrupt or truncated JPEG: nvjpeg: "
                                "bitstream error")
+
+
+def test_cuda_without_a_gpu_is_a_clear_error(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ValueError) as info:
+        decode_image([read("jpeg_rgb420.jpg")], device="cuda:1")
+    assert str(info.value) == (f"device='cuda:1' but torch.cuda.is_available() is False (torch "
+                               f"{torch.__version__})")
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

@@ -248,6 +248,8 @@ def decode_image(data: Union[Data, Sequence[Data]], mode: Mode = "UNCHANGED", *,
         raise ValueError(f"dtype must be torch.uint8, torch.uint16 or torch.float32, got {dtype!r}")
     chosen = _resolve(backend)
     device = torch.device(device)
+    if device.type == "cuda" and not torch.cuda.is_available():  # else a decoder's CUDA error would read as bad data
+        raise ValueError(f"device={str(device)!r} but torch.cuda.is_available() is False (torch {torch.__version__})")
     if isinstance(data, (list, tuple)):
         if isinstance(name, (list, tuple)):
             if len(name) != len(data):
