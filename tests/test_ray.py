@@ -125,6 +125,14 @@ def test_four_blocks_read_each_record_exactly_once(tmp_path):
     assert ds.count() == 20000
 
 
+def test_counts_come_from_the_index_without_reading(tmp_path):
+    path = write_file(str(tmp_path / "c.tfrecord"), 500)
+    spec = {"id": SPEC["id"], "absent": FixedLenFeature([], torch.int64)}  # would fail if any record were decoded
+    assert tray.read_tfrecords(path, spec).count() == 500
+    with pytest.raises(tfr_torch.DecodeError, match="absent"):
+        rows_of(tray.read_tfrecords(path, spec))
+
+
 def test_unindexed_and_compressed_files_are_read_whole(tmp_path):
     plain = write_file(str(tmp_path / "plain.tfrecord"), 300, index=False)
     gz = write_file(str(tmp_path / "c.tfrecord.gz"), 200, index=True, compression="gzip")
@@ -491,6 +499,24 @@ def test_a_failed_write_leaves_no_final_shard_and_a_rerun_completes(tmp_path):
     with open(f"{out}/.toy-train.ray-0123456789ab/part-00000000", "wb") as f:
         f.write(b"half")
     tray.write_tfrecords(source_dataset(tmp_path), out, "toy", shard_size="8KB")
+    local_set(str(tmp_path / "ref"), (example(i) for i in range(500)), shard_size="8KB")
+    assert dir_bytes(out) == dir_bytes(str(tmp_path / "ref"))
+
+
+def test_a_write_task_whose_worker_dies_is_retried_into_the_same_set(tmp_path):
+    """A worker process killed in the middle of a write task: Ray runs the task again; its part file, written
+    atomically, is written whole by the retry, and the set is the one an undisturbed run writes."""
+    marker = str(tmp_path / "died")
+
+    def die_once(batch):
+        if 300 in batch["id"] and not os.path.exists(marker):
+            open(marker, "w").close()
+            os._exit(1)
+        return batch
+
+    out = str(tmp_path / "out")
+    tray.write_tfrecords(source_dataset(tmp_path).map_batches(die_once), out, "toy", shard_size="8KB")
+    assert os.path.exists(marker)
     local_set(str(tmp_path / "ref"), (example(i) for i in range(500)), shard_size="8KB")
     assert dir_bytes(out) == dir_bytes(str(tmp_path / "ref"))
 
