@@ -12,9 +12,11 @@ tests/data/regressions/ through them. fuzz/fuzz.py runs one under atheris; fuzz/
 
 from __future__ import annotations
 
+import atexit
 import gzip
 import math
 import os
+import shutil
 import tempfile
 import zlib
 from collections.abc import Callable
@@ -37,6 +39,7 @@ from tfr_torch.tfds.splits import resolve_split
 __all__ = ["TARGETS", "Bytes"]
 
 _SCRATCH = tempfile.mkdtemp(prefix="tfr_torch_fuzz_", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+atexit.register(shutil.rmtree, _SCRATCH, ignore_errors=True)
 
 
 class Bytes:

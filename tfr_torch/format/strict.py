@@ -311,8 +311,16 @@ def decode_feature(raw: bytes, key: str = "?") -> tuple[str | None, Values]:
     """Decode one serialized tf.train.Feature under the rules: (kind, values) with kind "bytes" (a list of bytes),
     "float" (float32 array) or "int64" (int64 array), or (None, []) for a Feature with no kind set (it counts as
     missing). Raises DecodeError naming the key and the byte offset in the Feature."""
+    size = len(raw)
+    if (4 <= size < 0x82 and isinstance(raw, (bytes, bytearray)) and raw[1] == size - 2 and raw[2] == 0x0A
+            and raw[3] == size - 4):  # one short packed run filling the Feature: no walk needed
+        tag = raw[0]
+        if tag == 0x12 and size % 4 == 0:
+            return "float", np.frombuffer(raw, dtype="<f4", offset=4).astype(np.float32)
+        if tag == 0x1A and raw.isascii():  # one-byte varints
+            return "int64", np.frombuffer(raw, dtype=np.uint8, offset=4).astype(np.int64)
     try:
-        return _decode_feature(memoryview(raw), len(raw))
+        return _decode_feature(memoryview(raw), size)
     except _Bad as bad:
         err = DecodeError(f"feature {key!r}: its tf.train.Feature ({len(raw)} bytes) {bad.message} (at byte {bad.pos})")
         err.key = key  # type: ignore[attr-defined]
@@ -368,12 +376,16 @@ def _numeric_list(buf, pos: int, end: int, unpacked_tag: int, kind: str) -> np.n
                 raise _Bad(rest, f"has more {kind} values after its packed run (TensorFlow's parse_example reads only "
                                  "the run, protobuf would append them)")
             rest = _skip(buf, after, end, wire)
-        payload = np.frombuffer(buf[start:stop], dtype=np.uint8)
         if kind == "float":
-            if len(payload) % 4:
-                raise _Bad(start, f"has a packed float run of {len(payload)} bytes, not a multiple of 4")
-            return payload.view("<f4").astype(np.float32)
-        return _packed_varints(payload, start)
+            if (stop - start) % 4:
+                raise _Bad(start, f"has a packed float run of {stop - start} bytes, not a multiple of 4")
+            return np.frombuffer(buf[start:stop], dtype="<f4").astype(np.float32)
+        run = bytes(buf[start:stop])
+        if run.isascii():  # every varint is one byte (values 0..127): the common case, one numpy call
+            return np.frombuffer(run, dtype=np.uint8).astype(np.int64)
+        if len(run) <= _SMALL_RUN:  # numpy's per-call cost dominates short runs: plain Python
+            return _few_varints(run, start)
+        return _packed_varints(np.frombuffer(run, dtype=np.uint8), start)
     if buf[pos] == unpacked_tag:  # only unpacked values
         values = []
         while pos < end:
@@ -393,6 +405,30 @@ def _numeric_list(buf, pos: int, end: int, unpacked_tag: int, kind: str) -> np.n
         return np.array(values, dtype=np.uint64).view(np.int64)
     number, wire, _ = _tag(buf, pos, end)
     raise _Bad(pos, f"has field {number} ({_WIRE_NAMES[wire]}) first in its {kind} list (expected values)")
+
+
+_SMALL_RUN = 48  # packed int64 runs up to this many bytes are decoded without numpy's vector machinery
+
+
+def _few_varints(run: bytes, offset: int) -> np.ndarray:
+    """`_packed_varints` for a short run, byte by byte (same rules, same errors)."""
+    if run[-1] >= 0x80:  # checked first, as _packed_varints does: the same error for the same run
+        last = max((i for i, byte in enumerate(run) if byte < 0x80), default=-1)
+        raise _Bad(offset + last + 1, "has a packed int64 run that ends inside a varint")
+    values = []
+    result = shift = 0
+    start = 0
+    for pos, byte in enumerate(run):
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            values.append(result & 0xFFFF_FFFF_FFFF_FFFF)
+            result = shift = 0
+            start = pos + 1
+            continue
+        shift += 7
+        if shift >= 70:
+            raise _Bad(offset + start, "has a varint longer than 10 bytes")
+    return np.array(values, dtype=np.uint64).view(np.int64)
 
 
 def _packed_varints(payload: np.ndarray, offset: int) -> np.ndarray:
