@@ -51,9 +51,11 @@ def local_ray():
         ray.shutdown()
     ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING", log_to_driver=False)
     context = ray.data.DataContext.get_current()
+    before = context.enable_progress_bars, context.execution_options.preserve_order
     context.enable_progress_bars = False
     context.execution_options.preserve_order = True
     yield
+    context.enable_progress_bars, context.execution_options.preserve_order = before
     ray.shutdown()
 
 
