@@ -554,3 +554,33 @@ def test_compressed_record_bomb_is_refused(tmp_path, monkeypatch, compression):
         f"{compression.upper()} file may hold (tfr_torch.format.limits.MAX_RECORD_BYTES; a decompression bomb or a "
         "corrupt length field: raise the limit if the data is trusted)")
     assert peak < 4 << 20
+
+
+# ------------------------------------------------------------------------------------------------ index files
+
+@pytest.mark.parametrize("text, message", [
+    (b"99999999999999999999 19\n19 20\n",
+     "line 1 of the index is b'99999999999999999999 19': a number larger than 2**63 - 1 (expected '<offset> <size>')"),
+    (b"0 19\n19 99999999999999999999999\n",
+     "line 2 of the index is b'19 99999999999999999999999': a number larger than 2**63 - 1"),
+    (b"0 19\n-19 20\n", "line 2 of the index is b'-19 20': expected '<offset> <size>'"),
+    (b"\xff\xfe0 19\n", "line 1 of the index is b'\\xff\\xfe0 19': expected '<offset> <size>'"),
+    (b"0 19\n\n19 20\n", "line 2 of the index is b'': expected '<offset> <size>'"),
+    (b"0 19\n19 9223372036854775807\n", "line 2 of the index gives offset 19 and size 9223372036854775807, which end "
+                                        "beyond 2**63 - 1 bytes"),
+    (b"0 19\n19 9223372036854775780\n", "the index describes 2 records ending at byte 9223372036854775799, but the "
+                                        "file has 39 bytes"),
+    (b"0 19\n19 20\n39 16\n", "the index describes 3 records ending at byte 55, but the file has 39 bytes"),
+    (b"0 17\n17 22\n", "line 1 of the index says a record of 17 bytes starts at offset 0, but the file has a record "
+                       "of 19 bytes there"),
+])
+def test_hostile_index_files(tmp_path, text, message):
+    path = str(tmp_path / "a.tfrecord")
+    with tfr_torch.TFRecordWriter(path) as writer:
+        writer.write(b"abc")
+        writer.write(b"defg")
+    with open(path + ".idx", "wb") as f:
+        f.write(text)
+    with pytest.raises(tfr_torch.IndexMismatchError) as info:
+        tfr_torch.read_index(path + ".idx", path)
+    assert message in str(info.value)

@@ -85,9 +85,9 @@ def read_index(path: PathLike, tfrecord_path: PathLike | None = None, compressio
         except (ValueError, OverflowError):
             values = None
     if values is None:
-        bad = next((n for n, line in enumerate(lines, 1) if not _valid_line(line)), len(lines))
-        raise IndexMismatchError(f"line {bad} of the index is {lines[bad - 1][:80]!r}: expected '<offset> <size>'",
-                                 target, None, index_path)
+        bad, why = next(((n, _line_problem(line)) for n, line in enumerate(lines, 1) if _line_problem(line)),
+                        (len(lines), "expected '<offset> <size>'"))
+        raise IndexMismatchError(f"line {bad} of the index is {lines[bad - 1][:80]!r}: {why}", target, None, index_path)
     index = values.reshape(-1, 2)
     _check_layout(index, target, index_path)
     if target is not None:
@@ -95,9 +95,14 @@ def read_index(path: PathLike, tfrecord_path: PathLike | None = None, compressio
     return index
 
 
-def _valid_line(line: bytes) -> bool:
+def _line_problem(line: bytes) -> str | None:
+    """What is wrong with one line of an index file, or None when it is two decimal numbers that fit in int64."""
     parts = line.split()
-    return len(parts) == 2 and all(p.isdigit() for p in parts)
+    if len(parts) != 2 or not all(p.isdigit() for p in parts):
+        return "expected '<offset> <size>'"
+    if any(int(p) > 2**63 - 1 for p in parts):
+        return "a number larger than 2**63 - 1 (expected '<offset> <size>')"
+    return None
 
 
 def _check_layout(index: np.ndarray, path: str | None, index_path: str) -> None:
@@ -111,7 +116,14 @@ def _check_layout(index: np.ndarray, path: str | None, index_path: str) -> None:
         i = int(small[0])
         raise IndexMismatchError(f"line {i + 1} of the index gives a record size of {sizes[i]}, expected at least "
                                  f"{_OVERHEAD}", path, int(offsets[i]), index_path)
-    gaps = np.flatnonzero(offsets[1:] != offsets[:-1] + sizes[:-1])
+    with np.errstate(over="ignore"):
+        ends = offsets + sizes  # both non-negative: a sum that wrapped is smaller than its offset
+    wrapped = np.flatnonzero(ends < offsets)
+    if wrapped.size:
+        i = int(wrapped[0])
+        raise IndexMismatchError(f"line {i + 1} of the index gives offset {offsets[i]} and size {sizes[i]}, which "
+                                 "end beyond 2**63 - 1 bytes", path, None, index_path)
+    gaps = np.flatnonzero(offsets[1:] != ends[:-1])
     if gaps.size:
         i = int(gaps[0])
         raise IndexMismatchError(
@@ -141,7 +153,7 @@ def check_index(index: np.ndarray, path: PathLike, index_path: PathLike | None =
                     f"{found} there (stale index, or made for another file?)", path, 0, index_path)
             return
     size = file_size(path)
-    end = int(index[-1].sum()) if len(index) else 0
+    end = int(index[-1, 0]) + int(index[-1, 1]) if len(index) else 0
     if end != size:
         raise IndexMismatchError(
             f"the index describes {len(index)} records ending at byte {end}, but the file has {size} bytes "
