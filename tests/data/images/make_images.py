@@ -25,9 +25,9 @@ It never imports tfr_torch. It writes:
   ``tensorflow`` where TensorFlow's tf.io.decode_image was checked to agree), and for the broken files the error
   class expected.
 
-The contract (README, "Images"): UNCHANGED gives the image's own channels (1 gray, 2 gray+alpha, 3 RGB, 4 RGBA) with
-palettes expanded (RGBA when a tRNS chunk gives any transparency), a tRNS colour key of a gray/RGB PNG giving an
-alpha channel, bit depths below 8 scaled to 0-255, 16-bit samples shifted right by 8, CMYK converted to RGB; GIF is RGB
+The contract (README, "Decoding images"): UNCHANGED gives the image's own channels (1 gray, 2 gray+alpha, 3 RGB, 4
+RGBA) with palettes expanded (RGBA when a tRNS chunk gives any transparency), a tRNS colour key of a gray/RGB PNG
+not a channel (TensorFlow leaves it out too), bit depths below 8 scaled to 0-255, 16-bit samples shifted right by 8, CMYK converted to RGB; GIF is RGB
 (as TensorFlow and torchvision give it), its transparent index an alpha channel in the *_ALPHA modes. GRAY of a colour
 image is ITU-R 601-2 luma, (19595 R + 38470 G + 7471 B + 32768) >> 16 (Pillow's "L"), except for JPEG, where GRAY is
 the decoder's own luminance channel (libjpeg's, as TensorFlow's decode_jpeg(channels=1) and torchvision give it).
@@ -376,10 +376,9 @@ def main() -> None:
     for folder in (SRC, EXPECTED):
         shutil.rmtree(folder, ignore_errors=True)
         os.makedirs(folder)
-    manifest: dict = {"pillow": Image.__version__ if hasattr(Image, "__version__") else "", "files": {}}
     import PIL
 
-    manifest["pillow"] = PIL.__version__
+    manifest: dict = {"pillow": PIL.__version__, "files": {}}
     good: dict = {}
     answers: dict = {}
 
