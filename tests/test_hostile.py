@@ -489,6 +489,7 @@ def _regression_files() -> list[str]:
 # inputs whose fix is in another part of the code base and not landed yet: name -> (exception now raised, where)
 _PENDING = {
     "parse_example-issue14-1-feature-cut-inside-packed-run": (IndexError, "format/columns.py _split (column decoder)"),
+    "tfds-sequence-length-not-an-int": (ValueError, "tfds/features.py _node: int(length) of a Sequence's length"),
 }
 
 
