@@ -307,6 +307,13 @@ def test_tensor_bombs_stay_small(data, size):
     assert _peak_bytes(lambda: tfr_torch.parse_tensor(data)) < 1 << 20
 
 
+def test_bool_tensor_content_bytes_other_than_0_and_1_are_true():
+    data = b"\x08\x0a" + _dims(3) + ld(0x22, b"\x02\x00\xff")
+    tensor = tfr_torch.parse_tensor(data)
+    assert tensor.tolist() == [True, False, True]
+    assert tensor.view(torch.uint8).tolist() == [1, 0, 1]
+
+
 def test_tensor_content_is_never_refused():
     """A tensor stored in full decodes to its payload's size: never refused, however small max_bytes is."""
     payload = tfr_torch.serialize_tensor(torch.arange(1000, dtype=torch.int64))

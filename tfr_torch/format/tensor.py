@@ -147,6 +147,8 @@ def decode_tensor_proto(data: bytes, *, what: str = "TensorProto", max_bytes: in
             raise DecodeError(f"{what} of dtype {name} and shape {list(shape)} needs {nbytes} bytes of "
                               f"tensor_content, found {len(content)}")
         array = np.frombuffer(content, dtype=storage.newbyteorder("<")).astype(storage.newbyteorder("="))
+        if code == DataType.BOOL:  # any non-zero byte is true; stored as 0/1, so torch's kernels see real bools
+            array = array.view(np.uint8) != 0
         return TensorData(code, shape, array.reshape(shape))
     if math.prod(d for d in shape if d) * itemsize > _INT64_MAX:
         raise DecodeError(f"{what} has shape {list(shape)}, too large for an array of {name} (even with no elements, "
