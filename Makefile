@@ -62,7 +62,8 @@ test-sanitizers: install-test
 	  tests/test_corruption.py -k "native and not inflate"
 
 # The torch_xla path (tests/test_xla.py: replicas on PJRT CPU devices, the TPU example) in its own virtualenv:
-# torch-xla 2.9.0 needs torch 2.9.0 (a ~1 GB download). Not part of `make test`.
+# torch-xla 2.9.0 needs torch 2.9.0, whose PyPI wheel brings its CUDA libraries (about 7 GB installed). Not part
+# of `make test`.
 XLA_VENV ?= .venv-xla
 XLA_PY := $(XLA_VENV)/bin/python
 XLA_SPEC ?= torch==2.9.0 torch-xla==2.9.0
