@@ -453,3 +453,24 @@ def test_inflate_library_can_be_chosen(monkeypatch):
     bad = subprocess.run([sys.executable, "-c", code], env={**os.environ, "TFR_TORCH_INFLATE": "fast"},
                          capture_output=True, text=True)
     assert 'TFR_TORCH_INFLATE must be "auto", "zlib" or "zlib-ng", got \'fast\'' in bad.stderr
+
+
+@needs_core
+@settings(max_examples=100, deadline=None)
+@given(counts=st.lists(st.integers(0, 20), max_size=50))
+def test_sparse_indices_equal_numpy(counts):
+    array = np.array(counts, dtype=np.int64)
+    got = np.frombuffer(core.sparse_indices(array), dtype=np.int64).reshape(2, -1)
+    rows = np.repeat(np.arange(len(counts)), counts)
+    positions = np.concatenate([np.arange(c) for c in counts]) if counts else np.zeros(0, np.int64)
+    assert got[0].tolist() == rows.tolist() and got[1].tolist() == positions.tolist()
+
+
+@needs_core
+def test_sparse_indices_refuses_negative_and_huge_counts():
+    with pytest.raises(ValueError, match="count -1 of row 1 is out of range"):
+        core.sparse_indices(np.array([1, -1], dtype=np.int64))
+    with pytest.raises(ValueError, match="out of range"):
+        core.sparse_indices(np.array([2**62, 2**62], dtype=np.int64))
+    with pytest.raises(ValueError, match="not a whole number of int64 counts"):
+        core.sparse_indices(b"123")

@@ -80,7 +80,7 @@ def _records(serialized: Any, example_names: Sequence[str] | None, what: str) ->
     if isinstance(serialized, (bytes, bytearray, memoryview, str)):
         raise TypeError(f"{what} expects a sequence of records (serialized bytes), got one {type(serialized).__name__} "
                         f"object; for one record use {what.replace('parse_', 'parse_single_')}")
-    records = serialized if isinstance(serialized, Sequence) else list(serialized)
+    records = serialized if type(serialized) in (list, tuple) or isinstance(serialized, Sequence) else list(serialized)
     if example_names is not None and len(example_names) != len(records):
         raise ValueError(f"example_names has {len(example_names)} names for {len(records)} records")
     return records

@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from tfr_torch import _native
 from tfr_torch.decode.results import SparseBytes
 from tfr_torch.decode.specs import SparseFeature, VarLenFeature, string, wire_kind
 from tfr_torch.decode.units import Units
@@ -14,13 +15,16 @@ from tfr_torch.decode.units import Units
 __all__ = ["VarLenDecoder", "SparseDecoder"]
 
 
-def _positions(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(unit of each value, position of each value within its unit)."""
+def _indices(counts: np.ndarray) -> np.ndarray:
+    """The [2, nnz] COO indices of per-unit value counts: (unit of each value, its position within its unit)."""
+    core = _native.core
+    if core is not None and counts.dtype == np.int64:
+        return np.frombuffer(core.sparse_indices(np.ascontiguousarray(counts)), dtype=np.int64).reshape(2, -1)
     total = int(counts.sum())
     rows = np.repeat(np.arange(len(counts)), counts)
     starts = np.zeros(len(counts), dtype=np.int64)
     np.cumsum(counts[:-1], out=starts[1:])
-    return rows, np.arange(total) - np.repeat(starts, counts)
+    return np.stack([rows, np.arange(total) - np.repeat(starts, counts)])
 
 
 def _sparse(indices: np.ndarray, values: Any, shape: tuple, dtype: Any, key: str, coalesced: bool,
@@ -53,12 +57,12 @@ class VarLenDecoder:
             if steps_per_example is not None:
                 rows = _group(rows, steps_per_example)
             return rows[0] if single else rows
-        unit, pos = _positions(col.counts)
         if steps_per_example is None:
-            indices, shape = np.stack([unit, pos]), (units.n, longest)
+            indices, shape = _indices(col.counts), (units.n, longest)
             if single:
                 indices, shape = indices[1:], (longest,)
         else:
+            unit, pos = _indices(col.counts)
             example, step = units.example[unit], units.step[unit]
             most_steps = int(steps_per_example.max()) if len(steps_per_example) else 0
             indices, shape = np.stack([example, step, pos]), (len(steps_per_example), most_steps, longest)
@@ -68,9 +72,8 @@ class VarLenDecoder:
 
 
 def _unit_of(counts: np.ndarray) -> Any:
-    """Map a position in the concatenated values to its unit."""
-    ends = np.cumsum(counts)
-    return lambda pos: int(np.searchsorted(ends, pos, side="right"))
+    """Map a position in the concatenated values to its unit (only ever called for an error message)."""
+    return lambda pos: int(np.searchsorted(np.cumsum(counts), pos, side="right"))
 
 
 def _group(rows: list, sizes: np.ndarray) -> list:
@@ -112,7 +115,7 @@ class SparseFeatureDecoder:
                 unit = int(np.searchsorted(np.cumsum(values.counts), pos, side="right"))
                 raise units.error(self.key, unit, f"has index {int(col.values[pos])} in {index_key!r}, outside "
                                                   f"[0, {size})")
-        unit, _ = _positions(values.counts)
+        unit = _indices(values.counts)[0]
         indices = np.stack([unit] + [np.asarray(c.values) for c in index_columns]) if len(unit) else np.zeros(
             (1 + len(index_columns), 0), dtype=np.int64)
         vals = values.values

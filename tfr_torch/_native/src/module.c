@@ -413,6 +413,53 @@ static PyTypeObject ExampleDecoderType = {
     .tp_new = PyType_GenericNew,
 };
 
+/* ---- sparse indices ----------------------------------------------------------------------------------------- */
+
+/* sparse_indices(counts) -> bytearray: for per-row value counts (int64, each >= 0) the [2, nnz] int64 COO indices
+ * (row of each value, then its position in the row), nnz = sum(counts). */
+static PyObject *py_sparse_indices(PyObject *self, PyObject *arg) {
+    Py_buffer counts;
+    if (PyObject_GetBuffer(arg, &counts, PyBUF_SIMPLE) < 0) return NULL;
+    if (counts.len % (Py_ssize_t)sizeof(int64_t)) {
+        PyBuffer_Release(&counts);
+        return PyErr_Format(PyExc_ValueError, "sparse_indices: %zd bytes is not a whole number of int64 counts",
+                            counts.len);
+    }
+    size_t rows = (size_t)counts.len / sizeof(int64_t);
+    const unsigned char *raw = (const unsigned char *)counts.buf;
+    uint64_t total = 0;
+    for (size_t i = 0; i < rows; i++) {
+        int64_t c;
+        memcpy(&c, raw + i * sizeof c, sizeof c);
+        if (c < 0 || (uint64_t)c > ((uint64_t)PY_SSIZE_T_MAX / 16) - total) {
+            PyBuffer_Release(&counts);
+            return PyErr_Format(PyExc_ValueError, "sparse_indices: count %lld of row %zu is out of range",
+                                (long long)c, i);
+        }
+        total += (uint64_t)c;
+    }
+    PyObject *out = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)(total * 2 * sizeof(int64_t)));
+    if (!out) {
+        PyBuffer_Release(&counts);
+        return NULL;
+    }
+    int64_t *row_of = (int64_t *)PyByteArray_AS_STRING(out);
+    int64_t *pos_of = row_of + total;
+    Py_BEGIN_ALLOW_THREADS
+    size_t k = 0;
+    for (size_t i = 0; i < rows; i++) {
+        int64_t c;
+        memcpy(&c, raw + i * sizeof c, sizeof c);
+        for (int64_t j = 0; j < c; j++, k++) {
+            row_of[k] = (int64_t)i;
+            pos_of[k] = j;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&counts);
+    return out;
+}
+
 /* ---- module --------------------------------------------------------------------------------------------------- */
 
 static PyMethodDef module_methods[] = {
@@ -423,6 +470,8 @@ static PyMethodDef module_methods[] = {
      "scan_records(buffer, lo, hi, limit, verify, max_records) -> (records, stop, status)"},
     {"find_header", py_find_header, METH_VARARGS, "find_header(buffer, lo, hi) -> offset or -1"},
     {"frame_records", py_frame_records, METH_O, "frame_records(records) -> bytes: the records framed back to back"},
+    {"sparse_indices", py_sparse_indices, METH_O,
+     "sparse_indices(counts) -> bytearray: [2, sum(counts)] int64 COO indices (row, position) of per-row counts"},
     {NULL, NULL, 0, NULL},
 };
 
