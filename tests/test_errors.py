@@ -336,3 +336,13 @@ def test_abandon_in_a_zlib_stream_drops_the_rest_of_the_file():
     assert 0 < dropped < len(data)
     assert _inflate_all(inflater) == b""  # one stream: nothing after the corruption is read
     assert (inflater.dropped_members, inflater.dropped_bytes) == (1, dropped)
+
+
+@pytest.mark.parametrize("content, looks", [(b'{"a": 1}', "JSON text"), (b"hello\n", "text")])
+def test_a_file_shorter_than_a_header_is_named_for_what_it_looks_like(tmp_path, content, looks, backend):
+    path = tmp_path / "tiny.tfrecord"
+    path.write_bytes(content)
+    with pytest.raises(tfr_torch.TruncatedRecordError) as caught:
+        list(tfr_torch.read_records(str(path)))
+    assert str(caught.value) == (f"{path}:0: not a TFRecord file: it starts like {looks} ({len(content)} bytes, "
+                                 "shorter than a 12-byte record header)")

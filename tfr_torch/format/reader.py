@@ -188,6 +188,21 @@ class RecordReader:
                     eof = True
                 hi += n
 
+        compressed = isinstance(self._stream, Inflater)
+
+        def next_member() -> bool:
+            """After a corruption in a compressed stream, nothing later in that member can be trusted (a damaged
+            back-reference can copy earlier records whose CRCs pass): drop what is buffered and go on at the next
+            gzip member (or the end). True when reading goes on."""
+            nonlocal lo, hi, base, eof, broken
+            if not compressed:
+                return False
+            self._stream.abandon_member()
+            lo = hi = 0
+            base = self._stream.position
+            eof = broken = False
+            return True
+
         def resync() -> None:
             """After a corrupt header, find the next offset where a header and its data both pass their CRCs.
             The compiled kernel finds candidate headers at memory speed; the reference tries every byte."""
@@ -239,16 +254,25 @@ class RecordReader:
                     fill(HEADER_SIZE)
                     if hi - lo < HEADER_SIZE:
                         if hi > lo and not broken:
+                            sentence = None
+                            if off == 0:  # a tiny file: say what it looks like, if anything
+                                sentence = not_a_tfrecord(bytes(view[lo:hi]), None if self.compression == NONE
+                                                          else self.compression)
                             self._fail(TruncatedRecordError(
+                                sentence + f" ({hi - lo} bytes, shorter than a {HEADER_SIZE}-byte record header)"
+                                if sentence else
                                 f"found {hi - lo} trailing bytes: expected a {HEADER_SIZE}-byte record header or the "
                                 "end of the file", path, off))
+                        if broken and next_member():
+                            continue
                         return
                 length, length_crc = _unpack_header(buf, lo)
                 if header_crcs.get(length) != length_crc and masked_crc32c(view[lo : lo + 8]) != length_crc:
                     self._fail(CorruptRecordError(header_message(
                         view[lo : min(hi, lo + 512)], off, masked_crc32c(view[lo : lo + 8]), length_crc,
                         self.compression), path, off))
-                    resync()
+                    if not next_member():
+                        resync()
                     continue
                 if len(header_crcs) < 4096:
                     header_crcs[length] = length_crc
@@ -262,6 +286,8 @@ class RecordReader:
                     fill(need)
                     if hi - lo < need:
                         if broken:  # already reported: the stream broke inside this record
+                            if next_member():
+                                continue
                             return
                         self._fail(TruncatedRecordError(
                             f"truncated record: its header says {length} bytes of data, so {need} bytes from this "
@@ -278,6 +304,7 @@ class RecordReader:
                         f"corrupt record data: the CRC of its {length} data bytes (at offset {off + HEADER_SIZE}) is "
                         f"{masked_crc32c(data):#010x}, expected {_unpack_crc(buf, data_end)[0]:#010x} (stored after "
                         "the data)", path, off))
+                    next_member()
                     continue
                 self.records += 1
                 self.offset = base + lo
