@@ -395,6 +395,26 @@ def test_load_state_dict_refuses_another_dataset(corpus):
 # Rank and world size
 
 
+def test_dataset_built_outside_the_job_refuses_to_read_inside_it(corpus, monkeypatch):
+    """Built as rank 0 of 1 and read where the job says rank 1 of 2 (built before the launch, handed to the
+    replicas): refused, in __iter__ and when pickled for spawned workers, instead of reading everything."""
+    import pickle
+
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    ds = TFRecordDataset(corpus["plain"], SPEC, index="auto")
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    message = (r"TFRecordDataset was built as rank 0 of 1 .* but is read as rank 1 of 2 .*: built before the "
+               r"distributed job started")
+    with pytest.raises(RuntimeError, match=message):
+        iter(ds)
+    with pytest.raises(RuntimeError, match=message):
+        pickle.dumps(ds)
+    given = TFRecordDataset(corpus["plain"], SPEC, index="auto", rank=0, world_size=1)  # explicit: never checked
+    assert len(flat_ids(given)) == N and len(pickle.loads(pickle.dumps(given))) == N
+
+
 def test_rank_and_world_size_from_the_environment(corpus, monkeypatch):
     paths = corpus["plain"]
     explicit = flat_ids(TFRecordDataset(paths, SPEC, index="auto", rank=1, world_size=3))

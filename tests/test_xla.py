@@ -158,8 +158,6 @@ def test_built_before_launch_leaves_xla_alone_and_the_check_refuses_it(built_bef
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="TFRecordDataset does not call check_rank_world yet (tfr_torch/data/dataset.py: "
-                                       "__iter__ and __getstate__); until then each replica reads everything")
 def test_dataset_built_before_launch_refuses_to_read(built_before_launch):
     _, replicas = built_before_launch
     for r in replicas:

@@ -14,7 +14,7 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from tfr_torch.data.counting import SharedCounts, user_site
-from tfr_torch.data.distributed import detect_rank_world
+from tfr_torch.data.distributed import check_rank_world, rank_world
 from tfr_torch.data.reading import Located, Source, interleave, iter_random, iter_run, shuffle_buffer
 from tfr_torch.data.transport import shared_memory_available, wrap_for_transport
 from tfr_torch.data.sharding import (
@@ -150,7 +150,8 @@ class TFRecordDataset(IterableDataset):
         self.verify = verify
         self.on_error = on_error
         self.shared_memory = bool(shared_memory)
-        self.rank, self.world_size = detect_rank_world(rank, world_size)
+        self._rank_world = rank_world(rank, world_size)  # checked again where the records are read
+        self.rank, self.world_size = self._rank_world.rank, self._rank_world.world_size
         self.offsets = resolve_indexes(self.paths, index, compression)
         # the sidecar's counts only where the shard still has the size it recorded (an index's count always wins)
         counts, stale = trusted_counts(sidecar, sizes, [None if o is None else len(o) for o in self.offsets])
@@ -295,7 +296,13 @@ class TFRecordDataset(IterableDataset):
     def __iter__(self) -> Iterator[Any]:
         if self.batch_size is not None:
             _refuse_rebatching(self, sys._getframe(1))
+        check_rank_world(self._rank_world, "TFRecordDataset")
         return self._iterate()
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled for spawned DataLoader workers (torch_xla's replicas spawn theirs): checked in the replica."""
+        check_rank_world(self._rank_world, "TFRecordDataset")
+        return self.__dict__.copy()
 
     def _iterate(self) -> Iterator[Any]:
         info = get_worker_info()
