@@ -64,7 +64,7 @@ class SharedCounts:
         self.flags = torch.zeros(8, dtype=torch.int64)
         self.table.share_memory_()
         self.flags.share_memory_()
-        self._initial = self.unknown()  # the files to count, the same list in every worker
+        self._initial = self.unknown()  # the files to count as built, the same list in every worker
 
     def known(self) -> list[int] | None:
         """Every file's count, or None while any is unknown."""

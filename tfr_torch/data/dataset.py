@@ -375,7 +375,7 @@ class TFRecordDataset(IterableDataset):
         if workers < 2 or get_worker_info() is None:
             return self._ensure_counts(why)
         if worker == 0 and self._shared.first(0):
-            unknown = len(self._shared.unknown())
+            unknown = len(self._shared._initial)  # as built: another worker may already be counting them
             self._site.warn(f"counting the records of {unknown} file(s) without an index ({why}): the DataLoader "
                             "workers count them together once, and every later epoch and len() use the counts; "
                             "write indexes (`tfr-torch index FILES`) and pass index='auto' to skip it")
