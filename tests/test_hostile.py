@@ -487,6 +487,7 @@ def _regression_files() -> list[str]:
 _PENDING = {
     "parse_example-issue14-1-feature-cut-inside-packed-run": (IndexError, "format/columns.py _split (column decoder)"),
     "tfds-sequence-length-not-an-int": (ValueError, "tfds/features.py _node: int(length) of a Sequence's length"),
+    "tfds-class-label-count-not-an-int": (ValueError, "tfds/features.py _node: int(n) of a ClassLabel's num_classes"),
 }
 
 
