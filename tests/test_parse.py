@@ -1511,3 +1511,13 @@ def test_large_records_decode_like_small_ones():
         assert batch["label"][i] == one["label"] == i * 7
         assert torch.equal(batch["box"][i], one["box"])
     assert batch["tags"] == [[b"t%d" % j for j in range(i % 3)] for i in range(9)]
+
+
+@pytest.mark.parametrize("spec, hint", [
+    ("int", "is given as 'int' (the `tfrecord` package's description): write tfr_torch.FixedLenFeature([], "
+            "torch.int64)"),
+    (torch.float32, "is given as a bare dtype (torch.float32): write tfr_torch.FixedLenFeature([], torch.float32)"),
+])
+def test_another_librarys_spelling_gets_tfr_torchs(spec, hint):
+    with pytest.raises(TypeError, match=re.escape(f"feature 'label' {hint}")):
+        parse_example([encode_example({"label": 1})], {"label": spec})

@@ -19,6 +19,7 @@ from tfr_torch.decode.specs import (
     SparseFeature,
     VarLenFeature,
 )
+from tfr_torch.decode.hints import check_spec
 from tfr_torch.decode.units import Locator, Units, _without_key
 from tfr_torch.errors import DecodeError
 from tfr_torch.format.columns import Column
@@ -58,6 +59,7 @@ def _decoders(features: Mapping[str, Any] | None, table: dict, what: str) -> dic
             raise TypeError(f"{what}: feature names must be str, got {key!r}")
         decoder = table.get(type(spec))
         if decoder is None:
+            check_spec({key: spec}, "feature" if what == "features" else what)  # another library's spelling: say how tfr_torch spells it
             allowed = ", ".join(t.__name__ for t in table)
             raise TypeError(f"{what} {key!r}: expected one of {allowed}, got {spec!r}")
         out[key] = decoder(key, spec)
