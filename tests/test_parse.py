@@ -482,7 +482,11 @@ def test_single_record_to_parse_example_points_to_parse_single_example(record):
 
 
 def test_bad_spec_objects_are_type_errors():
-    with pytest.raises(TypeError, match=r"features 'a': expected one of FixedLenFeature, .*got 'int64'"):
+    with pytest.raises(TypeError, match=r"features 'a': expected one of FixedLenFeature, .*got 3"):
+        parse_example([encode_example({"a": 1})], {"a": 3})
+    with pytest.raises(TypeError, match=r"feature 'a' is given as the string 'int 64': expected a feature spec"):
+        parse_example([encode_example({"a": 1})], {"a": "int 64"})
+    with pytest.raises(TypeError, match=r"feature 'a' is given as 'int64' \(a dtype name, not a spec\)"):
         parse_example([encode_example({"a": 1})], {"a": "int64"})
     with pytest.raises(TypeError, match=r"features must be a dict of feature names to specs, got list"):
         parse_example([encode_example({"a": 1})], [FixedLenFeature([], torch.int64)])
