@@ -317,8 +317,14 @@ def decode_feature(raw: bytes, key: str = "?") -> tuple[str | None, Values]:
         tag = raw[0]
         if tag == 0x12 and size % 4 == 0:
             return "float", np.frombuffer(raw, dtype="<f4", offset=4).astype(np.float32)
-        if tag == 0x1A and raw.isascii():  # one-byte varints
-            return "int64", np.frombuffer(raw, dtype=np.uint8, offset=4).astype(np.int64)
+        if tag == 0x1A:
+            if raw.isascii():  # one-byte varints
+                return "int64", np.frombuffer(raw, dtype=np.uint8, offset=4).astype(np.int64)
+            if size - 4 <= _SMALL_RUN and raw[-1] < 0x80:
+                try:
+                    return "int64", _few_varints(bytes(raw[4:]), 4)
+                except _Bad:
+                    pass  # the walk below names the error
     try:
         return _decode_feature(memoryview(raw), size)
     except _Bad as bad:
