@@ -700,7 +700,7 @@ def _tf_decode_tabular_torch(ctx: Ctx) -> Callable[[], int]:
 # ---- loader-16k: one epoch through a DataLoader with 2 workers / a tf.data AUTOTUNE pipeline
 
 LOADER_WORKERS = 2
-LOADER_BATCH = 256
+LOADER_BATCH = int(os.environ.get("TFR_BENCH_LOADER_BATCH", "256"))  # TFR_BENCH_LOADER_BATCH=64 for the batches-of-64 rows
 SHUFFLE_BUFFER = 10_000
 
 

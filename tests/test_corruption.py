@@ -38,6 +38,7 @@ from tfr_torch import (
     TFRecordError,
     TruncatedRecordError,
 )
+from tfr_torch.format import limits
 
 pytestmark = pytest.mark.usefixtures("backend")  # every test on the reference and the compiled core
 
@@ -508,7 +509,7 @@ def test_concatenated_gzip_members_are_all_read(tmp_path):
 # --------------------------------------------------------------------------------------------------------------
 # 4. Lying lengths: a header (with a correct CRC) that claims far more data than there is.
 
-LIES = [2**32, 2**40, 2**63, 2**64 - 1]
+LIES = [2**29, 2**32, 2**40, 2**63, 2**64 - 1]  # the first is under format.limits.MAX_RECORD_BYTES
 
 
 @pytest.mark.parametrize("length", LIES)
@@ -533,9 +534,14 @@ def test_lying_length_in_a_compressed_stream(tmp_path, compression, length):
     with bounded(10) as usage:
         got, exc, _ = read_outcome(path)
     assert got == [b"ok"]
-    assert isinstance(exc, TruncatedRecordError), describe(exc)
     assert (exc.path, exc.offset) == (str(path), 18)
-    assert f"says {length} bytes of data" in str(exc) and "ends after 100012" in str(exc)
+    if length > limits.MAX_RECORD_BYTES:  # refused at its header, before anything is buffered
+        assert isinstance(exc, DecodeError), describe(exc)
+        assert str(exc).startswith(f"{path}:18: the record header declares {length} bytes of data, more than the "
+                                   f"{limits.MAX_RECORD_BYTES} bytes a record in a {compression.upper()} file may hold")
+    else:
+        assert isinstance(exc, TruncatedRecordError), describe(exc)
+        assert f"says {length} bytes of data" in str(exc) and "ends after 100012" in str(exc)
     assert usage.peak < 50 * MB
 
 
@@ -614,9 +620,14 @@ def test_lying_length_through_a_sizeless_stream(pipe_url, length):
     with bounded(10) as usage:
         got, exc, _ = read_outcome(url, compression=None)
     assert got == []
-    assert isinstance(exc, TruncatedRecordError), describe(exc)
     assert (exc.path, exc.offset) == (url, 0)
-    assert f"says {length} bytes of data" in str(exc) and f"ends after {12 + 4 * MB}" in str(exc)
+    if length > limits.MAX_RECORD_BYTES:  # refused at its header, before anything is buffered
+        assert isinstance(exc, DecodeError), describe(exc)
+        assert f"the record header declares {length} bytes of data" in str(exc)
+        assert "a record in a stream of unknown size may hold" in str(exc)
+    else:
+        assert isinstance(exc, TruncatedRecordError), describe(exc)
+        assert f"says {length} bytes of data" in str(exc) and f"ends after {12 + 4 * MB}" in str(exc)
     assert usage.peak < 50 * MB
 
 

@@ -80,7 +80,7 @@ def _split(raw: bytes) -> tuple[int, int] | None:
         return None
     if length == 0 or tag == _TAG_BYTES:
         return tag, pos
-    if raw[pos] != 0x0A:
+    if raw[pos] != 0x0A or pos + 1 >= n:  # not one packed run, or its length byte is missing
         return None
     inner = raw[pos + 1]
     start = pos + 2
@@ -302,7 +302,7 @@ def _bulk_numeric(raws: Sequence[bytes | None], tag: int, kind: str, key: str) -
     payload_size = np.zeros(len(chosen), dtype=np.int64)
     if nonempty.any():
         p = pos[nonempty]
-        if (flat[p] != 0x0A).any():
+        if (flat[p] != 0x0A).any() or (p + 1 >= ends[nonempty]).any():  # not a packed run, or its length is cut
             return None
         inner = _small_varint(flat, p + 1)
         if inner is None:

@@ -15,7 +15,8 @@ from collections.abc import Callable, Iterator
 from typing import IO, Union
 
 from tfr_torch import _native
-from tfr_torch.errors import CorruptRecordError, SkippedRecordWarning, TFRecordError, TruncatedRecordError
+from tfr_torch.errors import CorruptRecordError, DecodeError, SkippedRecordWarning, TFRecordError, TruncatedRecordError
+from tfr_torch.format import limits
 from tfr_torch.format.compression import NONE, Inflater, compression_from_name, detect_compression, normalize_compression
 from tfr_torch.format.crc import crc32c, masked_crc32c
 from tfr_torch.format.paths import PathLike, as_path, is_url, open_input
@@ -224,7 +225,8 @@ class RecordReader:
                 length, length_crc = _unpack_header(buf, lo)
                 if masked_crc32c(view[lo : lo + 8]) == length_crc:
                     need = length + _OVERHEAD
-                    if hi - lo < need and (total is None or base + lo + need <= total):
+                    bound = base + lo + need <= total if total is not None else length <= limits.MAX_RECORD_BYTES
+                    if hi - lo < need and bound:
                         fill(need)
                     if hi - lo >= need:
                         data_end = lo + HEADER_SIZE + length
@@ -278,6 +280,14 @@ class RecordReader:
                     header_crcs[length] = length_crc
                 need = length + _OVERHEAD
                 if hi - lo < need:
+                    if total is None and length > limits.MAX_RECORD_BYTES:  # nothing bounds it but the limit
+                        try:
+                            limits.check_record_length(length, path, off, self.compression)
+                        except DecodeError as err:
+                            self._fail(err)
+                        if next_member():
+                            continue
+                        return
                     if total is not None and off + need > total:
                         self._fail(TruncatedRecordError(
                             f"truncated record: its header says {length} bytes of data, so {need} bytes from this "

@@ -129,6 +129,13 @@ def _get(content: Mapping, *names: str, default: Any = None) -> Any:
     return default
 
 
+def _count(value: Any, key: str, path: str, what: str) -> int:
+    """A non-negative integer from the JSON (an int, or a string of digits as TFDS's proto JSON writes int64)."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)) or not (str(value).isascii() and str(value).isdigit()):
+        raise TFDSMetadataError(f"feature {key!r}: {what} must be a non-negative integer, got {value!r}", path)
+    return int(value)
+
+
 def _node(entry: Any, key: str, path: str, labels: Mapping[str, list], label_name: Optional[str]) -> FeatureNode:
     kind, content = _kind_and_content(entry, key, path)
     if not isinstance(content, Mapping):
@@ -146,7 +153,7 @@ def _node(entry: Any, key: str, path: str, labels: Mapping[str, list], label_nam
         return DictNode(out)
     if kind == "Sequence":
         length = _get(content, "length")
-        length = None if length in (None, -1, "-1") else int(length)
+        length = None if length in (None, -1, "-1") else _count(length, key, path, "Sequence length")
         if "feature" not in content:
             raise TFDSMetadataError(f"feature {key!r}: Sequence needs a \"feature\"", path)
         return SequenceNode(_node(content["feature"], key, path, labels, label_name), length)
@@ -165,7 +172,8 @@ def _node(entry: Any, key: str, path: str, labels: Mapping[str, list], label_nam
         names = labels.get(label_name or key)
         if names is None and isinstance(content.get("names"), list):
             names = [str(x) for x in content["names"]]
-        num = int(n) if n is not None else (len(names) if names is not None else None)
+        num = _count(n, key, path, "ClassLabel numClasses") if n is not None else (
+            len(names) if names is not None else None)
         if names is not None and num is not None and len(names) != num:
             raise TFDSMetadataError(f"feature {key!r}: {label_name}.labels.txt holds {len(names)} class names but "
                                     f"ClassLabel has {num} classes", path)
