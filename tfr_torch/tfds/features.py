@@ -395,10 +395,35 @@ def _from_bytes(data: bytes, leaf: LeafNode, dynamic: Optional[list], key: str, 
     return _torch_from_numpy(array)
 
 
+def _fast_dct_jpeg(data: bytes, channels: Optional[int]) -> Optional[torch.Tensor]:
+    """A JPEG decoded as TFDS decodes it (TensorFlow's decode_image: libjpeg's fast integer inverse DCT, fancy
+    upsampling, EXIF ignored) when simplejpeg is installed (the `tfds` extra); None otherwise, or for what it does
+    not handle (CMYK, 2 or 4 channels asked for), which then goes through decode_image."""
+    if data[:2] != b"\xff\xd8" or channels not in (None, 0, 1, 3):
+        return None
+    try:
+        import simplejpeg
+    except ImportError:
+        return None
+    try:
+        space = simplejpeg.decode_jpeg_header(data)[2]
+        if space not in ("Gray", "GRAY", "RGB", "YCbCr") and channels in (None, 0):
+            return None
+        gray = channels == 1 or (channels in (None, 0) and space.upper() == "GRAY")
+        array = simplejpeg.decode_jpeg(data, colorspace="GRAY" if gray else "RGB", fastdct=True, fastupsample=False)
+    except ValueError:
+        return None  # decode_image reports it, with its own message
+    array = array.reshape(array.shape[0], array.shape[1], -1)
+    return torch.from_numpy(np.ascontiguousarray(np.moveaxis(array, -1, 0)))
+
+
 def _decode_image(data: bytes, channels: Optional[int], key: str, name: Optional[str]) -> torch.Tensor:
     from tfr_torch import decode_image
 
     label = f"{name} feature {key!r}" if name else f"feature {key!r}"
+    fast = _fast_dct_jpeg(data, channels)
+    if fast is not None:
+        return fast
     image = decode_image(data, name=label)
     if image.ndim != 3:
         raise DecodeError(f"{label}: decoded to shape {tuple(image.shape)}, expected [C, H, W]")
