@@ -522,6 +522,7 @@ def test_reading_never_imports_tensorflow(tmp_path):
             f"open({str(tmp_path / 'imported')!r}, 'a').write({name!r} + '\\n')\n"
             f"raise ImportError('tfr_torch must not import {name}')\n")
     code = f"""
+import sys
 import tfr_torch, tfr_torch.tfds
 items = list(tfr_torch.TFRecordDataset({str(DATASET)!r}, split="test", batch_size=3))
 pairs = list(tfr_torch.IndexedTFRecordDataset({str(DATASET)!r}, split="train", as_supervised=True))
