@@ -42,6 +42,7 @@ demo: install
 test: install-test
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 	@$(MAKE) --no-print-directory test-sanitizers
+	@$(MAKE) --no-print-directory fuzz-ci
 
 # The compiled core built with AddressSanitizer + UndefinedBehaviorSanitizer (build/sanitizers, never installed),
 # loaded through TFR_TORCH_NATIVE_LIB, runs the kernel, decode, differential and corruption tests: any report fails.
@@ -103,14 +104,16 @@ bench: install-test
 
 # Coverage-guided fuzzing of every decoder (fuzz/README.md): FUZZ_SECONDS per harness, executions and coverage
 # per harness printed, crashing inputs under build/fuzz/crashes/. fuzz-ci is the short, seeded pass for CI
-# (7 harnesses x 30 s, about 6 minutes with start-up); `make test` can call it with `$(MAKE) fuzz-ci`.
+# (7 harnesses x 30 s, about 6 minutes with start-up); `make test` runs it last, so a regression fails CI.
 FUZZ_SECONDS ?= 480
-fuzz: install-test
+$(VENV)/.installed-fuzz: $(VENV)/.installed-test
 	$(PIP) install -c $(VENV)/torch-constraint.txt -e ".[fuzz]"
+	@touch $@
+
+fuzz: $(VENV)/.installed-fuzz
 	$(PY) fuzz/run.py --seconds $(FUZZ_SECONDS)
 
-fuzz-ci: install-test
-	$(PIP) install -c $(VENV)/torch-constraint.txt -e ".[fuzz]"
+fuzz-ci: $(VENV)/.installed-fuzz
 	$(PY) fuzz/run.py --seconds 30 --seed 1
 
 # Regenerate tfr_torch/format/_proto/*_pb2.py from protos/ (needs grpcio-tools, installed by install-test).

@@ -60,7 +60,8 @@ def test_make_demo_installs_only_when_something_changed(tmp_path):
     os.utime(source, (later, later))  # a C source changed: rebuild
     assert any("-e ." in line for line in _make(tmp_path, "demo"))
     os.utime(tmp_path / "venv" / ".installed", (later + 10, later + 10))
-    (tmp_path / "venv" / ".installed-test").touch()
-    os.utime(tmp_path / "venv" / ".installed-test", (later + 20, later + 20))
+    for stamp in (".installed-test", ".installed-fuzz"):
+        (tmp_path / "venv" / stamp).touch()
+        os.utime(tmp_path / "venv" / stamp, (later + 20, later + 20))
     lines = _make(tmp_path, "test")  # the suite (and whatever else `make test` runs), nothing installed
     assert lines[0] == "venv/bin/python -m pytest -q" and not any("pip" in line for line in lines), lines
