@@ -35,8 +35,9 @@ def test_quickstart_keeps_files_in_the_folder_it_is_given(tmp_path):
 
 def _make(folder, *targets):
     """The commands `make -n TARGETS` would run in `folder` (a copy of the Makefile and what it depends on)."""
-    result = subprocess.run(["make", "-n", *targets, "VENV=venv"], cwd=folder, capture_output=True, text=True,
-                            timeout=60)
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS", "MAKEOVERRIDES")}
+    result = subprocess.run(["make", "--no-print-directory", "-n", *targets, "VENV=venv"], cwd=folder,
+                            capture_output=True, text=True, timeout=60, env=env)  # as if typed (not under make)
     assert result.returncode == 0, result.stderr
     return [line.strip() for line in result.stdout.splitlines()]
 
