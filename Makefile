@@ -52,7 +52,7 @@ CC ?= cc
 test-sanitizers: install-test
 	@asan=$$($(CC) -print-file-name=libasan.so); ubsan=$$($(CC) -print-file-name=libubsan.so); \
 	if [ ! -e "$$asan" ] || [ ! -e "$$ubsan" ]; then echo "test-sanitizers: skipped ($(CC) has no libasan/libubsan)"; exit 0; fi; \
-	rm -rf build/sanitizers build/sanitizers-tmp; \
+	rm -rf build/sanitizers build/sanitizers-tmp; mkdir -p build; \
 	TFR_TORCH_CFLAGS="$(SANITIZE)" TFR_TORCH_LDFLAGS="-fsanitize=address,undefined" \
 	  $(PY) setup.py -q build_ext --build-lib build/sanitizers --build-temp build/sanitizers-tmp > build/sanitizers.log 2>&1 \
 	  || { cat build/sanitizers.log; exit 1; }; \
@@ -107,7 +107,7 @@ bench: install-test
 # (7 harnesses x 30 s, about 6 minutes with start-up); `make test` runs it last, so a regression fails CI.
 FUZZ_SECONDS ?= 480
 $(VENV)/.installed-fuzz: $(VENV)/.installed-test
-	$(PIP) install -c $(VENV)/torch-constraint.txt -e ".[fuzz]"
+	$(PIP) install -c $(VENV)/torch-constraint.txt -c $(TEST_CONSTRAINTS) -e ".[fuzz]"
 	@touch $@
 
 fuzz: $(VENV)/.installed-fuzz

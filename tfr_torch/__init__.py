@@ -76,7 +76,17 @@ _EXPORTS = {
     "convert_dataset": "tfr_torch.tools.convert",
 }
 
-__all__ = ["__version__", *sorted(_EXPORTS)]
+# written out (not computed) so that type checkers see the re-exports; a test keeps it equal to _EXPORTS
+__all__ = ["__version__", "CachedDataset", "CorruptRecordError", "DecodeError", "ExamplePlan", "FixedLenFeature",
+    "FixedLenSequenceFeature", "IndexMismatchError", "IndexedTFRecordDataset", "RaggedFeature", "RaggedTensor",
+    "RecordReader", "RowLengths", "RowLimits", "RowSplits", "RowStarts", "ShardedWriter", "SkippedRecordWarning",
+    "SparseBytes", "SparseFeature", "TFRecordDataset", "TFRecordError", "TFRecordWriter", "TruncatedRecordError",
+    "UniformRowLength", "ValueRowIds", "VarLenFeature", "backend", "build_index", "check_index", "compile_features",
+    "convert_dataset", "convert_image_folder", "decode_example", "decode_image", "decode_raw",
+    "decode_sequence_example", "encode_example", "encode_sequence_example", "expand_paths", "image_backends",
+    "infer_features", "parse_example", "parse_sequence_example", "parse_single_example",
+    "parse_single_sequence_example", "parse_tensor", "read_index", "read_records", "serialize_tensor", "set_backend",
+    "string", "to_padded"]
 
 if TYPE_CHECKING:  # pragma: no cover
     from tfr_torch.errors import (

@@ -8,6 +8,7 @@ an integer that does not fit raises DecodeError naming the key.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Union
 
@@ -106,7 +107,7 @@ class FixedLenFeature:
     """A dense feature of a fixed shape, as tf.io.FixedLenFeature: result `[B, *shape]` (no batch dimension in
     the single forms). Missing without `default_value` is an error; a wrong value count is an error."""
 
-    shape: tuple[int, ...]
+    shape: Sequence[int]  # any sequence of ints; stored as a tuple
     dtype: DType
     default_value: Any = None
 
@@ -236,7 +237,7 @@ class FixedLenSequenceFeature:
     """Variable-length rows of fixed-shape items, as tf.io.FixedLenSequenceFeature: `[B, T, *shape]` padded with
     `default_value` (or 0). `allow_missing=True` is required in parse_example."""
 
-    shape: tuple[int, ...]
+    shape: Sequence[int]  # any sequence of ints; stored as a tuple
     dtype: DType
     allow_missing: bool = False
     default_value: Any = None

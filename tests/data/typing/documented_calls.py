@@ -1,0 +1,27 @@
+"""Calls as the README documents them: `mypy --strict` must accept them (tests/test_typing.py)."""
+
+import torch
+from torch.utils.data import DataLoader
+
+import tfr_torch
+
+spec = {
+    "label": tfr_torch.FixedLenFeature([], torch.int64),
+    "x": tfr_torch.FixedLenFeature([3], torch.float32, default_value=[0.0, 0.0, 0.0]),
+    "tags": tfr_torch.VarLenFeature(torch.int64),
+    "name": tfr_torch.FixedLenFeature([], tfr_torch.string),
+}
+ds = tfr_torch.TFRecordDataset("data/*.tfrecord", spec, batch_size=64, shuffle=True)
+auto = tfr_torch.TFRecordDataset(["a.tfrecord"], "auto")
+indexed = tfr_torch.IndexedTFRecordDataset("a.tfrecord", "auto")
+loader = DataLoader(ds, batch_size=None, num_workers=2)
+out = tfr_torch.parse_example([b""], spec)
+one = tfr_torch.parse_single_example(b"", spec)
+record: bytes = tfr_torch.encode_example({"label": 1, "x": [1.0, 2.0, 3.0], "name": b"n"})
+image: torch.Tensor = tfr_torch.decode_image(b"", mode="RGB")
+images: list[torch.Tensor] = tfr_torch.decode_image([b"", b""], device="cuda")
+raw: torch.Tensor = tfr_torch.decode_raw(b"", torch.uint8)
+with tfr_torch.TFRecordWriter("out.tfrecord") as writer:
+    writer.write(record)
+for r in tfr_torch.read_records("out.tfrecord"):
+    n: int = len(r)
