@@ -116,7 +116,8 @@ fuzz: $(VENV)/.installed-fuzz
 fuzz-ci: $(VENV)/.installed-fuzz
 	$(PY) fuzz/run.py --seconds 30 --seed 1
 
-# Regenerate tfr_torch/format/_proto/*_pb2.py from protos/ (needs grpcio-tools, installed by install-test).
+# Regenerate tfr_torch/format/_proto/*_pb2.py and their *_pb2.pyi stubs from protos/ (needs grpcio-tools, installed
+# by install-test); tests/test_protos.py fails when the committed ones are stale.
 protos: install-test
 	$(PY) protos/generate.py
 

@@ -1,7 +1,8 @@
-"""Regenerate tfr_torch/format/_proto/*_pb2.py from the .proto files in protos/.
+"""Regenerate tfr_torch/format/_proto/*_pb2.py and their *_pb2.pyi type stubs from the .proto files in protos/.
 
 Run `python protos/generate.py` (needs grpcio-tools, which bundles protoc). `--check` exits 1
-when the committed modules differ from what the .proto files produce.
+when the committed modules or stubs differ from what the .proto files produce. The stubs (protoc's
+`--pyi_out`) let mypy check the code that builds and reads these messages.
 
 Two edits are made to protoc's output, both so that tfr_torch can live in one process with TensorFlow:
 - the descriptors go into tfr_torch's own descriptor pool, not protobuf's default pool, so that
@@ -56,15 +57,25 @@ def _postprocess(source: str) -> str:
     return source
 
 
+def _postprocess_stub(source: str) -> str:
+    source = _CROSS_IMPORT.sub(r"from tfr_torch.format._proto import \1 as \2", source)
+    if "tensorflow.core" in source:
+        raise RuntimeError("unexpected protoc output: post-processing left an import of tensorflow.core in a stub")
+    return source
+
+
 def generate() -> dict[str, str]:
-    """Return {module file name: source} for every generated module."""
+    """Return {file name: source} for every generated module (`*_pb2.py`) and its stub (`*_pb2.pyi`)."""
     with tempfile.TemporaryDirectory() as tmp:
-        cmd = [sys.executable, "-m", "grpc_tools.protoc", f"-I{PROTO_ROOT}", f"--python_out={tmp}", *PROTOS]
+        cmd = [sys.executable, "-m", "grpc_tools.protoc", f"-I{PROTO_ROOT}", f"--python_out={tmp}",
+               f"--pyi_out={tmp}", *PROTOS]
         subprocess.run(cmd, check=True, cwd=ROOT)
         out = {}
         for proto in PROTOS:
             generated = Path(tmp) / proto.replace(".proto", "_pb2.py")
             out[generated.name] = _postprocess(generated.read_text())
+            stub = generated.with_suffix(".pyi")
+            out[stub.name] = _postprocess_stub(stub.read_text())
         return out
 
 
@@ -81,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             target.write_text(source)
     if stale:
-        print("stale generated modules (run `python protos/generate.py`): " + ", ".join(stale), file=sys.stderr)
+        print("stale generated modules or stubs (run `python protos/generate.py`): " + ", ".join(stale), file=sys.stderr)
         return 1
     return 0
 

@@ -1,4 +1,4 @@
-"""The committed *_pb2.py modules are what protos/generate.py makes from protos/*.proto."""
+"""The committed *_pb2.py modules and their *_pb2.pyi stubs are what protos/generate.py makes from protos/*.proto."""
 
 import subprocess
 import sys
