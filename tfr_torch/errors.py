@@ -6,6 +6,9 @@ Errors about arguments are plain `ValueError`/`TypeError`.
 
 from __future__ import annotations
 
+from typing import Any
+
+
 __all__ = [
     "TFRecordError",
     "CorruptRecordError",
@@ -37,11 +40,12 @@ class TFRecordError(Exception):
             where = f"offset {self.offset}: "
         return where + self.message
 
-    def __reduce__(self):  # keep path/offset when pickled across DataLoader workers
+    def __reduce__(self) -> tuple[Any, ...]:  # keep path/offset when pickled across DataLoader workers
         return (_rebuild, (type(self), self.message, self.path, self.offset, self.__dict__))
 
 
-def _rebuild(cls, message, path, offset, state):
+def _rebuild(cls: type[TFRecordError], message: str, path: str | None, offset: int | None,
+             state: dict[str, Any]) -> TFRecordError:
     err = cls.__new__(cls)
     TFRecordError.__init__(err, message, path, offset)
     err.__dict__.update(state)

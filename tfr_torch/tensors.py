@@ -76,7 +76,7 @@ def _dtype_code(dtype: Any) -> int:
                      "or tfr_torch.string")
 
 
-def parse_tensor(data: bytes, dtype: Any = None, *, max_bytes: int | None = MAX_TENSOR_BYTES) -> Union[torch.Tensor, list, bytes]:
+def parse_tensor(data: bytes, dtype: Any = None, *, max_bytes: int | None = MAX_TENSOR_BYTES) -> Union[torch.Tensor, list[Any], bytes]:
     """Parse a serialized TensorProto (from `tf.io.serialize_tensor` or `serialize_tensor`) into a torch.Tensor.
 
     `dtype` (a torch dtype, a name such as "float32", or tfr_torch.string), when given, must match the stored
@@ -98,7 +98,8 @@ def parse_tensor(data: bytes, dtype: Any = None, *, max_bytes: int | None = MAX_
             raise DecodeError(f"type mismatch: the serialized tensor is {DTYPES[decoded.dtype][0]}, "
                               f"but dtype {DTYPES[want][0]} was asked for")
     if decoded.dtype == DataType.STRING:
-        return decoded.values
+        strings: list[Any] | bytes = decoded.values  # nested lists of bytes (a scalar: bytes)
+        return strings
     values = decoded.values
     if decoded.dtype == DataType.BFLOAT16:
         return torch.from_numpy(values.view(np.int16)).view(torch.bfloat16)

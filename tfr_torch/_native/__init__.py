@@ -26,9 +26,10 @@ def _load() -> Optional[ModuleType]:
     AddressSanitizer / UndefinedBehaviorSanitizer, see `make test-sanitizers`)."""
     path = os.environ.get("TFR_TORCH_NATIVE_LIB")
     if not path:
-        from tfr_torch._native import _core  # type: ignore[attr-defined]
+        from tfr_torch._native import _core  # type: ignore[attr-defined]  # the compiled extension: no stub
 
-        return _core
+        core: ModuleType = _core
+        return core
     import importlib.machinery
     import importlib.util
     import sys

@@ -11,7 +11,7 @@ and raises DecodeError otherwise. This is the reference the compiled decoder (tf
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NamedTuple, Union
+from typing import NamedTuple, Union, cast
 
 import numpy as np
 
@@ -25,7 +25,7 @@ _TAG_BYTES, _TAG_FLOAT, _TAG_INT64 = 0x0A, 0x12, 0x1A
 KINDS = {_TAG_BYTES: "bytes", _TAG_FLOAT: "float", _TAG_INT64: "int64"}
 _TAG_OF = {v: k for k, v in KINDS.items()}
 
-Values = Union[np.ndarray, list]
+Values = Union[np.ndarray, list[bytes]]
 
 
 class Column(NamedTuple):
@@ -136,7 +136,7 @@ def decode_column(raws: Sequence[bytes | None], kind: str, key: str) -> Column:
     present = np.zeros(n, dtype=bool)
     counts = np.zeros(n, dtype=np.int64)
     if kind == "bytes":
-        out: list = []
+        out: list[bytes] = []
         for i, raw in enumerate(raws):
             if raw is None:
                 continue
@@ -170,7 +170,7 @@ def decode_column(raws: Sequence[bytes | None], kind: str, key: str) -> Column:
         fast = _bulk_numeric(raws, tag, kind, key)
     if fast is not None:
         return fast
-    chunks: list = []
+    chunks: list[memoryview | None] = []  # None where `slow` holds the record's values
     slow: dict[int, np.ndarray] = {}
     for i, raw in enumerate(raws):
         if raw is None:
@@ -183,7 +183,7 @@ def decode_column(raws: Sequence[bytes | None], kind: str, key: str) -> Column:
             if found != kind:
                 raise ColumnKindError(key, i, found, kind)
             present[i] = True
-            slow[i] = values
+            slow[i] = np.asarray(values)  # a numeric kind: already an array
             chunks.append(None)
             continue
         found_tag, start = split
@@ -200,7 +200,7 @@ def decode_column(raws: Sequence[bytes | None], kind: str, key: str) -> Column:
         counts[present] = [len(p) for p in pieces]
         dtype = np.float32 if kind == "float" else np.int64
         return Column(present, counts, np.concatenate(pieces).astype(dtype, copy=False) if pieces else np.zeros(0, dtype))
-    values, per_chunk = _decode_payloads(chunks, kind, key)
+    values, per_chunk = _decode_payloads(cast("list[memoryview]", chunks), kind, key)  # no None without `slow`
     counts[present] = per_chunk
     return Column(present, counts, values)
 
@@ -278,9 +278,9 @@ def _bulk_numeric(raws: Sequence[bytes | None], tag: int, kind: str, key: str) -
     n = len(raws)
     if None in raws:
         present = np.fromiter((raw is not None for raw in raws), dtype=bool, count=n)
-        chosen = [raw for raw in raws if raw is not None]
+        chosen: Sequence[bytes] = [raw for raw in raws if raw is not None]
     else:
-        present, chosen = np.ones(n, dtype=bool), raws
+        present, chosen = np.ones(n, dtype=bool), cast("Sequence[bytes]", raws)  # no None in it
     if not chosen:
         return None
     sizes = np.fromiter(map(len, chosen), dtype=np.int64, count=len(chosen))
@@ -335,7 +335,7 @@ def _bulk_numeric(raws: Sequence[bytes | None], tag: int, kind: str, key: str) -
     return Column(present, counts, values)
 
 
-def _decode_payloads(chunks: list, kind: str, key: str) -> tuple[np.ndarray, np.ndarray]:
+def _decode_payloads(chunks: Sequence[bytes | memoryview], kind: str, key: str) -> tuple[np.ndarray, np.ndarray]:
     """Decode packed payloads; return (all values, count per payload)."""
     sizes = np.fromiter((len(c) for c in chunks), dtype=np.int64, count=len(chunks))
     flat = np.frombuffer(b"".join(chunks), dtype=np.uint8)

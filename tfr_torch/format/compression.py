@@ -90,7 +90,7 @@ def detect_compression(head: bytes) -> str:
     return NONE
 
 
-def make_compressor(compression: str, level: int | None):
+def make_compressor(compression: str, level: int | None) -> zlib._Compress:
     """Return a zlib compressor that writes the bytes TensorFlow writes for this compression and level."""
     if level is None:
         level = zlib.Z_DEFAULT_COMPRESSION
@@ -128,7 +128,7 @@ class Inflater:
             self._pending = self._raw.read(self._chunk)
         return bool(self._pending)
 
-    def readinto(self, view) -> int:
+    def readinto(self, view: bytearray | memoryview) -> int:
         """Fill `view` with decompressed bytes; return how many (0 only at the end of the stream).
 
         A corrupt or truncated stream raises CorruptRecordError / TruncatedRecordError, but only once every byte
@@ -142,7 +142,7 @@ class Inflater:
         try:
             filled = self._inflate(view)
         except (CorruptRecordError, TruncatedRecordError) as err:
-            filled = err.filled  # type: ignore[attr-defined]
+            filled = err.filled  # type: ignore[union-attr]  # attached by _inflate's failure() (issue 17: declare it)
             if not filled:
                 self._eof = self._failed = True
                 raise
@@ -154,9 +154,9 @@ class Inflater:
         want = len(view)
         filled = 0
 
-        def failure(cls, message: str) -> Exception:
+        def failure(cls: type[CorruptRecordError | TruncatedRecordError], message: str) -> Exception:
             err = cls(message, self._path, self.position + filled)
-            err.filled = filled
+            err.filled = filled  # type: ignore[union-attr]  # read back by readinto (issue 17: declare it)
             return err
 
         while filled < want and not self._eof:

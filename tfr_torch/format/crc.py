@@ -9,7 +9,7 @@ __all__ = ["crc32c", "masked_crc32c", "unmask_crc32c"]
 _MASK_DELTA = 0xA282EAD8
 
 
-def masked_crc32c(data) -> int:
+def masked_crc32c(data: bytes | bytearray | memoryview) -> int:
     """Return TFRecord's masked CRC-32C of a bytes-like object."""
     crc = crc32c(data)
     return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF

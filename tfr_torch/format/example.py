@@ -32,14 +32,14 @@ __all__ = [
 
 
 
-class ByteStrings(list):
+class ByteStrings(list[bytes]):
     """The values of a bytes_list feature as decoded: a plain list of bytes that remembers its kind, so that an
     empty one encodes back to an empty bytes_list (a bare `[]` has no kind and is refused by encode_example)."""
 
     __slots__ = ()
 
 
-FeatureValue = Union[np.ndarray, list]  # float32/int64 arrays, or lists of bytes
+FeatureValue = Union[np.ndarray, list[bytes]]  # float32/int64 arrays, or lists of bytes
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
@@ -55,7 +55,8 @@ def _torch_to_numpy(value: Any) -> np.ndarray:
     value = value.detach().cpu()
     if value.dtype == torch.bfloat16:
         value = value.to(torch.float32)
-    return value.contiguous().numpy()
+    array: np.ndarray = value.contiguous().numpy()
+    return array
 
 
 def _array_feature(key: str, array: np.ndarray, feature: feature_pb2.Feature) -> None:
@@ -85,7 +86,7 @@ def _array_feature(key: str, array: np.ndarray, feature: feature_pb2.Feature) ->
                         "int64, float32 or bytes: expected bool, int, uint, float, bytes or str values)")
 
 
-def _list_feature(key: str, items: list, feature: feature_pb2.Feature, nested_ok: bool = True) -> None:
+def _list_feature(key: str, items: list[Any], feature: feature_pb2.Feature, nested_ok: bool = True) -> None:
     if not items and isinstance(items, ByteStrings):
         feature.bytes_list.SetInParent()
         return

@@ -13,7 +13,7 @@ import re
 import tempfile
 import uuid
 from collections.abc import Iterable, Iterator
-from typing import IO, Union
+from typing import IO, Any, Union
 
 __all__ = ["PathLike", "as_path", "is_url", "expand_paths", "side_file_kind", "open_input", "exists", "file_size",
            "file_sizes", "AtomicOutput", "atomic_output"]
@@ -42,7 +42,7 @@ def is_url(path: str) -> bool:
     return _URL.match(path) is not None and not path.startswith("file://")
 
 
-def _fsspec(path: str):
+def _fsspec(path: str) -> tuple[Any, str]:
     """Return (filesystem, path inside it) for a URL, with a clear error when a package is missing."""
     try:
         import fsspec
@@ -52,7 +52,8 @@ def _fsspec(path: str):
             "pip install 'tfr_torch[fsspec]' (plus s3fs for s3://, gcsfs for gs://, adlfs for az://)"
         ) from exc
     try:
-        return fsspec.core.url_to_fs(path)
+        fs, inner = fsspec.core.url_to_fs(path)
+        return fs, str(inner)
     except ImportError as exc:
         protocol = path.partition("://")[0]
         raise ImportError(f"cannot open {path!r}: fsspec has no usable implementation of {protocol}:// ({exc})") from exc
@@ -142,7 +143,8 @@ def open_input(path: PathLike, block_size: int = 8 << 20) -> IO[bytes]:
     if is_url(path):
         fs, inner = _fsspec(path)
         try:
-            return fs.open(inner, "rb", block_size=block_size)
+            stream: IO[bytes] = fs.open(inner, "rb", block_size=block_size)
+            return stream
         except FileNotFoundError:
             raise FileNotFoundError(f"no such file: {path!r}") from None
     return open(path, "rb", buffering=0)
@@ -169,10 +171,10 @@ def file_size(path: PathLike) -> int:
 def file_sizes(paths: Iterable[PathLike]) -> list[int | None]:
     """The size of each file, or None where no such file exists (a folder counts as missing). Cheap for many
     files behind a URL: one listing per folder, not one request per file."""
-    paths = [as_path(p) for p in paths]
-    out: list[int | None] = [None] * len(paths)
+    names = [as_path(p) for p in paths]
+    out: list[int | None] = [None] * len(names)
     listings: dict[str, dict[str, int] | None] = {}
-    for i, path in enumerate(paths):
+    for i, path in enumerate(names):
         if not is_url(path):
             try:
                 st = os.stat(path)

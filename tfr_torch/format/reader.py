@@ -11,8 +11,8 @@ import operator
 import os
 import struct
 import warnings
-from collections.abc import Callable, Iterator
-from typing import IO, Union
+from collections.abc import Callable, Generator, Iterator
+from typing import IO, Protocol, Union, cast
 
 from tfr_torch import _native
 from tfr_torch.errors import CorruptRecordError, DecodeError, SkippedRecordWarning, TFRecordError, TruncatedRecordError
@@ -32,6 +32,12 @@ _SCAN_BATCH = 4096  # records the compiled kernel frames per call
 _NO_END = float("inf")
 
 OnError = Union[str, Callable[[TFRecordError], None]]
+
+class _Stream(Protocol):
+    """What the record loop reads from: a file opened by open_input, `_Prefixed` or an `Inflater`."""
+
+    def readinto(self, view: memoryview, /) -> int: ...
+
 
 _unpack_header = struct.Struct("<QI").unpack_from
 _unpack_crc = struct.Struct("<I").unpack_from
@@ -91,9 +97,9 @@ class RecordReader:
         except BaseException:
             self._raw.close()
             raise
-        self._gen: Iterator[bytes] | None = None
+        self._gen: Generator[bytes, None, None] | None = None
 
-    def _open(self, compression: str) -> tuple[str, object, int | None]:
+    def _open(self, compression: str) -> tuple[str, _Stream, int | None]:
         raw = self._raw
         head = b""
         if compression == "auto":
@@ -103,7 +109,7 @@ class RecordReader:
                 compression = detect_compression(head)
         if compression == NONE:
             total = _size_of(raw)
-            stream = raw
+            stream: _Stream = cast(_Stream, raw)  # open_input's files (FileIO, fsspec's) all have readinto
             if head or self.start:
                 if _seekable(raw):
                     raw.seek(self.start)
@@ -113,14 +119,14 @@ class RecordReader:
                         raise TruncatedRecordError(f"cannot start reading at offset {self.start}: the file is shorter",
                                                    self.path, self.start)
             return NONE, stream, total
-        stream = Inflater(raw, compression, self.path, head=head)
+        inflater = Inflater(raw, compression, self.path, head=head)
         if self.start:
-            skipped = stream.skip(self.start)
+            skipped = inflater.skip(self.start)
             if skipped < self.start:
                 raise TruncatedRecordError(
                     f"cannot start reading at offset {self.start}: the decompressed stream has only {skipped} bytes",
                     self.path, self.start)
-        return compression, stream, None
+        return compression, inflater, None
 
     def __iter__(self) -> Iterator[bytes]:
         if self._gen is None:
@@ -141,7 +147,7 @@ class RecordReader:
     def __enter__(self) -> RecordReader:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def _fail(self, err: TFRecordError) -> None:
@@ -150,7 +156,7 @@ class RecordReader:
         self.skipped += 1
         self._policy(err)
 
-    def _records(self) -> Iterator[bytes]:
+    def _records(self) -> Generator[bytes, None, None]:
         """The hot loop. `buf[lo:hi]` holds unread bytes; `base` is the stream offset of `buf[0]`."""
         readinto = self._stream.readinto
         total = self._total
@@ -189,18 +195,18 @@ class RecordReader:
                     eof = True
                 hi += n
 
-        compressed = isinstance(self._stream, Inflater)
+        inflater = self._stream if isinstance(self._stream, Inflater) else None
 
         def next_member() -> bool:
             """After a corruption in a compressed stream, nothing later in that member can be trusted (a damaged
             back-reference can copy earlier records whose CRCs pass): drop what is buffered and go on at the next
             gzip member (or the end). True when reading goes on."""
             nonlocal lo, hi, base, eof, broken
-            if not compressed:
+            if inflater is None:
                 return False
-            self._stream.abandon_member()
+            inflater.abandon_member()
             lo = hi = 0
-            base = self._stream.position
+            base = inflater.position
             eof = broken = False
             return True
 
@@ -346,7 +352,7 @@ class _Prefixed:
         self._head = memoryview(head)
         self._raw = raw
 
-    def readinto(self, view) -> int:
+    def readinto(self, view: memoryview, /) -> int:
         if self._head.nbytes:
             n = min(len(view), self._head.nbytes)
             view[:n] = self._head[:n]
@@ -360,7 +366,7 @@ class _Prefixed:
         return len(data)
 
 
-def _skip(stream, count: int) -> int:
+def _skip(stream: _Stream, count: int) -> int:
     scratch = bytearray(min(count, 1 << 20))
     done = 0
     while done < count:
@@ -501,5 +507,5 @@ class RecordFile:
     def __enter__(self) -> RecordFile:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()

@@ -49,7 +49,7 @@ _INDEX_LINE = re.compile(rb"\s*\d+[ \t]+\d+[ \t]*\r?\n")
 _TEXT_BYTES = frozenset(range(0x20, 0x7F)) | {0x09, 0x0A, 0x0D}
 
 
-def describe(head: bytes) -> str | None:
+def describe(head: bytes | bytearray | memoryview) -> str | None:
     """What the first bytes of a file look like ("a JPEG image", "JSON text", ...), or None when they look like
     nothing known. A few hundred bytes give the best answer; 12 are enough for most formats."""
     head = bytes(head)
@@ -93,7 +93,7 @@ def _as_text(head: bytes) -> str | None:
     return text if printable == len(text) else None
 
 
-def not_a_tfrecord(head: bytes, compressed: str | None = None) -> str | None:
+def not_a_tfrecord(head: bytes | bytearray | memoryview, compressed: str | None = None) -> str | None:
     """The sentence an error at offset 0 should start with when `head` (the first bytes of the file, or of its
     decompressed stream when `compressed` names the compression) is clearly not TFRecord data; else None.
 
@@ -112,7 +112,8 @@ def not_a_tfrecord(head: bytes, compressed: str | None = None) -> str | None:
     return f"not a TFRecord file: it starts like {what}"
 
 
-def header_message(head: bytes, offset: int, computed: int, stored: int, compression: str | None = None) -> str:
+def header_message(head: bytes | bytearray | memoryview, offset: int, computed: int, stored: int,
+                   compression: str | None = None) -> str:
     """The message of a corrupt record header: at offset 0, what the file looks like when it is clearly not
     TFRecord data; otherwise (and for a real TFRecord file with a damaged first header) the two CRCs."""
     crcs = f"the CRC of its length field is {computed:#010x}, expected {stored:#010x} (stored in the header)"

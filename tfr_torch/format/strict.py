@@ -26,7 +26,8 @@ decodes one raw Feature. All run in linear time.
 
 from __future__ import annotations
 
-from typing import Union
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Union
 
 import numpy as np
 from google.protobuf import descriptor_pb2, message_factory
@@ -39,7 +40,8 @@ from tfr_torch.format._proto._pool import POOL
 __all__ = ["example_features", "sequence_example_features", "decode_feature", "walk_example",
            "walk_sequence_example", "Values"]
 
-Values = Union[np.ndarray, list]
+Values = Union[np.ndarray, list[bytes]]
+_Buf = Union[bytes, memoryview]  # a record, or a view into one
 _KINDS = {0x0A: "bytes", 0x12: "float", 0x1A: "int64"}
 _WIRE_NAMES = {0: "varint", 1: "fixed64", 2: "length-delimited", 3: "group start", 4: "group end", 5: "fixed32"}
 
@@ -54,7 +56,7 @@ class _Bad(Exception):
 
 # --------------------------------------------------------------------------------------------- wire primitives
 
-def _varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
+def _varint(buf: _Buf, pos: int, end: int) -> tuple[int, int]:
     """A base-128 varint at `pos` (at most 10 bytes, within `end`): (value, position after it)."""
     start = pos
     result = shift = 0
@@ -71,7 +73,7 @@ def _varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
             raise _Bad(start, "has a varint longer than 10 bytes")
 
 
-def _tag(buf: bytes, pos: int, end: int) -> tuple[int, int, int]:
+def _tag(buf: _Buf, pos: int, end: int) -> tuple[int, int, int]:
     """A field tag at `pos`: (field number, wire type, position after it). Padded (non-minimal) tags, field
     number 0 and unknown wire types are errors."""
     byte = buf[pos]
@@ -90,7 +92,7 @@ def _tag(buf: bytes, pos: int, end: int) -> tuple[int, int, int]:
     return number, wire, after
 
 
-def _delimited(buf: bytes, pos: int, end: int, what: str) -> tuple[int, int]:
+def _delimited(buf: _Buf, pos: int, end: int, what: str) -> tuple[int, int]:
     """The payload bounds (start, stop) of a length-delimited field whose length varint is at `pos`."""
     length, start = _varint(buf, pos, end)
     if length > end - start:
@@ -98,7 +100,7 @@ def _delimited(buf: bytes, pos: int, end: int, what: str) -> tuple[int, int]:
     return start, start + length
 
 
-def _skip(buf: bytes, pos: int, end: int, wire: int) -> int:
+def _skip(buf: _Buf, pos: int, end: int, wire: int) -> int:
     """Skip an unknown field's value (wire types 0, 1, 2, 5); return the position after it."""
     if wire == 0:
         return _varint(buf, pos, end)[1]
@@ -112,7 +114,7 @@ def _skip(buf: bytes, pos: int, end: int, wire: int) -> int:
 
 # --------------------------------------------------------------------------------------------- message walks
 
-def _entry(buf: bytes, pos: int, end: int, what: str) -> tuple[str, int, int]:
+def _entry(buf: _Buf, pos: int, end: int, what: str) -> tuple[str, int, int]:
     """A map entry in buf[pos:end]: (key, value start, value stop)."""
     entry_start = pos
     key: str | None = None
@@ -143,7 +145,7 @@ def _entry(buf: bytes, pos: int, end: int, what: str) -> tuple[str, int, int]:
     return key, value[0], value[1]
 
 
-def _features(buf: bytes, pos: int, end: int, out: dict, what: str = "feature") -> None:
+def _features(buf: _Buf, pos: int, end: int, out: dict[str, tuple[int, int]], what: str = "feature") -> None:
     """Entries of a Features message in buf[pos:end] into `out` (key -> (start, stop) of the raw Feature)."""
     while pos < end:
         if buf[pos] != 0x0A:
@@ -155,7 +157,7 @@ def _features(buf: bytes, pos: int, end: int, out: dict, what: str = "feature") 
         out[key] = (vstart, vstop)
 
 
-def _message_fields(buf: bytes, fields: dict, what: str):
+def _message_fields(buf: _Buf, fields: dict[int, Callable[[int, int], None]], what: str) -> None:
     """Walk a top-level message whose known fields (all length-delimited) are in `fields` (number -> handler
     taking (start, stop)); unknown fields are skipped."""
     pos, end = 0, len(buf)
@@ -200,7 +202,7 @@ def walk_sequence_example(data: bytes) -> tuple[dict[str, bytes], dict[str, list
     return {key: bytes(buf[s:e]) for key, (s, e) in context.items()}, steps
 
 
-def _feature_list(buf, pos: int, end: int, key: str) -> list[bytes]:
+def _feature_list(buf: _Buf, pos: int, end: int, key: str) -> list[bytes]:
     out = []
     while pos < end:
         if buf[pos] != 0x0A:
@@ -222,7 +224,7 @@ def _error(bad: _Bad, what: str, size: int) -> DecodeError:
 
 # --------------------------------------------------------------------------------------------- fast checks
 
-def _list_views():
+def _list_views() -> tuple[Any, Any]:
     """Message classes that read an Example / SequenceExample with every map entry kept as a list item with
     explicit presence (proto2 `optional`), for the size checks in `example_features`."""
     fdp = descriptor_pb2.FileDescriptorProto(name="tfr_torch/strict_views.proto", package="tfr_torch_strict",
@@ -244,7 +246,10 @@ def _list_views():
     message("SequenceExample", ("context", 1, O, M, ".tfr_torch_strict.Features"),
             ("feature_lists", 2, O, M, ".tfr_torch_strict.FeatureLists"))
     POOL.Add(fdp)
-    get = lambda name: message_factory.GetMessageClass(POOL.FindMessageTypeByName(f"tfr_torch_strict.{name}"))
+
+    def get(name: str) -> Any:
+        return message_factory.GetMessageClass(POOL.FindMessageTypeByName(f"tfr_torch_strict.{name}"))
+
     return get("Example"), get("SequenceExample")
 
 
@@ -267,7 +272,7 @@ def is_canonical_example(data: bytes, parsed: raw_example_pb2.RawExample) -> boo
     return view.ByteSize() == size and len(view.features.feature) == len(parsed.features.feature)
 
 
-def example_features(data: bytes) -> dict[str, bytes] | object:
+def example_features(data: bytes) -> Mapping[str, bytes]:
     """The features of a serialized Example as {key: raw Feature bytes} (a mapping with `get`), under the rules.
 
     Canonical records (all that TensorFlow and tfr_torch write, in any entry order) take protobuf's C parser and
@@ -293,7 +298,7 @@ def is_canonical_sequence_example(data: bytes, parsed: raw_example_pb2.RawSequen
             and len(view.feature_lists.feature_list) == len(parsed.feature_lists.feature_list))
 
 
-def sequence_example_features(data: bytes) -> tuple[object, object]:
+def sequence_example_features(data: bytes) -> tuple[Mapping[str, bytes], Mapping[str, Sequence[bytes]]]:
     """(context {key: raw Feature}, feature lists {key: sequence of raw Features}) of a serialized
     SequenceExample under the rules; like `example_features`."""
     try:
@@ -334,7 +339,7 @@ def decode_feature(raw: bytes, key: str = "?") -> tuple[str | None, Values]:
         raise err from None
 
 
-def _decode_feature(buf, end: int) -> tuple[str | None, Values]:
+def _decode_feature(buf: _Buf, end: int) -> tuple[str | None, Values]:
     if end == 0:
         return None, []
     tag = buf[0]
@@ -358,7 +363,7 @@ def _decode_feature(buf, end: int) -> tuple[str | None, Values]:
     return kind, _numeric_list(buf, start, stop, 0x08, "int64")
 
 
-def _bytes_list(buf, pos: int, end: int) -> list:
+def _bytes_list(buf: _Buf, pos: int, end: int) -> list[bytes]:
     out = []
     while pos < end:
         if buf[pos] != 0x0A:
@@ -369,7 +374,7 @@ def _bytes_list(buf, pos: int, end: int) -> list:
     return out
 
 
-def _numeric_list(buf, pos: int, end: int, unpacked_tag: int, kind: str) -> np.ndarray:
+def _numeric_list(buf: _Buf, pos: int, end: int, unpacked_tag: int, kind: str) -> np.ndarray:
     dtype = np.float32 if kind == "float" else np.int64
     if pos == end:
         return np.zeros(0, dtype=dtype)
@@ -393,7 +398,7 @@ def _numeric_list(buf, pos: int, end: int, unpacked_tag: int, kind: str) -> np.n
             return _few_varints(run, start)
         return _packed_varints(np.frombuffer(run, dtype=np.uint8), start)
     if buf[pos] == unpacked_tag:  # only unpacked values
-        values = []
+        values: list[Any] = []  # 4-byte floats, or ints
         while pos < end:
             if buf[pos] != unpacked_tag:
                 number, wire, _ = _tag(buf, pos, end)

@@ -99,6 +99,7 @@ def encode_tensor_proto(array: np.ndarray | Any, dtype: int | None = None) -> by
             out.append(length_delimited(0x42, bytes(item)))
     elif array.size:
         storage = DTYPES[code][1]
+        assert storage is not None  # only DT_STRING has no numeric storage, and it is encoded above
         if array.dtype.itemsize != storage.itemsize:
             raise TypeError(f"array of dtype {array.dtype} cannot carry DataType {DTYPES[code][0]}")
         out.append(length_delimited(0x22, np.ascontiguousarray(array).astype(storage.newbyteorder("<"), copy=False).tobytes()))
@@ -146,6 +147,7 @@ def decode_tensor_proto(data: bytes, *, what: str = "TensorProto", max_bytes: in
         if len(content) != nbytes:
             raise DecodeError(f"{what} of dtype {name} and shape {list(shape)} needs {nbytes} bytes of "
                               f"tensor_content, found {len(content)}")
+        assert storage is not None  # only DT_STRING has no numeric storage
         array = np.frombuffer(content, dtype=storage.newbyteorder("<")).astype(storage.newbyteorder("="))
         if code == DataType.BOOL:  # any non-zero byte is true; stored as 0/1, so torch's kernels see real bools
             array = array.view(np.uint8) != 0
@@ -202,7 +204,7 @@ def _check_size(what: str, shape: tuple[int, ...], size: int, payload: int, max_
                           "the data is trusted)")
 
 
-def _complete(values: list, count: int, zero: Any) -> list:
+def _complete(values: list[Any], count: int, zero: Any) -> list[Any]:
     if len(values) >= count:
         return values[:count]
     if not values:
@@ -210,7 +212,7 @@ def _complete(values: list, count: int, zero: Any) -> list:
     return values + [values[-1]] * (count - len(values))
 
 
-def nest(flat: list, shape: tuple[int, ...]) -> Any:
+def nest(flat: list[Any], shape: tuple[int, ...]) -> Any:
     """Nest a flat list into lists shaped like `shape` (a scalar shape gives the single value). Built from the
     innermost dimension out, so the work is the number of lists made: a zero-size shape such as [2**40, 0] is
     never walked dimension by dimension beyond its first zero (callers bound the lists with `_nested_lists`)."""
@@ -220,7 +222,7 @@ def nest(flat: list, shape: tuple[int, ...]) -> Any:
         zero = shape.index(0)
         if zero == 0:
             return []
-        level: list = [[] for _ in range(math.prod(shape[:zero]))]
+        level: list[Any] = [[] for _ in range(math.prod(shape[:zero]))]
         outer = shape[1:zero]
     else:
         level = list(flat)

@@ -7,6 +7,7 @@ import struct
 import warnings
 import zlib
 from collections.abc import Mapping
+from types import TracebackType
 from typing import Any
 
 from tfr_torch import _native
@@ -20,7 +21,7 @@ _pack_header = struct.Struct("<QI").pack
 _pack_crc = struct.Struct("<I").pack
 
 
-def frame_record(data) -> bytes:
+def frame_record(data: bytes | bytearray | memoryview) -> bytes:
     """Return one record framed as in a TFRecord file: length, length CRC, data, data CRC."""
     header = _pack_header(len(data), 0)
     return _pack_header(len(data), masked_crc32c(header[:8])) + bytes(data) + _pack_crc(masked_crc32c(data))
@@ -59,7 +60,7 @@ class TFRecordWriter:
         self._headers: dict[int, bytes] = {}
         self.records = 0
 
-    def write(self, record) -> None:
+    def write(self, record: bytes | bytearray | memoryview) -> None:
         """Append one record (bytes, bytearray or memoryview)."""
         if self._closed:
             raise ValueError(f"write to closed TFRecordWriter ({self.path})")
@@ -139,7 +140,8 @@ class TFRecordWriter:
     def __enter__(self) -> TFRecordWriter:
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         if exc_type is None:
             self.close()
         else:
