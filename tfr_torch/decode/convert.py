@@ -30,7 +30,7 @@ def to_torch(array: np.ndarray, dtype: DType) -> torch.Tensor:
     if dtype == torch.int64 or dtype == torch.float32:
         return torch.from_numpy(np.ascontiguousarray(array))
     if dtype in _NUMPY_OF_TORCH or dtype == torch.bool:
-        target = np.dtype(_NUMPY_OF_TORCH.get(dtype, np.bool_))
+        target: np.dtype[Any] = np.dtype(_NUMPY_OF_TORCH.get(dtype, np.bool_))
         lo, hi = (0, 1) if dtype == torch.bool else (int(np.iinfo(target).min), int(np.iinfo(target).max))
         if array.size:
             bad = np.flatnonzero((array < lo) | (array > hi))
@@ -44,7 +44,7 @@ def to_torch(array: np.ndarray, dtype: DType) -> torch.Tensor:
 def wire_default(default: Any, dtype: DType, count: int, key: str, what: str) -> Any:
     """Flatten and check a default_value: a numpy wire array (or list of bytes) of `count` values."""
     if dtype == string:
-        flat = np.asarray(default, dtype=object).ravel().tolist() if not isinstance(default, (bytes, str)) else [default]
+        flat: Any = np.asarray(default, dtype=object).ravel().tolist() if not isinstance(default, (bytes, str)) else [default]
         flat = [v.encode("utf-8") if isinstance(v, str) else v for v in flat]
         if any(not isinstance(v, bytes) for v in flat):
             raise TypeError(f"{what} {key!r}: a string default_value holds bytes or str, got {default!r}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -20,7 +21,7 @@ def _starts(counts: np.ndarray) -> np.ndarray:
     return starts
 
 
-def _shape_text(shape: tuple) -> str:
+def _shape_text(shape: Sequence[int]) -> str:
     return "[" + ", ".join(map(str, shape)) + "]"
 
 
@@ -31,7 +32,7 @@ class FixedLenDecoder:
         self.key, self.spec = key, spec
         self.kind = wire_kind(spec.dtype)
         self.count = math.prod(spec.shape)
-        self.default = None if spec.default_value is None else wire_default(
+        self.default: Any = None if spec.default_value is None else wire_default(
             spec.default_value, spec.dtype, self.count, key, "FixedLenFeature")
 
     def wire_keys(self) -> dict[str, str]:
@@ -161,9 +162,9 @@ def _pad(values: Any, counts: np.ndarray, steps: np.ndarray, units: Units, decod
         return rows[0] if single else rows
     array = np.full((b, longest * n), decoder.pad, dtype=NUMPY_OF_WIRE[decoder.kind])
     if len(values):
-        rows = np.repeat(np.arange(b), counts)
+        row_ids = np.repeat(np.arange(b), counts)
         cols = np.arange(len(values)) - np.repeat(_starts(counts), counts)
-        array[rows, cols] = values
+        array[row_ids, cols] = values
     tensor = units.convert(array, spec.dtype, decoder.key, lambda pos: pos // max(longest * n, 1), by_example=True)
     tensor = tensor.reshape(b, longest, *spec.shape)
     if single:

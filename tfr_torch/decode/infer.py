@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from google.protobuf.message import DecodeError as _ProtoDecodeError
 
-from tfr_torch.decode.specs import FixedLenFeature, VarLenFeature, string
+from tfr_torch.decode.specs import DType, FixedLenFeature, VarLenFeature, string
 from tfr_torch.errors import DecodeError, TFRecordError
 from tfr_torch.format._proto import raw_example_pb2
 from tfr_torch.format.columns import decode_column, kind_of
@@ -21,7 +21,7 @@ from tfr_torch.format.tensor import DTYPES, TensorData, decode_tensor_proto
 
 __all__ = ["InferredFeatures", "infer_features", "format_features", "record_kind", "classify_record"]
 
-_DTYPE = {"float": torch.float32, "int64": torch.int64, "bytes": string}
+_DTYPE: dict[str, DType] = {"float": torch.float32, "int64": torch.int64, "bytes": string}
 _parse_raw_example = raw_example_pb2.RawExample.FromString
 _parse_raw_sequence = raw_example_pb2.RawSequenceExample.FromString
 
@@ -75,7 +75,7 @@ def record_kind(record: bytes) -> str:
     return classify_record(record)[0]
 
 
-class InferredFeatures(dict):
+class InferredFeatures(dict[str, Any]):
     """The spec that `infer_features` proposes (a plain dict of feature specs, usable wherever one is) and what it
     was proposed from:
 
@@ -193,7 +193,7 @@ def infer_features(paths_or_records: Any, max_records: int = 1000,
     spec.present, spec.empty_keys = {}, []
     for key in sorted({key for m in maps for key in m}):
         raws = [m.get(key) for m in maps]
-        kinds = {kind_of(raw, key) for raw in raws} - {None}
+        kinds = {found for found in (kind_of(raw, key) for raw in raws) if found is not None}
         if not kinds:
             spec.empty_keys.append(key)  # only kind-less Features: nothing to propose
             continue
@@ -219,9 +219,9 @@ def format_features(spec: dict[str, Any], name: str = "features") -> str:
         return "tfr_torch.string" if d == string else f"torch.{str(d).removeprefix('torch.')}"
 
     lines = []
-    inferred = isinstance(spec, InferredFeatures) and spec.records_read > 0
-    if inferred:
-        lines += [f"# {spec.describe()}.",
+    info = spec if isinstance(spec, InferredFeatures) and spec.records_read > 0 else None
+    if info is not None:
+        lines += [f"# {info.describe()}.",
                   "# VarLenFeature: the count of values varies, or some records lack the key (noted beside it)."]
     lines += ["import torch", "", "import tfr_torch", "", f"{name} = {{"]
     for key, s in spec.items():
@@ -230,11 +230,11 @@ def format_features(spec: dict[str, Any], name: str = "features") -> str:
             line = f"    {key!r}: tfr_torch.FixedLenFeature({shape}, {dtype(s.dtype)}),"
         else:
             line = f"    {key!r}: tfr_torch.VarLenFeature({dtype(s.dtype)}),"
-        if inferred and spec.present.get(key, spec.records_read) < spec.records_read:
-            line += f"  # in {spec.present[key]:,} of {spec.records_read:,} records read"
+        if info is not None and info.present.get(key, info.records_read) < info.records_read:
+            line += f"  # in {info.present[key]:,} of {info.records_read:,} records read"
         lines.append(line)
-    if inferred:
+    if info is not None:
         lines += [f"    # {key!r}: no values in any record read (a Feature without a kind): no spec proposed"
-                  for key in spec.empty_keys]
+                  for key in info.empty_keys]
     lines.append("}")
     return "\n".join(lines) + "\n"

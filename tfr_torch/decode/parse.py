@@ -40,7 +40,7 @@ def parse_single_example(serialized: bytes, features: Mapping[str, Any], example
 
 def parse_sequence_example(serialized: Sequence[bytes], context_features: Mapping[str, Any] | None = None,
                            sequence_features: Mapping[str, Any] | None = None,
-                           example_names: Sequence[str] | None = None) -> tuple[dict, dict, dict[str, torch.Tensor]]:
+                           example_names: Sequence[str] | None = None) -> tuple[dict[str, Any], dict[str, Any], dict[str, torch.Tensor]]:
     """Parse a batch of tf.train.SequenceExample records, as tf.io.parse_sequence_example.
 
     Returns (context, feature_lists, lengths): context features as parse_example returns them;
@@ -53,7 +53,7 @@ def parse_sequence_example(serialized: Sequence[bytes], context_features: Mappin
 
 def parse_single_sequence_example(serialized: bytes, context_features: Mapping[str, Any] | None = None,
                                   sequence_features: Mapping[str, Any] | None = None,
-                                  example_name: str | None = None) -> tuple[dict, dict]:
+                                  example_name: str | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """Parse one tf.train.SequenceExample, as tf.io.parse_single_sequence_example: (context, feature_lists), with
     FixedLenSequenceFeature lists as `[T, *shape]`, VarLenFeature lists as sparse `[T, max_len]` and RaggedFeature
     lists as a nested tensor over the steps."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -41,14 +41,14 @@ _SEQUENCE_DECODERS = {
 }
 _KERNEL_KINDS = {"bytes": 0, "float": 1, "int64": 2}  # the compiled decoder's kind codes
 _NUMPY_OF_KIND = {"float": np.float32, "int64": np.int64}
-_NO_FEATURES: list[dict] = [{}]
+_NO_FEATURES: list[dict[str, bytes]] = [{}]
 # From this average record size on, parse_example takes the features it needs out of each record as soon as the
 # record is parsed, so each record's parse (a copy of it) is dropped at once and its memory, still in cache, is
 # reused for the next: for 16 KB records this halves the memory a batch sweeps through
 _GATHER_FROM = 2048
 
 
-def _decoders(features: Mapping[str, Any] | None, table: dict, what: str) -> dict[str, Any]:
+def _decoders(features: Mapping[str, Any] | None, table: dict[type[Any], Any], what: str) -> dict[str, Any]:
     if features is None:
         return {}
     if not isinstance(features, Mapping):
@@ -168,7 +168,8 @@ class ExamplePlan:
         return self._decode(Units([_features_of(record, locator, i) for i, record in enumerate(records)], locator),
                             locator, single)
 
-    def iter_rows(self, serialized: Sequence[bytes], example_names: Sequence[str] | None = None) -> Iterator[dict]:
+    def iter_rows(self, serialized: Sequence[bytes],
+                  example_names: Sequence[str] | None = None) -> Iterator[dict[str, Any]]:
         """What parse_single_example gives for each record, in order. When every feature is a FixedLenFeature the
         records are decoded as one batch and each dict is a row of it (a third of the cost); if the batch does not
         decode they are decoded one by one, so the rows before the bad record come out and its error is the one it
@@ -192,12 +193,14 @@ class ExamplePlan:
         the spec's features are taken, so a batch of large records never holds their unused features. Bytes
         features become columns right here (one copy of each value)."""
         n = len(records)
-        strings = {key: ([], np.zeros(n, dtype=bool), np.zeros(n, dtype=np.int64))
-                   for key, kind in self._wire_kinds.items() if kind == "bytes"}
-        raws: dict[str, list] = {key: [] for key, kind in self._wire_kinds.items() if kind != "bytes"}
+        strings: dict[str, tuple[list[bytes], np.ndarray, np.ndarray]] = {
+            key: ([], np.zeros(n, dtype=bool), np.zeros(n, dtype=np.int64))
+            for key, kind in self._wire_kinds.items() if kind == "bytes"}
+        raws: dict[str, list[bytes | None]] = {key: [] for key, kind in self._wire_kinds.items() if kind != "bytes"}
         numeric = list(raws.items())
         text = [(key, *column) for key, column in strings.items()]
-        units = Units([None] * n, locator)
+        # every column is preset or in raw_columns below, so the per-unit maps are never read
+        units = Units(cast("list[Mapping[str, bytes]]", [None] * n), locator)
         for i, record in enumerate(records):
             found = _features_of(record, locator, i)
             for key, column in numeric:
@@ -219,8 +222,8 @@ class ExamplePlan:
                 counts[i] = len(got)
                 values.extend(got)
         units.raw_columns = raws
-        for key, column in strings.items():
-            units.preset(key, "bytes", Column(*column[1:], column[0]))
+        for key, (values, present, counts) in strings.items():
+            units.preset(key, "bytes", Column(present, counts, values))
         return units
 
     def _decode(self, units: Units, locator: Locator, single: bool) -> dict[str, Any]:
@@ -246,21 +249,24 @@ class SequenceExamplePlan:
             return [key]
         return list(decoder.wire_keys())
 
-    def parse(self, serialized: Sequence[bytes], example_names: Sequence[str] | None = None, single: bool = False):
+    def parse(self, serialized: Sequence[bytes], example_names: Sequence[str] | None = None,
+              single: bool = False) -> tuple[dict[str, Any], dict[str, Any], dict[str, torch.Tensor]]:
         records = _records(serialized, example_names, "parse_sequence_example")
         locator = Locator(example_names, single)
-        contexts, lists = [], []
+        contexts: list[Mapping[str, bytes]] = []
+        lists: list[Mapping[str, Sequence[bytes]]] = []
         for i, record in enumerate(records):
             data = _record_bytes(record, locator, i)
             try:
-                context_features, feature_lists = sequence_example_features(data)
+                context_features, record_lists = sequence_example_features(data)
             except DecodeError as exc:
                 raise _located(exc, locator, i) from None
             contexts.append(context_features)
-            lists.append(feature_lists)
+            lists.append(record_lists)
         context_units = Units(contexts, locator, what="context feature")
         context = {key: decoder(context_units, single) for key, decoder in self.context.items()}
-        feature_lists, lengths = {}, {}
+        feature_lists: dict[str, Any] = {}
+        lengths: dict[str, torch.Tensor] = {}
         for key, decoder in self.sequence.items():
             steps, per_example = self._steps(key, decoder, lists, locator)
             if isinstance(decoder, StepSequenceDecoder):
@@ -270,13 +276,15 @@ class SequenceExamplePlan:
                 feature_lists[key] = decoder(steps, single, steps_per_example=per_example)
         return context, feature_lists, lengths
 
-    def _steps(self, key: str, decoder: Any, lists: list, locator: Locator) -> tuple[Units, np.ndarray]:
+    def _steps(self, key: str, decoder: Any, lists: list[Mapping[str, Sequence[bytes]]],
+               locator: Locator) -> tuple[Units, np.ndarray]:
         """Units for one sequence feature: every step of every example, with the step's Feature of each key it
         reads; all those feature lists must have the same number of steps in an example."""
         keys = self._list_keys[key]
         maps: list[dict[str, bytes]] = []
         per_example = np.zeros(len(lists), dtype=np.int64)
-        example_of, step_of = [], []
+        example_of: list[int] = []
+        step_of: list[int] = []
         for i, feature_lists in enumerate(lists):
             found = {k: feature_lists[k] for k in keys if k in feature_lists}
             if not found:
@@ -302,7 +310,7 @@ class SequenceExamplePlan:
 
 _PLANS: dict[str, ExamplePlan] = {}
 _MAX_PLANS = 64
-_LAST: list = [(), None]  # the items of the last spec compiled and its plan
+_LAST: list[Any] = [(), None]  # the items of the last spec compiled and its plan
 
 
 def compile_features(features: Mapping[str, Any]) -> ExamplePlan:
@@ -316,8 +324,9 @@ def compile_features(features: Mapping[str, Any]) -> ExamplePlan:
     if not isinstance(features, Mapping):
         raise TypeError(f"features must be a dict of feature names to specs, got {type(features).__name__}")
     items = tuple(features.items())
-    last_items, last_plan = _LAST
-    if len(items) == len(last_items) and all(a is c and b is d for (a, b), (c, d) in zip(items, last_items)):
+    last_items: tuple[Any, ...] = _LAST[0]
+    last_plan: ExamplePlan | None = _LAST[1]  # None before the first spec: an empty spec must not match it
+    if last_plan is not None and len(items) == len(last_items) and all(a is c and b is d for (a, b), (c, d) in zip(items, last_items)):
         return last_plan  # the same (frozen) spec objects as the last call: skip the repr
     key = repr(items)  # reprs are exact (they tell 0.0 from -0.0, unlike ==)
     plan = _PLANS.get(key)

@@ -22,6 +22,7 @@ from tfr_torch.decode.specs import (
     wire_kind,
 )
 from tfr_torch.decode.units import Units
+from tfr_torch.format.columns import Column
 
 __all__ = ["RaggedDecoder", "MAX_EMPTY_ROWS"]
 
@@ -54,7 +55,7 @@ class RaggedDecoder:
             if isinstance(p, UniformRowLength) and (not isinstance(p.length, int) or p.length <= 0):
                 raise ValueError(f"RaggedFeature {key!r}: UniformRowLength needs a positive length, got {p.length!r}")
         # UniformRowLength partitions innermost (after the last row partition) fold into the values' shape
-        tail = []
+        tail: list[int] = []
         for p in reversed(spec.partitions):
             if not isinstance(p, UniformRowLength):
                 break
@@ -113,7 +114,7 @@ class RaggedDecoder:
         splits_dtype = self.spec.row_splits_dtype
         return RaggedTensor(tensor, tuple(torch.from_numpy(s).to(splits_dtype) for s in nested))
 
-    def _unit_levels(self, units: Units, u: int, nvals: int, columns: dict) -> tuple[int, list[np.ndarray]]:
+    def _unit_levels(self, units: Units, u: int, nvals: int, columns: dict[str, Column]) -> tuple[int, list[np.ndarray]]:
         """Row splits of one unit for each row partition (outermost first) and its number of outer rows."""
         levels: list[np.ndarray] = []
         for p in reversed(self.row_partitions):

@@ -20,8 +20,8 @@ class RaggedTensor:
     `row_splits_dtype` of the spec). `to_list()` gives the nested Python lists, as tf.RaggedTensor.to_list().
     """
 
-    values: Union[torch.Tensor, list]
-    nested_row_splits: tuple
+    values: Union[torch.Tensor, list[bytes]]
+    nested_row_splits: tuple[torch.Tensor, ...]
 
     @property
     def row_splits(self) -> torch.Tensor:
@@ -35,12 +35,13 @@ class RaggedTensor:
     def __len__(self) -> int:
         return len(self.nested_row_splits[0]) - 1
 
-    def to_list(self) -> list:
+    def to_list(self) -> list[Any]:
         values: Any = self.values.tolist() if isinstance(self.values, torch.Tensor) else list(self.values)
         for splits in reversed(self.nested_row_splits):
             bounds = splits.tolist()
             values = [values[bounds[i] : bounds[i + 1]] for i in range(len(bounds) - 1)]
-        return values
+        nested: list[Any] = values
+        return nested
 
 
 class SparseBytes(NamedTuple):
@@ -48,12 +49,12 @@ class SparseBytes(NamedTuple):
     [N, ndim] as in tf.SparseTensor, `values` a list of N bytes, `dense_shape` a tuple."""
 
     indices: torch.Tensor
-    values: list
-    dense_shape: tuple
+    values: list[bytes]
+    dense_shape: tuple[int, ...]
 
-    def to_list(self, default: bytes = b"") -> list:
+    def to_list(self, default: bytes = b"") -> list[Any]:
         """Dense nested lists, missing entries filled with `default` (as tf.sparse.to_dense)."""
-        def build(shape):
+        def build(shape: tuple[int, ...]) -> list[Any]:
             return [build(shape[1:]) for _ in range(shape[0])] if len(shape) > 1 else [default] * (shape[0] if shape else 1)
         out: Any = build(self.dense_shape)
         for idx, value in zip(self.indices.tolist(), self.values):
@@ -61,7 +62,8 @@ class SparseBytes(NamedTuple):
             for i in idx[:-1]:
                 cell = cell[i]
             cell[idx[-1]] = value
-        return out
+        rows: list[Any] = out
+        return rows
 
 
 def to_padded(sparse: torch.Tensor, padding_value: Any = 0) -> tuple[torch.Tensor, torch.Tensor]:

@@ -54,6 +54,7 @@ def spec_to_json(features: Mapping[str, Any]) -> dict[str, Any]:
     """A JSON form of a spec of FixedLenFeature / VarLenFeature / FixedLenSequenceFeature."""
     out = {}
     for key, spec in features.items():
+        entry: dict[str, Any]
         if isinstance(spec, FixedLenFeature):
             entry = {"kind": "FixedLen", "shape": list(spec.shape), "dtype": _dtype_name(spec.dtype)}
             if spec.default_value is not None:
@@ -89,7 +90,7 @@ def spec_from_json(data: Mapping[str, Any]) -> dict[str, Any]:
 
 def read_sidecar(path: str) -> dict[str, Any]:
     with open_input(path) as f:
-        data = json.loads(f.read())
+        data: dict[str, Any] = json.loads(f.read())
     if data.get("format") != SIDECAR_FORMAT:
         raise ValueError(f"{path} is not a tfr_torch shard sidecar (format {data.get('format')!r}, expected "
                          f"{SIDECAR_FORMAT!r})")

@@ -27,7 +27,7 @@ def _indices(counts: np.ndarray) -> np.ndarray:
     return np.stack([rows, np.arange(total) - np.repeat(starts, counts)])
 
 
-def _sparse(indices: np.ndarray, values: Any, shape: tuple, dtype: Any, key: str, coalesced: bool,
+def _sparse(indices: np.ndarray, values: Any, shape: tuple[int, ...], dtype: Any, key: str, coalesced: bool,
             units: Units, unit_of: Any) -> Any:
     if dtype == string:
         return SparseBytes(torch.from_numpy(np.ascontiguousarray(indices.T)), list(values), tuple(shape))
@@ -57,12 +57,14 @@ class VarLenDecoder:
             if steps_per_example is not None:
                 rows = _group(rows, steps_per_example)
             return rows[0] if single else rows
+        shape: tuple[int, ...]
         if steps_per_example is None:
             indices, shape = _indices(col.counts), (units.n, longest)
             if single:
                 indices, shape = indices[1:], (longest,)
         else:
             unit, pos = _indices(col.counts)
+            assert units.example is not None and units.step is not None  # feature-list steps map to examples
             example, step = units.example[unit], units.step[unit]
             most_steps = int(steps_per_example.max()) if len(steps_per_example) else 0
             indices, shape = np.stack([example, step, pos]), (len(steps_per_example), most_steps, longest)
@@ -76,7 +78,7 @@ def _unit_of(counts: np.ndarray) -> Any:
     return lambda pos: int(np.searchsorted(np.cumsum(counts), pos, side="right"))
 
 
-def _group(rows: list, sizes: np.ndarray) -> list:
+def _group(rows: list[Any], sizes: np.ndarray) -> list[Any]:
     out, start = [], 0
     for size in sizes.tolist():
         out.append(rows[start : start + size])
@@ -109,7 +111,8 @@ class SparseFeatureDecoder:
                 raise units.error(self.key, i, f"has {int(col.counts[i])} indices in {index_key!r} but "
                                                f"{int(values.counts[i])} values in {spec.value_key!r}")
         for index_key, col, size in zip(spec.index_keys, index_columns, spec.sizes):
-            out = (col.values < 0) | (col.values >= size)
+            index_values = np.asarray(col.values)  # an int64 column: already an array
+            out = (index_values < 0) | (index_values >= size)
             if out.any():
                 pos = int(np.flatnonzero(out)[0])
                 unit = int(np.searchsorted(np.cumsum(values.counts), pos, side="right"))

@@ -35,7 +35,7 @@ __all__ = [
 
 string = "string"  # TensorFlow's tf.string: bytes features decode to (nested) lists of bytes
 
-_DTYPE_NAMES = {
+_DTYPE_NAMES: dict[str, DType] = {
     "float32": torch.float32, "float": torch.float32, "float16": torch.float16, "half": torch.float16,
     "bfloat16": torch.bfloat16, "float64": torch.float64, "double": torch.float64,
     "int64": torch.int64, "int32": torch.int32, "int16": torch.int16, "int8": torch.int8, "uint8": torch.uint8,
@@ -197,6 +197,7 @@ class UniformRowLength:
 
 
 _PARTITIONS = (RowLengths, RowSplits, RowStarts, RowLimits, ValueRowIds, UniformRowLength)
+Partition = Union[RowLengths, RowSplits, RowStarts, RowLimits, ValueRowIds, UniformRowLength]
 
 
 @dataclass(frozen=True)
@@ -207,7 +208,7 @@ class RaggedFeature:
 
     dtype: DType
     value_key: Union[str, None] = None
-    partitions: tuple = ()
+    partitions: Sequence[Partition] = ()  # any sequence of partitions (the README passes a list); stored as a tuple
     row_splits_dtype: torch.dtype = torch.int32
     validate: bool = False
 

@@ -58,7 +58,7 @@ class Units:
                  step: np.ndarray | None = None, what: str = "feature") -> None:
         self.maps = maps
         self.n = len(maps)
-        self.raw_columns: dict[str, list] | None = None  # key -> raw Feature per unit, when gathered up front
+        self.raw_columns: dict[str, list[bytes | None]] | None = None  # key -> raw Feature per unit, when gathered up front
         self.locator = locator
         self.example = example
         self.step = step
@@ -112,7 +112,7 @@ def _without_key(message: str, key: str) -> str:
     return message[len(prefix):] if message.startswith(prefix) else message
 
 
-def _first_bad(raws, kind: str, key: str) -> int:
+def _first_bad(raws: Sequence[bytes | None], kind: str, key: str) -> int:
     for i, raw in enumerate(raws):
         try:
             decode_column([raw], kind, key)

@@ -8,6 +8,7 @@ with `dtype == DT_BFLOAT16`. String tensors are nested lists of bytes. The torch
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -212,7 +213,7 @@ def _complete(values: list[Any], count: int, zero: Any) -> list[Any]:
     return values + [values[-1]] * (count - len(values))
 
 
-def nest(flat: list[Any], shape: tuple[int, ...]) -> Any:
+def nest(flat: list[Any], shape: Sequence[int]) -> Any:
     """Nest a flat list into lists shaped like `shape` (a scalar shape gives the single value). Built from the
     innermost dimension out, so the work is the number of lists made: a zero-size shape such as [2**40, 0] is
     never walked dimension by dimension beyond its first zero (callers bound the lists with `_nested_lists`)."""

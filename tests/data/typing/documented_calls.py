@@ -25,3 +25,5 @@ with tfr_torch.TFRecordWriter("out.tfrecord") as writer:
     writer.write(record)
 for r in tfr_torch.read_records("out.tfrecord"):
     n: int = len(r)
+ragged = {"words": tfr_torch.RaggedFeature(torch.int64, partitions=[tfr_torch.RowLengths("word_lengths")],
+                                           value_key="chars")}
