@@ -35,7 +35,7 @@ CACHE_FORMAT = "tfr_torch.cache/1"
 _MANIFEST = "tfr_torch-cache.json"
 
 
-class CachedDataset(IterableDataset):
+class CachedDataset(IterableDataset[Any]):
     """Replay the items an IterableDataset yields (decoded batches, or records) from memory or a local folder.
 
     - `dataset`: a TFRecordDataset (or any IterableDataset) whose items are tensors, dicts/lists/tuples of them,
@@ -57,7 +57,7 @@ class CachedDataset(IterableDataset):
     >>> loader = torch.utils.data.DataLoader(train, batch_size=None, num_workers=4)                # doctest: +SKIP
     """
 
-    def __init__(self, dataset: IterableDataset, directory: str | os.PathLike[str] | None = None, *,
+    def __init__(self, dataset: IterableDataset[Any], directory: str | os.PathLike[str] | None = None, *,
                  shuffle: bool = False, seed: int = 0, transform: Callable[[Any], Any] | None = None) -> None:
         super().__init__()
         if not isinstance(dataset, IterableDataset):
@@ -189,7 +189,8 @@ class CachedDataset(IterableDataset):
         from tfr_torch.decode.results import RaggedTensor, SparseBytes
 
         with torch.serialization.safe_globals([RaggedTensor, SparseBytes]):
-            return torch.load(path, weights_only=True, mmap=True)
+            items: list[Any] = torch.load(path, weights_only=True, mmap=True)
+            return items
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()

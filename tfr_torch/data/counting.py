@@ -21,6 +21,8 @@ import sys
 import time
 import warnings
 from collections.abc import Callable, Sequence
+from types import FrameType
+from typing import Any
 
 import torch
 
@@ -41,13 +43,13 @@ class UserSite:
                                registry=_REGISTRY.setdefault((self.filename, self.lineno), {}))
 
 
-_REGISTRY: dict[tuple[str, int], dict] = {}
+_REGISTRY: dict[tuple[str, int], dict[Any, Any]] = {}  # warnings' per-location registries (see warn_explicit)
 
 
 def user_site() -> UserSite:
     """The innermost calling frame outside tfr_torch (and outside torch and the standard library's
     multiprocessing), i.e. the user's line that called into the library."""
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         module = frame.f_globals.get("__name__", "")
         if not module.startswith(("tfr_torch.", "torch.", "importlib.", "multiprocessing.")) and module != "tfr_torch":

@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 import sys
 import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, Literal
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Literal, overload
 
 import numpy as np
 import torch
@@ -66,7 +66,7 @@ def resolve_indexes(paths: Sequence[str], index: Any, compression: str | None) -
     return [None if i is None else read_index(i, p, compression) for i, p in zip(chosen, paths)]
 
 
-class TFRecordDataset(IterableDataset):
+class TFRecordDataset(IterableDataset[Any]):
     """Records of TFRecord files for a DataLoader: raw bytes, decoded Examples, or decoded batches.
 
     - `paths`: a file, a list, a glob pattern, or fsspec URLs (s3://, gs://, ...).
@@ -158,7 +158,7 @@ class TFRecordDataset(IterableDataset):
         self.metadata: dict[str, Any] | None = sidecar.data if sidecar is not None else None
         self._shared = SharedCounts(counts)
         self._sidecar_counts = sidecar is not None and not stale  # every count is the sidecar's or an index's
-        if stale:
+        if stale and sidecar is not None:  # stale shards are only found against a sidecar
             shown = "; ".join(stale[:3]) + (f"; and {len(stale) - 3} more" if len(stale) > 3 else "")
             self._site.warn(f"the sidecar {sidecar.path} does not match {len(stale)} of its {len(self.paths)} shards "
                             f"(rewritten after it was written?): {shown}. Their records are counted now instead")
@@ -341,9 +341,11 @@ class TFRecordDataset(IterableDataset):
             yield from plan.iter_rows([r.data for r in chunk], _Names(chunk))
 
     def _batches(self, records: Iterator[Located], plan: Any) -> Iterator[Any]:
+        batch_size = self.batch_size
+        assert batch_size is not None  # only a dataset with a batch_size batches
         while True:
-            chunk = [r for _, r in zip(range(self.batch_size), records)]
-            if not chunk or (len(chunk) < self.batch_size and self.drop_last):
+            chunk = [r for _, r in zip(range(batch_size), records)]
+            if not chunk or (len(chunk) < batch_size and self.drop_last):
                 return
             if self.features is None:
                 yield [r.data for r in chunk]
@@ -387,6 +389,7 @@ class TFRecordDataset(IterableDataset):
         multiple = self.batch_size or 1
         if self._global_shuffle:  # a true global shuffle: a seeded permutation, each record read by offset
             counts = self._counts
+            assert counts is not None  # every file is indexed, so every count is known
             quota = rank_quota(sum(counts), self.world_size, self.pad)
             a, b = worker_block(quota, self.rank, worker, workers, multiple)
             if worker == 0:
@@ -462,7 +465,7 @@ def _refuse_rebatching(dataset: TFRecordDataset, caller: Any) -> None:
                          "the DataLoader batch records")
 
 
-class _Names(Sequence):
+class _Names(Sequence[str]):
     """The "path:offset" name of each record of a batch, made only when an error message needs one."""
 
     def __init__(self, chunk: list[Located]) -> None:
@@ -471,14 +474,20 @@ class _Names(Sequence):
     def __len__(self) -> int:
         return len(self._chunk)
 
-    def __getitem__(self, i):  # type: ignore[override]
+    @overload
+    def __getitem__(self, i: int) -> str: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[str]: ...
+
+    def __getitem__(self, i: int | slice) -> str | list[str]:
         if isinstance(i, slice):
             return [f"{r.path}:{r.offset}" for r in self._chunk[i]]
         record = self._chunk[i]
         return f"{record.path}:{record.offset}"
 
 
-def _chain(streams) -> Iterator[Located]:
+def _chain(streams: Iterable[Iterable[Located]]) -> Iterator[Located]:
     for stream in streams:
         yield from stream
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 from torch.utils.data import Dataset, get_worker_info
@@ -21,7 +21,7 @@ from tfr_torch.format.reader import RecordFile
 __all__ = ["IndexedTFRecordDataset"]
 
 
-class IndexedTFRecordDataset(Dataset):
+class IndexedTFRecordDataset(Dataset[Any]):
     """Records of uncompressed TFRecord files by global number (file after file), for any sampler:
     `DistributedSampler`, `random_split`, `Subset`, weighted sampling...
 
@@ -66,8 +66,8 @@ class IndexedTFRecordDataset(Dataset):
             offsets = [o if o is not None else scan_index(p) for p, o in zip(self.paths, offsets)]
         if self.tfds is not None:
             offsets = self.tfds.windowed(offsets)
-        self.offsets = offsets
-        self._ends = np.cumsum([len(o) for o in offsets]).astype(np.int64)
+        self.offsets = cast("list[np.ndarray]", offsets)  # every file has its index by now (scanned above)
+        self._ends = np.cumsum([len(o) for o in self.offsets]).astype(np.int64)
         self._files: dict[int, RecordFile] = {}
         self._pid = os.getpid()
         for path in self.paths:  # refuse compressed files now, not at the first access in a worker

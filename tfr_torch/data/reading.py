@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator, Sequence
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import numpy as np
 
 from tfr_torch.data.sharding import Run
 from tfr_torch.errors import TFRecordError
-from tfr_torch.format.reader import RecordFile, RecordReader
+from tfr_torch.format.reader import OnError, RecordFile, RecordReader
 
 __all__ = ["Located", "Source", "iter_run", "iter_random", "interleave", "shuffle_buffer"]
 
@@ -34,7 +34,7 @@ class Source(NamedTuple):
     offsets: Sequence[np.ndarray | None]
     compression: str | None
     verify: bool
-    on_error: object
+    on_error: OnError
     counts: Sequence[int] | None = None
     whole: Sequence[bool] | None = None
     origin: str = "the record count"
@@ -55,7 +55,7 @@ def iter_run(source: Source, run: Run) -> Iterator[Located]:
         skip = 0
     else:
         start, end, skip = 0, None, run.start
-    checked = offsets is None and source.counts is not None
+    checked = source.counts if offsets is None else None  # counts to check the file against as it is read
     with RecordReader(path, source.compression, source.verify, start=start, end=end, on_error=source.on_error) as reader:
         offset = reader.offset
         n = -1
@@ -66,16 +66,16 @@ def iter_run(source: Source, run: Run) -> Iterator[Located]:
                     break
             offset = reader.offset
         else:
-            if checked and reader.skipped == 0:
+            if checked is not None and reader.skipped == 0:
                 raise TFRecordError(f"the file ends after {n + 1} records, but {source.origin} is "
-                                    f"{source.counts[run.file]} and this reader was to read records {run.start} to "
+                                    f"{checked[run.file]} and this reader was to read records {run.start} to "
                                     f"{run.stop - 1}: the file changed after the dataset was built? Build the dataset "
                                     "again (and rewrite its index or sidecar)", path, reader.offset)
             return
-        if checked and source.whole is not None and source.whole[run.file] and run.stop == source.counts[run.file]:
+        if checked is not None and source.whole is not None and source.whole[run.file] and run.stop == checked[run.file]:
             more = reader.offset
             if next(reader, None) is not None:
-                raise TFRecordError(f"the file holds more records than {source.origin} ({source.counts[run.file]}): "
+                raise TFRecordError(f"the file holds more records than {source.origin} ({checked[run.file]}): "
                                     "the file changed after the dataset was built? Build the dataset again (and "
                                     "rewrite its index or sidecar)", path, more)
 
@@ -83,6 +83,7 @@ def iter_run(source: Source, run: Run) -> Iterator[Located]:
 def iter_random(source: Source, global_ids: np.ndarray, counts: Sequence[int]) -> Iterator[Located]:
     """Records by global number, each read by its offset (one open handle per file)."""
     ends = np.cumsum(counts)
+    tables = cast("Sequence[np.ndarray]", source.offsets)  # reading by offset: every file has its index
     files: dict[int, RecordFile] = {}
     try:
         for g in global_ids.tolist():
@@ -91,7 +92,7 @@ def iter_random(source: Source, global_ids: np.ndarray, counts: Sequence[int]) -
             handle = files.get(f)
             if handle is None:
                 handle = files[f] = RecordFile(source.paths[f], source.compression, source.verify)
-            offset, size = (int(v) for v in source.offsets[f][i])
+            offset, size = (int(v) for v in tables[f][i])
             yield Located(handle.read(offset, size), source.paths[f], offset)
     finally:
         for handle in files.values():

@@ -66,12 +66,12 @@ def split_sizes(n: int, parts: int, multiple: int = 1) -> list[int]:
 def runs_of_block(counts: Sequence[int], order: np.ndarray, a: int, b: int) -> list[Run]:
     """The runs covering positions [a, b) of the sequence of records of the files in `order` (positions past the
     end wrap around to the start: that is how padding repeats records)."""
-    counts = np.asarray(counts, dtype=np.int64)
-    total = int(counts.sum())
+    count_of = np.asarray(counts, dtype=np.int64)
+    total = int(count_of.sum())
     runs: list[Run] = []
     if total == 0 or b <= a:
         return runs
-    ordered = counts[order]
+    ordered = count_of[order]
     ends = np.cumsum(ordered)
     pos = a
     while pos < b:

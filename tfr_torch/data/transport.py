@@ -40,13 +40,13 @@ _MAX_SLABS = 8  # per worker: more batches in flight means nobody releases them,
 _RELEASED = struct.Struct("<Q")
 
 
-class Batch(dict):
+class Batch(dict[Any, Any]):
     """A decoded batch (a plain dict) that a DataLoader worker sends through shared memory; see the module doc."""
 
     __slots__ = ()
 
 
-class RecordBatch(list):
+class RecordBatch(list[bytes]):
     """A batch of raw records (a plain list of bytes) that a DataLoader worker sends through shared memory."""
 
     __slots__ = ()
@@ -91,7 +91,8 @@ class _Slab:
         self.fd, self.size, self.serial, self.sent = fd, size, serial, 0
 
     def free(self) -> bool:
-        return _RELEASED.unpack_from(self.mm, 0)[0] == self.sent
+        released: int = _RELEASED.unpack_from(self.mm, 0)[0]
+        return released == self.sent
 
     def close(self) -> None:
         self.mm.close()
@@ -163,9 +164,11 @@ def _pad(n: int) -> int:
     return -(-n // _ALIGN) * _ALIGN
 
 
-def _reduce(batch: Any, items: list[tuple[Any, Any]], kind: str) -> tuple[Callable[..., Any], tuple]:
+def _reduce(batch: Any, items: list[tuple[Any, Any]], kind: str) -> tuple[Callable[..., Any], tuple[Any, ...]]:
     """What ForkingPickler calls for Batch and RecordBatch: the values written into a slab plus what is left."""
-    plan, inline, size = [], [], 0
+    plan: list[tuple[Any, str, Any]] = []  # (key, "t" tensor or "b" bytes list, value)
+    inline: list[tuple[Any, Any]] = []
+    size = 0
     for key, value in items:
         if _slab_tensor(value):
             plan.append((key, "t", value))
@@ -180,7 +183,8 @@ def _reduce(batch: Any, items: list[tuple[Any, Any]], kind: str) -> tuple[Callab
         slab = pool.take(size) if plan else None
         if slab is None:
             return _rebuild_inline, (kind, list(items))
-        entries, pos = [], _HEADER
+        entries: list[tuple[Any, ...]] = []  # (key, "t", pos, nbytes, dtype, shape) or (key, "b", pos, nbytes, lengths)
+        pos = _HEADER
         mm = slab.mm
         for key, what, value in plan:
             if what == "t":
@@ -202,11 +206,11 @@ def _reduce(batch: Any, items: list[tuple[Any, Any]], kind: str) -> tuple[Callab
     return _rebuild, (kind, pool.pid, slab.fd, slab.serial, _HEADER + slab.size, keys, entries, inline, retired)
 
 
-def _reduce_batch(batch: Batch) -> tuple[Callable[..., Any], tuple]:
+def _reduce_batch(batch: Batch) -> tuple[Callable[..., Any], tuple[Any, ...]]:
     return _reduce(batch, list(batch.items()), "dict")
 
 
-def _reduce_records(batch: RecordBatch) -> tuple[Callable[..., Any], tuple]:
+def _reduce_records(batch: RecordBatch) -> tuple[Callable[..., Any], tuple[Any, ...]]:
     return _reduce(batch, [(None, list(batch))], "list")
 
 
@@ -257,8 +261,8 @@ def _mapping(pid: int, fd: int, serial: int, size: int, retired: list[int]) -> m
         return mm
 
 
-def _rebuild(kind: str, pid: int, fd: int, serial: int, size: int, keys: list, entries: list, inline: list,
-             retired: list) -> Any:
+def _rebuild(kind: str, pid: int, fd: int, serial: int, size: int, keys: list[Any], entries: list[tuple[Any, ...]],
+             inline: list[tuple[Any, Any]], retired: list[int]) -> Any:
     mm = _mapping(pid, fd, serial, size, retired)
     values: dict[Any, Any] = dict(inline)
     for entry in entries:

@@ -32,16 +32,16 @@ class TFDSSource:
 
     info: TFDSInfo
     split: str
-    paths: list
-    skips: list
-    counts: list
-    expected: list
+    paths: list[str]
+    skips: list[int]
+    counts: list[int]
+    expected: list[int]
     features: Any
 
     def windowed(self, offsets: Sequence[Optional[np.ndarray]]) -> list[Optional[np.ndarray]]:
         """Each shard's index cut to the records the split reads, after checking it counts what dataset_info.json
         says (an index, written by tfr_torch or DALI, is checked against its file when read)."""
-        out = []
+        out: list[Optional[np.ndarray]] = []
         for path, o, skip, take, expected in zip(self.paths, offsets, self.skips, self.counts, self.expected):
             if o is None:
                 out.append(None)
@@ -52,13 +52,13 @@ class TFDSSource:
             out.append(o[skip : skip + take])
         return out
 
-    def class_names(self) -> dict[str, list]:
+    def class_names(self) -> dict[str, list[str]]:
         """Class names of every ClassLabel feature that has them, by feature key ("objects/label")."""
         features = self.features
         return features.class_names() if hasattr(features, "class_names") else {}
 
     @property
-    def classes(self) -> Optional[list]:
+    def classes(self) -> Optional[list[str]]:
         """The class names of the dataset's label: the supervised target when it is a ClassLabel, else the only
         ClassLabel with names; None when there is no such feature."""
         names = self.class_names()
