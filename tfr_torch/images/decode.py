@@ -91,7 +91,7 @@ def choose_backend(data: Data, backend: Optional[str] = None, device: Union[str,
 
 def _choose(header: Header, backend: str, device: torch.device, all_frames: bool) -> str:
     if device.type == "cuda" and _plain_jpeg(header):
-        order = _GPU_ORDER if backend == "auto" else (backend,)
+        order: tuple[str, ...] = _GPU_ORDER if backend == "auto" else (backend,)
         for name in order:
             if name in _GPU_ORDER and _available(name) and (name != "torchcodec" or header.orientation == 1):
                 return name
@@ -263,7 +263,7 @@ def decode_image(data: Union[Data, Sequence[Data]], mode: Mode = "UNCHANGED", *,
         out = [_decode_one(d, mode_name, dtype, chosen, all_frames, apply_exif_orientation, n)
                for d, n in zip(items, names)]
         return [t.to(device) for t in out] if device.type != "cpu" else out
-    if isinstance(name, (list, tuple)):
+    if name is not None and not isinstance(name, str):
         raise TypeError("name must be a string for one image (a list of names goes with a list of images)")
     raw = _as_bytes(data)
     if device.type == "cuda" and not all_frames:

@@ -16,7 +16,7 @@ import json
 import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
 import numpy as np
 import torch
@@ -28,9 +28,9 @@ from tfr_torch.tfds.metadata import TFDSInfo, TFDSMetadataError
 
 __all__ = ["FeatureNode", "DictNode", "SequenceNode", "LeafNode", "parse_features", "TFDSDecoder"]
 
-Shape = tuple  # of int or None
+Shape = tuple[Optional[int], ...]  # None where TFDS leaves a dimension unknown
 
-_NUMPY = {"bool": np.bool_, "int8": np.int8, "int16": np.int16, "int32": np.int32, "int64": np.int64,
+_NUMPY: dict[str, type[np.generic]] = {"bool": np.bool_, "int8": np.int8, "int16": np.int16, "int32": np.int32, "int64": np.int64,
           "uint8": np.uint8, "uint16": np.uint16, "uint32": np.uint32, "uint64": np.uint64,
           "float16": np.float16, "float32": np.float32, "float64": np.float64}
 _TORCH_DECODE = {"bool": torch.bool, "int8": torch.int8, "int16": torch.int16, "int32": torch.int32,
@@ -49,7 +49,7 @@ class FeatureNode:
 
 @dataclass
 class DictNode(FeatureNode):
-    children: dict
+    children: dict[str, FeatureNode]
 
 
 @dataclass
@@ -70,7 +70,7 @@ class LeafNode(FeatureNode):
     encoding: str = "none"
     image_format: Optional[str] = None
     num_classes: Optional[int] = None
-    names: Optional[list] = None
+    names: Optional[list[str]] = None
 
 
 def _shape(value: Any, key: str, path: str) -> Shape:
@@ -79,7 +79,7 @@ def _shape(value: Any, key: str, path: str) -> Shape:
     dims = value.get("dimensions", []) if isinstance(value, Mapping) else value
     if not isinstance(dims, list):
         raise TFDSMetadataError(f"feature {key!r}: a shape must be a list of dimensions, got {value!r}", path)
-    out = []
+    out: list[Optional[int]] = []
     for d in dims:
         if d is None:
             out.append(None)
@@ -122,7 +122,7 @@ def _kind_and_content(entry: Any, key: str, path: str) -> tuple[str, Any]:
     raise TFDSMetadataError(f"feature {key!r}: no \"pythonClassName\" (nor legacy \"type\"): not a TFDS feature", path)
 
 
-def _get(content: Mapping, *names: str, default: Any = None) -> Any:
+def _get(content: Mapping[str, Any], *names: str, default: Any = None) -> Any:
     for name in names:
         if name in content:
             return content[name]
@@ -136,7 +136,7 @@ def _count(value: Any, key: str, path: str, what: str) -> int:
     return int(value)
 
 
-def _node(entry: Any, key: str, path: str, labels: Mapping[str, list], label_name: Optional[str]) -> FeatureNode:
+def _node(entry: Any, key: str, path: str, labels: Mapping[str, list[str]], label_name: Optional[str]) -> FeatureNode:
     kind, content = _kind_and_content(entry, key, path)
     if not isinstance(content, Mapping):
         raise TFDSMetadataError(f"feature {key!r} ({kind}): expected an object as its description, got {content!r}",
@@ -211,7 +211,7 @@ def _node(entry: Any, key: str, path: str, labels: Mapping[str, list], label_nam
 
 
 def parse_features(features: Mapping[str, Any], path: str = "features.json",
-                   class_names: Optional[Mapping[str, list]] = None) -> FeatureNode:
+                   class_names: Optional[Mapping[str, list[str]]] = None) -> FeatureNode:
     """The feature tree of a features.json document (`path` names it in errors); `class_names` maps the stems of
     the `*.labels.txt` files to their names."""
     return _node(features, "", path, class_names or {}, None)
@@ -221,6 +221,11 @@ def parse_features(features: Mapping[str, Any], path: str = "features.json",
 
 def _torch_from_numpy(array: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(array))
+
+
+def _known(shape: Shape) -> tuple[int, ...]:
+    """The dimensions of `shape` that are known (all of them, where the caller checked there is no None)."""
+    return tuple(d for d in shape if d is not None)
 
 
 @dataclass
@@ -239,16 +244,16 @@ class _Field:
             if None in inner:
                 raise TFDSMetadataError(f"feature {self.key!r}: nested Sequence of a value with an unknown dimension "
                                         f"{inner} cannot be stored by TFDS", where)
-            specs = {f"{self.key}/ragged_flat_values": FixedLenSequenceFeature(inner, decode, allow_missing=True)}
+            specs = {f"{self.key}/ragged_flat_values": FixedLenSequenceFeature(_known(inner), decode,
+                                                                               allow_missing=True)}
             for j in range(self.rank - 1):
                 specs[f"{self.key}/ragged_row_lengths_{j}"] = FixedLenSequenceFeature((), torch.int64, allow_missing=True)
             return specs
         unknown = sum(d is None for d in self.shape)
         if unknown == 0:
-            return {self.key: FixedLenFeature(self.shape, decode)}
+            return {self.key: FixedLenFeature(_known(self.shape), decode)}
         if unknown == 1:
-            return {self.key: FixedLenSequenceFeature(tuple(d for d in self.shape if d is not None), decode,
-                                                      allow_missing=True)}
+            return {self.key: FixedLenSequenceFeature(_known(self.shape), decode, allow_missing=True)}
         raise TFDSMetadataError(f"feature {self.key!r}: shape {self.shape} has several unknown dimensions; TFDS "
                                 "stores such tensors only with encoding='bytes' or 'zlib'", where)
 
@@ -271,7 +276,7 @@ class _Field:
 class _LeafDecoder:
     """Decodes one leaf of the tree (and the Sequence dims above it) for one record, and collates a batch."""
 
-    def __init__(self, key: str, leaf: LeafNode, seq: tuple, video: bool, decode_images: bool, where: str) -> None:
+    def __init__(self, key: str, leaf: LeafNode, seq: Shape, video: bool, decode_images: bool, where: str) -> None:
         self.key, self.leaf, self.seq, self.video = key, leaf, seq, video
         self.decode_images = decode_images
         self.rank = len(seq)
@@ -312,7 +317,7 @@ class _LeafDecoder:
         if self.mode == "plain":
             value = values[0]
             if self.leaf.dtype in _WIDE_UNSIGNED:
-                value = (RaggedTensor(_unsigned(value.values, self.leaf.dtype), value.nested_row_splits)
+                value = (RaggedTensor(_unsigned(cast(torch.Tensor, value.values), self.leaf.dtype), value.nested_row_splits)
                          if isinstance(value, RaggedTensor) else _unsigned(value, self.leaf.dtype))
             return value
         if self.mode == "text":
@@ -325,13 +330,13 @@ class _LeafDecoder:
             return items
         return _stack(items, self._element_shape(), "uint8" if self.mode == "image" else self.leaf.dtype)
 
-    def _element_shape(self) -> tuple:
+    def _element_shape(self) -> Shape:
         shape = self.leaf.shape
         if self.mode == "image":
             return (shape[2], shape[0], shape[1])
         return shape
 
-    def _element(self, values: list, name: Optional[str]) -> Any:
+    def _element(self, values: list[Any], name: Optional[str]) -> Any:
         leaf = self.leaf
         if self.mode == "image":
             data = values[0]
@@ -344,13 +349,13 @@ class _LeafDecoder:
 
     # -- a batch --
 
-    def output_shape(self) -> Optional[tuple]:
+    def output_shape(self) -> Optional[Shape]:
         """The static shape of one record's value (None where unknown), or None when it is not a tensor."""
         if self.mode == "text" or (self.mode == "image" and not self.decode_images) or self.rank >= 2:
             return None
         return self.seq + self._element_shape()
 
-    def collate(self, values: list) -> Any:
+    def collate(self, values: list[Any]) -> Any:
         shape = self.output_shape()
         if shape is None:
             if self.rank >= 2:
@@ -370,7 +375,7 @@ def _unsigned(value: torch.Tensor, dtype: str) -> torch.Tensor:
     return _torch_from_numpy(array.astype(_NUMPY[dtype]))
 
 
-def _from_bytes(data: bytes, leaf: LeafNode, dynamic: Optional[list], key: str, name: Optional[str]) -> torch.Tensor:
+def _from_bytes(data: bytes, leaf: LeafNode, dynamic: Optional[list[int]], key: str, name: Optional[str]) -> torch.Tensor:
     where = f"{name}: " if name else ""
     if leaf.encoding == "zlib":
         try:
@@ -456,7 +461,7 @@ def _gray(rgb: torch.Tensor) -> torch.Tensor:
     return ((rgb.to(torch.int32) * weights).sum(0, keepdim=True) + 500).div(1000, rounding_mode="floor").to(torch.uint8)
 
 
-def _stack(items: list, shape: tuple, dtype: str) -> Any:
+def _stack(items: list[Any], shape: Shape, dtype: str) -> Any:
     if not items:
         return _torch_from_numpy(np.zeros([0] + [d or 0 for d in shape], dtype=_NUMPY[dtype]))
     first = items[0].shape
@@ -465,7 +470,7 @@ def _stack(items: list, shape: tuple, dtype: str) -> Any:
     return items  # elements of different sizes (TFDS cannot batch them either)
 
 
-def _ragged_batch(values: list) -> Any:
+def _ragged_batch(values: list[Any]) -> Any:
     if not values:
         return values
     rows = torch.tensor([len(v) for v in values], dtype=torch.int64)
@@ -484,13 +489,13 @@ def _ragged_batch(values: list) -> Any:
 
 
 class _DictDecoder:
-    def __init__(self, children: dict) -> None:
+    def __init__(self, children: dict[str, Any]) -> None:
         self.children = children
 
-    def decode(self, raw: Mapping[str, Any], name: Optional[str]) -> dict:
+    def decode(self, raw: Mapping[str, Any], name: Optional[str]) -> dict[str, Any]:
         return {k: c.decode(raw, name) for k, c in self.children.items()}
 
-    def collate(self, values: list) -> dict:
+    def collate(self, values: list[Any]) -> dict[str, Any]:
         return {k: c.collate([v[k] for v in values]) for k, c in self.children.items()}
 
     def leaves(self) -> Iterator[_LeafDecoder]:
@@ -498,7 +503,7 @@ class _DictDecoder:
             yield from (child.leaves() if isinstance(child, _DictDecoder) else [child])
 
 
-def _compile(node: FeatureNode, key: str, seq: tuple, video: bool, decode_images: bool, where: str) -> Any:
+def _compile(node: FeatureNode, key: str, seq: Shape, video: bool, decode_images: bool, where: str) -> Any:
     if isinstance(node, DictNode):
         return _DictDecoder({name: _compile(child, f"{key}/{name}" if key else name, seq, video, decode_images, where)
                              for name, child in node.children.items()})
@@ -508,7 +513,7 @@ def _compile(node: FeatureNode, key: str, seq: tuple, video: bool, decode_images
     return _LeafDecoder(key, node, seq, video, decode_images, where)
 
 
-def _path_of(children: Mapping[str, Any], key: str) -> Optional[list]:
+def _path_of(children: Mapping[str, Any], key: str) -> Optional[list[str]]:
     """The dict keys leading to feature `key` ("objects/label"; a top-level key may itself hold "/", as the image
     converters' "image/encoded"), or None."""
     if key in children:
@@ -567,21 +572,21 @@ class TFDSDecoder:
 
         return TFDSPlan(self)
 
-    def leaves(self) -> list:
+    def leaves(self) -> list[_LeafDecoder]:
         return list(self.root.leaves())
 
-    def supervised(self, item: dict) -> Any:
+    def supervised(self, item: dict[str, Any]) -> Any:
         if not self.as_supervised:
             return item
         out = []
-        for key in self.info.supervised_keys:
+        for key in self.info.supervised_keys or ():  # as_supervised needs them (checked in __init__)
             value: Any = item
             for part in _path_of(self.root.children, key) or ():
                 value = value[part]
             out.append(value)
         return tuple(out)
 
-    def class_names(self) -> dict[str, list]:
+    def class_names(self) -> dict[str, list[str]]:
         """Class names of every ClassLabel feature with names, by feature key."""
         return {leaf.key: leaf.leaf.names for leaf in self.root.leaves()
                 if leaf.leaf.type == "ClassLabel" and leaf.leaf.names is not None}

@@ -9,7 +9,7 @@ mnist 3.0.1  (/home/me/tensorflow_datasets/mnist/3.0.1)
 
 from __future__ import annotations
 
-from typing import Any, Union
+from typing import Any, Optional, Union
 
 from tfr_torch.format.paths import PathLike, exists
 from tfr_torch.tfds.metadata import TFDSInfo, TFDSMetadataError, check_split_files, read_info
@@ -19,7 +19,7 @@ __all__ = ["describe", "problems", "inspect_main"]
 _NAMES_SHOWN = 10
 
 
-def _shape(shape: tuple) -> str:
+def _shape(shape: tuple[Optional[int], ...]) -> str:
     return "(" + ", ".join("None" if d is None else str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
 
 
@@ -101,7 +101,7 @@ def describe(path: Union[PathLike, TFDSInfo]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def inspect_main(paths: list) -> int:
+def inspect_main(paths: list[str]) -> int:
     """`tfr-torch inspect DIR...` for TFDS dataset folders: print each description; exit status 1 when a folder's
     metadata cannot be read or its shard files have problems."""
     import sys

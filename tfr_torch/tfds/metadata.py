@@ -111,7 +111,7 @@ def _isdir(path: str) -> bool:
         from tfr_torch.format.paths import _fsspec
 
         fs, inner = _fsspec(path)
-        return fs.isdir(inner)
+        return bool(fs.isdir(inner))
     return os.path.isdir(path)
 
 

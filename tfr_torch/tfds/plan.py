@@ -52,12 +52,12 @@ class TFDSPlan:
               single: bool = False) -> Any:
         if single:
             return next(self.iter_rows(serialized, example_names))
-        names = list(example_names) if example_names is not None else [None] * len(serialized)
+        names: list[Optional[str]] = list(example_names) if example_names is not None else [None] * len(serialized)
         columns = self.fast_plan.parse(serialized, example_names) if self.fast_plan is not None else {}
         rows = list(self.slow_plan.iter_rows(serialized, example_names)) if self.slow_plan is not None else []
         return self.decoder.supervised(self._batch(self.decoder.root, columns, rows, names))
 
-    def _batch(self, node: Any, columns: Mapping[str, Any], rows: list, names: list) -> Any:
+    def _batch(self, node: Any, columns: Mapping[str, Any], rows: list[Any], names: list[Optional[str]]) -> Any:
         if hasattr(node, "children"):
             return {k: self._batch(child, columns, rows, names) for k, child in node.children.items()}
         if id(node) not in self.fast:

@@ -66,18 +66,19 @@ def _parse_term(term: str, spec: str) -> SplitSlice:
     if selector is None:
         return SplitSlice(name)
     parts = [_SLICE.match(p) for p in selector.split(":")]
-    if not all(parts) or not any(p.group(0) for p in parts if p is not None) or len(parts) > 2:
+    matched = [p for p in parts if p is not None]
+    if len(matched) < len(parts) or not any(p.group(0) for p in matched) or len(parts) > 2:
         raise ValueError(f"split {spec!r}: cannot read the slice [{selector}]: expected [from:to] with integers, "
                          f"percentages (10%) or shards (2shard), or [N shard] for one shard ({_DOCS})")
-    if len(parts) == 1:
-        (only,) = parts
+    if len(matched) == 1:
+        (only,) = matched
         unit = only.group("unit") or "abs"
         if unit != "shard":
             raise ValueError(f"split {spec!r}: [{selector}] selects one shard only with the shard unit (e.g. "
                              f"[{only.group('val')}shard]); for examples use a slice such as [{only.group('val')}:]")
-        from_ = _number(only.group("val"), unit, spec)
-        return SplitSlice(name, from_, from_ + 1, unit)
-    first, second = parts
+        shard = _number(only.group("val"), unit, spec)
+        return SplitSlice(name, shard, shard + 1, unit)
+    first, second = matched
     unit = first.group("unit") or second.group("unit") or "abs"
     from_ = None if first.group("val") is None else _number(first.group("val"), unit, spec)
     to = None if second.group("val") is None else _number(second.group("val"), unit, spec)
@@ -101,13 +102,13 @@ def _absolute(term: SplitSlice, lengths: Sequence[int], spec: str) -> tuple[int,
         from_ = 0 if from_ is None else int(round(from_ * total / 100.0))
         to = total if to is None else int(round(to * total / 100.0))
     elif term.unit == "shard":
-        from_ = 0 if from_ is None else sum(lengths[:from_])
+        from_ = 0 if from_ is None else sum(lengths[:int(from_)])  # shard numbers are ints (see _number)
         if to is not None and to <= 0:
             to = len(lengths) + to
-        to = total if to is None else sum(lengths[:to])
+        to = total if to is None else sum(lengths[:int(to)])
     else:
-        from_ = 0 if from_ is None else from_
-        to = total if to is None else to
+        from_ = 0 if from_ is None else int(from_)  # absolute boundaries are ints (see _number)
+        to = total if to is None else int(to)
     if abs(from_) > total or abs(to) > total:
         shown_from = "" if not from_ else from_
         shown_to = "" if not to else to

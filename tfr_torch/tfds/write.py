@@ -22,24 +22,24 @@ __all__ = ["write_metadata", "features_from_spec", "image_features", "tensor_fea
 _PREFIX = "tensorflow_datasets.core.features."
 
 
-def tensor_feature(shape: Sequence[Optional[int]], dtype: str) -> dict:
+def tensor_feature(shape: Sequence[Optional[int]], dtype: str) -> dict[str, Any]:
     """A `tfds.features.Tensor` entry of features.json (`None` dimensions are unknown)."""
     return {"pythonClassName": _PREFIX + "tensor_feature.Tensor",
             "tensor": {"shape": {"dimensions": [str(-1 if d is None else int(d)) for d in shape]} if shape else {},
                        "dtype": dtype, "encoding": "none"}}
 
 
-def text_feature() -> dict:
+def text_feature() -> dict[str, Any]:
     return {"pythonClassName": _PREFIX + "text_feature.Text", "text": {}}
 
 
-def class_label_feature(num_classes: int) -> dict:
+def class_label_feature(num_classes: int) -> dict[str, Any]:
     return {"pythonClassName": _PREFIX + "class_label_feature.ClassLabel",
             "classLabel": {"numClasses": str(int(num_classes))}}
 
 
 def image_feature(shape: Sequence[Optional[int]] = (None, None, None), dtype: str = "uint8",
-                  encoding_format: Optional[str] = None) -> dict:
+                  encoding_format: Optional[str] = None) -> dict[str, Any]:
     content: dict[str, Any] = {"shape": {"dimensions": [str(-1 if d is None else int(d)) for d in shape]},
                                "dtype": dtype}
     if encoding_format:
@@ -47,7 +47,7 @@ def image_feature(shape: Sequence[Optional[int]] = (None, None, None), dtype: st
     return {"pythonClassName": _PREFIX + "image_feature.Image", "image": content}
 
 
-def features_dict(features: Mapping[str, dict]) -> dict:
+def features_dict(features: Mapping[str, dict[str, Any]]) -> dict[str, Any]:
     return {"pythonClassName": _PREFIX + "features_dict.FeaturesDict", "featuresDict": {"features": dict(features)}}
 
 
@@ -64,7 +64,7 @@ def _dtype_name(dtype: Any) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def features_from_spec(spec: Mapping[str, Any]) -> dict:
+def features_from_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
     """features.json for a tfr_torch spec: FixedLenFeature -> Tensor of its shape (Text for a scalar string),
     VarLenFeature -> Tensor of shape (None,), FixedLenSequenceFeature -> Tensor of shape (None, *shape). Other
     specs (sparse, ragged) have no TFDS equivalent: ValueError naming the key."""
@@ -85,7 +85,7 @@ def features_from_spec(spec: Mapping[str, Any]) -> dict:
     return features_dict(out)
 
 
-def image_features(spec: Mapping[str, Any], num_classes: Optional[int], encoding: str) -> dict:
+def image_features(spec: Mapping[str, Any], num_classes: Optional[int], encoding: str) -> dict[str, Any]:
     """features.json for the shards tfr_torch's image converters write: `image/encoded` is an Image (any
     encoding, channels as stored), `image/class/label` a ClassLabel, the rest as `features_from_spec`."""
     if encoding == "raw":
@@ -101,11 +101,11 @@ def image_features(spec: Mapping[str, Any], num_classes: Optional[int], encoding
     return tree
 
 
-def _read_existing(path: str, name: str, version: str) -> dict:
+def _read_existing(path: str, name: str, version: str) -> dict[str, Any]:
     if not os.path.exists(path):
         return {}
     with open(path) as f:
-        data = json.load(f)
+        data: dict[str, Any] = json.load(f)
     if data.get("name") != name or str(data.get("version")) != version:
         raise ValueError(f"{path} describes dataset {data.get('name')!r} version {data.get('version')!r}, not "
                          f"{name!r} {version!r}: write each dataset version into its own folder")
@@ -150,7 +150,7 @@ def write_metadata(out_dir: str, name: str, split: str, shards: Sequence[tuple[s
     return written + [features_path, info_path]
 
 
-def tfds_options(options: Mapping[str, Any], spec: Optional[Mapping[str, Any]], compression: str) -> dict:
+def tfds_options(options: Mapping[str, Any], spec: Optional[Mapping[str, Any]], compression: str) -> dict[str, Any]:
     """Check ShardedWriter's `tfds=` options ({"version", "features", "supervised_keys", "class_names",
     "description"}, all optional) and fill in features.json from the spec; raises before anything is written."""
     unknown = set(options) - {"version", "features", "supervised_keys", "class_names", "description"}
@@ -181,7 +181,7 @@ def finish_split(out_dir: str, name: str, split: str, shards: Sequence[Mapping[s
 
 
 def reshard_options(paths: Sequence[str], out_dir: str, name: str, version: str, features: Optional[Mapping[str, Any]],
-                    image: Optional[Mapping[str, Any]]) -> tuple[str, dict]:
+                    image: Optional[Mapping[str, Any]]) -> tuple[str, dict[str, Any]]:
     """`reshard(..., tfds=True)`: the TFDS version folder to write (`out_dir/name/version`) and ShardedWriter's
     tfds options. Shards of a TFDS folder keep its features.json, class names, supervised keys and description;
     shards of tfr_torch's image converters get their image features; others the features of their spec."""
