@@ -24,3 +24,14 @@ def test_an_empty_spec_compiled_first_in_a_process_gives_a_plan():
 def test_ragged_partitions_as_a_list_as_the_readme_writes_them():
     spec = tfr_torch.RaggedFeature(torch.int64, partitions=[tfr_torch.RowLengths("n")], value_key="v")
     assert spec.partitions == (tfr_torch.RowLengths("n"),)
+
+
+def test_sharded_writer_close_after_abort_returns_no_shards(tmp_path):
+    # ShardedWriter.paths was set only by close(); close() after abort() (e.g. a `with` block that raised, then an
+    # explicit close) returned it and raised AttributeError
+    from tfr_torch.tools.shards import ShardedWriter
+
+    writer = ShardedWriter(tmp_path, "data", "train")
+    writer.write(b"record")
+    writer.abort()
+    assert writer.close() == []

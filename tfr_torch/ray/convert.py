@@ -23,7 +23,7 @@ _CHUNK = 8  # items per task: enough to amortise a task's overhead, small enough
 
 
 @ray.remote
-def _encode_chunk(job: Callable[[int], tuple], indices: range) -> list[tuple]:
+def _encode_chunk(job: Callable[[int], tuple[Any, ...]], indices: range) -> list[tuple[Any, ...]]:
     return [job(i) for i in indices]
 
 
@@ -37,13 +37,13 @@ def connect(address: str | None = None) -> bool:
     return True
 
 
-def ordered_map(job: Callable[[int], tuple], indices: range, *, address: str | None = None,
-                chunk: int = _CHUNK) -> Iterator[tuple]:
+def ordered_map(job: Callable[[int], tuple[Any, ...]], indices: range, *, address: str | None = None,
+                chunk: int = _CHUNK) -> Iterator[tuple[Any, ...]]:
     """job(i) for every index, in order, computed by Ray tasks, with a bounded number of chunks in flight (about
     four per CPU of the cluster) so memory stays bounded however many items there are. A task that fails raises
     here, after the chunks before it were yielded; closing the iterator cancels what is still running."""
     started = connect(address)
-    pending: collections.deque = collections.deque()
+    pending: collections.deque[Any] = collections.deque()  # Ray object refs
     try:
         job_ref = ray.put(job)
         window = max(2, int(ray.cluster_resources().get("CPU", 1)) * 4)
@@ -52,9 +52,9 @@ def ordered_map(job: Callable[[int], tuple], indices: range, *, address: str | N
             pending.append(_encode_chunk.remote(job_ref, part))
         while pending:
             results = ray.get(pending.popleft())
-            part = next(chunks, None)
-            if part is not None:
-                pending.append(_encode_chunk.remote(job_ref, part))
+            more = next(chunks, None)
+            if more is not None:
+                pending.append(_encode_chunk.remote(job_ref, more))
             yield from results
     finally:
         for ref in pending:

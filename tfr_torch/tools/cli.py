@@ -14,7 +14,7 @@ import json
 import math
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NoReturn
 
 import numpy as np
@@ -74,7 +74,7 @@ def _out_compression(value: str) -> str:
         raise argparse.ArgumentTypeError(f"expected none, gzip or zlib, got {value!r}") from None
 
 
-def _at_least(low: int, what: str = "an integer"):
+def _at_least(low: int, what: str = "an integer") -> Callable[[str], int]:
     def parse(value: str) -> int:
         try:
             number = int(value)
@@ -149,7 +149,7 @@ def _meter(args: argparse.Namespace, paths: Sequence[str], label: str, unit: str
     return Progress(label=label, enabled=shown, total_bytes=total, unit=unit)
 
 
-def _read(reader: RecordReader, meter: Progress):
+def _read(reader: RecordReader, meter: Progress) -> Iterator[bytes]:
     """The records of `reader`, counted on `meter` (its total dropped for compressed files)."""
     if reader.compression != "none":
         meter.unknown_total()
@@ -222,8 +222,8 @@ def _cmd_verify(args: argparse.Namespace) -> int:
                 count = sum(1 for _ in _read(reader, meter))
         except (TFRecordError, OSError) as err:
             problems.append(err)
-        for err in problems:
-            meter.write(_problem(err), sys.stdout)
+        for problem in problems:
+            meter.write(_problem(problem), sys.stdout)
         if problems:
             status = 1
         elif not args.quiet:
@@ -258,7 +258,7 @@ def _json_bytes(value: bytes, full: bool) -> Any:
     return {**({"text": shown} if isinstance(shown, str) else shown), "length": len(value), "truncated": True}
 
 
-def _json_list(values: list, full: bool) -> tuple[list, dict[str, Any]]:
+def _json_list(values: list[Any], full: bool) -> tuple[list[Any], dict[str, Any]]:
     """`values` cut to CUT_VALUES unless `full`, and the extra keys saying so."""
     if full or len(values) <= CUT_VALUES:
         return values, {}
@@ -278,7 +278,7 @@ def _json_values(value: Any, full: bool) -> Any:
     return {"float": shown, **extra}
 
 
-def _floats(array: Any) -> list:
+def _floats(array: Any) -> list[Any]:
     """JSON numbers for float values, float16/float32 ones written as their shortest decimal (0.1, not
     0.10000000149011612); NaN and infinities as the strings "NaN", "Infinity", "-Infinity"."""
     array = np.asarray(array).ravel()
@@ -287,7 +287,7 @@ def _floats(array: Any) -> list:
     return [_json_float(v) for v in array.astype(np.float64).tolist()]
 
 
-def _flat(values: Any) -> list:
+def _flat(values: Any) -> list[Any]:
     if isinstance(values, bytes):
         return [values]
     if isinstance(values, list):
@@ -300,7 +300,7 @@ def _flat(values: Any) -> list:
     return array.ravel().tolist()
 
 
-def _json_tensor(dtype: int, values: Any, full: bool) -> tuple[list, dict[str, Any]]:
+def _json_tensor(dtype: int, values: Any, full: bool) -> tuple[list[Any], dict[str, Any]]:
     """A tensor's values, flattened row-major (complex as [real, imaginary] pairs)."""
     if dtype == 14:  # bfloat16 bits -> float32
         values = (np.asarray(values, dtype=np.uint32) << 16).view(np.float32)
@@ -593,8 +593,9 @@ def _version_line() -> str:
     """tfr_torch's version and the backend in use (the compiled core, or why not)."""
     from tfr_torch import _native
 
-    if _native.backend() == "native":
-        crc = "hardware" if _native.core.hardware_crc() else "portable"
+    core = _native.core
+    if _native.backend() == "native" and core is not None:
+        crc = "hardware" if core.hardware_crc() else "portable"
         return f"tfr_torch {__version__} (backend: native, compiled core with {crc} CRC-32C)"
     why = _native.import_error or "turned off by TFR_TORCH_NATIVE=0"
     return f"tfr_torch {__version__} (backend: python, the pure-Python reference; {why})"
@@ -603,7 +604,8 @@ def _version_line() -> str:
 class _Version(argparse.Action):
     """--version: one line, never re-wrapped by argparse."""
 
-    def __call__(self, parser, namespace, values, option_string=None):
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> NoReturn:
         print(_version_line())
         parser.exit()
 

@@ -24,9 +24,9 @@ import os
 import sys
 import warnings
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 import torch
@@ -42,6 +42,9 @@ __all__ = ["IMAGE_FEATURES", "IMG_EXTENSIONS", "ConversionResult", "convert_imag
            "find_classes", "image_folder_items"]
 
 log = logging.getLogger(__name__)
+
+# What encoding one item gives: (its index, the serialized Example or None when it failed, bytes read, why it failed)
+_Item = tuple[int, Optional[bytes], int, Optional[str]]
 IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")  # torchvision's
 FORMATS = ("keep", "jpeg", "png", "raw")
 
@@ -61,9 +64,9 @@ class ConversionResult:
     """What a conversion did: `paths` (the shards), `records`, `skipped` ([item, reason] pairs), `seconds`,
     `bytes_in` (bytes of input read), `resumed_from` (the first item converted by this run)."""
 
-    paths: list
+    paths: list[str]
     records: int
-    skipped: list
+    skipped: list[list[Any]]
     seconds: float
     bytes_in: int
     resumed_from: int
@@ -130,7 +133,7 @@ class _FolderJob:
         self.fmt, self.quality, self.check, self.mode = fmt, quality, check, mode
 
     def __call__(self, i: int) -> tuple[int, bytes | None, int, str | None]:
-        from PIL import Image
+        from PIL import Image, UnidentifiedImageError
 
         path, label = self.items[i]
         rel = os.path.relpath(path, self.root)
@@ -150,7 +153,7 @@ class _FolderJob:
                 pixels = decode_image(data, self.mode, backend="pillow", name=path)
                 encoded, fmt, channels = _reencode(pixels, self.fmt, self.quality)
                 height, width = pixels.shape[-2:]
-        except Image.UnidentifiedImageError:
+        except UnidentifiedImageError:
             return i, None, 0, f"{path}: not an image Pillow can identify"
         except DecodeError as exc:
             return i, None, 0, f"{path}: cannot read the image: {str(exc).split(': ', 1)[-1]}"
@@ -193,20 +196,21 @@ class _DatasetJob:
         return i, record, len(encoded), None
 
 
-def _run(job: Callable[[int], tuple], count: int, writer: ShardedWriter, workers: int, on_error: str,
-         progress: Progress, start: int, skipped: list, engine: str = "local", address: str | None = None) -> None:
+def _run(job: Callable[[int], _Item], count: int, writer: ShardedWriter, workers: int, on_error: str,
+         progress: Progress, start: int, skipped: list[list[Any]], engine: str = "local", address: str | None = None) -> None:
     """Encode items start..count-1 (in worker processes when workers > 1, in Ray tasks with engine="ray") and
     write them in order."""
     indices = range(start, count)
     pool = None
+    results: Any  # for Ray, a generator that is closed below
     if engine == "ray":
         from tfr_torch.ray.convert import ordered_map
 
-        results: Any = ordered_map(job, indices, address=address)
+        results = ordered_map(job, indices, address=address)
     elif workers > 1:
         context = multiprocessing.get_context("fork" if sys.platform != "win32" else "spawn")
         pool = ProcessPoolExecutor(workers, mp_context=context)  # a dead worker raises BrokenProcessPool, never hangs
-        results: Any = _ordered_map(pool, job, indices, window=workers * 4, chunk=8)
+        results = _ordered_map(pool, job, indices, window=workers * 4, chunk=8)
     else:
         results = map(job, indices)
     try:
@@ -226,29 +230,29 @@ def _run(job: Callable[[int], tuple], count: int, writer: ShardedWriter, workers
             pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _run_chunk(job: Callable[[int], tuple], indices: range) -> list[tuple]:
+def _run_chunk(job: Callable[[int], _Item], indices: range) -> list[_Item]:
     return [job(i) for i in indices]
 
 
-def _ordered_map(pool: ProcessPoolExecutor, job: Callable[[int], tuple], indices: range, window: int,
-                 chunk: int) -> Iterator[tuple]:
+def _ordered_map(pool: ProcessPoolExecutor, job: Callable[[int], _Item], indices: range, window: int,
+                 chunk: int) -> Iterator[_Item]:
     """job(i) for every index, in order, computed in the pool with at most `window` chunks in flight (so memory
     stays bounded however many items there are)."""
     chunks = (indices[k : k + chunk] for k in range(0, len(indices), chunk))
-    pending: collections.deque = collections.deque()
+    pending: collections.deque[Future[list[_Item]]] = collections.deque()
     for part in itertools.islice(chunks, window):
         pending.append(pool.submit(_run_chunk, job, part))
     while pending:
         results = pending.popleft().result()
-        part = next(chunks, None)
-        if part is not None:
-            pending.append(pool.submit(_run_chunk, job, part))
+        more = next(chunks, None)
+        if more is not None:
+            pending.append(pool.submit(_run_chunk, job, more))
         yield from results
 
 
-def _convert(job: Callable, count: int, out_dir: str, name: str, split: str, *, shard_size: Any,
+def _convert(job: Callable[[int], _Item], count: int, out_dir: str, name: str, split: str, *, shard_size: Any,
              records_per_shard: int | None, compression: str | None, workers: int, on_error: str, resume: bool,
-             progress: bool, image: dict, settings: dict, tfds_version: str | None = None, engine: str = "local",
+             progress: bool, image: dict[str, Any], settings: dict[str, Any], tfds_version: str | None = None, engine: str = "local",
              address: str | None = None) -> ConversionResult:
     if on_error not in ("raise", "skip"):
         raise ValueError(f'on_error must be "raise" or "skip", got {on_error!r}')
@@ -282,7 +286,7 @@ def _convert(job: Callable, count: int, out_dir: str, name: str, split: str, *, 
     writer = ShardedWriter(out_dir, name, split, shard_size, compression, records_per_shard=records_per_shard,
                            features=features, image=image, resume=resume, settings=settings, tfds=tfds)
     start = 0
-    skipped: list = []
+    skipped: list[list[Any]] = []  # [item, reason] pairs
     if writer.resumed_position is not None:
         start = int(writer.resumed_position) + 1
         skipped = list(writer.resumed_state.get("skipped", []))

@@ -10,7 +10,7 @@ serialize_tensor payloads each dtype's shapes and value range.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -81,7 +81,7 @@ def _number(value: Any) -> str:
 class _Feature:
     """One feature key over the records read: its kinds, how many records carry it, values per record."""
 
-    kinds: set = field(default_factory=set)
+    kinds: set[str] = field(default_factory=set)
     records: int = 0
     count_min: int | None = None
     count_max: int = 0
@@ -90,9 +90,9 @@ class _Feature:
     malformed: str | None = None
     steps: _Range = field(default_factory=_Range)  # feature lists: steps per record
 
-    def add(self, raws: list, key: str) -> None:
+    def add(self, raws: list[bytes | None], key: str) -> None:
         """Add one chunk of raw Feature bytes (None where a record lacks the key)."""
-        kinds = {kind_of(raw, key) for raw in raws} - {None}
+        kinds = {found for found in (kind_of(raw, key) for raw in raws) if found is not None}
         self.kinds |= kinds
         for kind in sorted(kinds):
             chosen = raws if len(kinds) == 1 else [r if kind_of(r, key) == kind else None for r in raws]
@@ -129,7 +129,7 @@ class _Tensors:
     """serialize_tensor payloads of one dtype: shapes seen and value range."""
 
     records: int = 0
-    shapes: dict = field(default_factory=dict)  # shape -> records (at most _SHAPES kept)
+    shapes: dict[tuple[int, ...], int] = field(default_factory=dict)  # shape -> records (at most _SHAPES kept)
     values: _Range = field(default_factory=_Range)
 
     def add(self, tensor: Any) -> None:
@@ -139,7 +139,7 @@ class _Tensors:
             self.shapes[shape] = self.shapes.get(shape, 0) + 1
         values = tensor.values
         if isinstance(values, list):  # strings, nested like the shape
-            flat: list = []
+            flat: list[Any] = []
             stack = [values]
             while stack:
                 item = stack.pop()
@@ -169,8 +169,8 @@ class _Report:
         self.lists: dict[str, _Feature] = {}
         self.list_records: dict[str, int] = {}
         self.tensors: dict[str, _Tensors] = {}
-        self._contexts: list[dict] = []
-        self._lists: list[dict] = []
+        self._contexts: list[Mapping[str, bytes]] = []  # raw Features by key, per record
+        self._lists: list[Mapping[str, Sequence[bytes]]] = []  # raw Features by key and step, per record
 
     def add(self, record: bytes) -> None:
         kind, parsed = classify_record(record)

@@ -59,7 +59,7 @@ class Progress:
         self.items = self.bytes = 0
         self.start = time.perf_counter()
         self._by_bytes = total_bytes is not None
-        self._bar: tqdm | None = None
+        self._bar: tqdm[Any] | None = None
         if self.shown:
             columns, rows = _screen(self.stream)
             self._bar = tqdm(total=total_bytes if self._by_bytes else total, desc=self.label or None,

@@ -6,6 +6,7 @@ import json
 import os
 import re
 from collections.abc import Mapping
+from types import TracebackType
 from typing import Any
 
 from tfr_torch._version import __version__
@@ -33,7 +34,7 @@ def parse_size(size: int | str) -> int:
     return value
 
 
-def _OLD_SHARD(name: str, split: str) -> re.Pattern:
+def _OLD_SHARD(name: str, split: str) -> re.Pattern[str]:
     return re.compile(re.escape(f"{name}-{split}.tfrecord-") + r"\d+-of-\d+(\.idx)?")
 
 
@@ -94,6 +95,7 @@ class ShardedWriter:
         self.resumed_position: Any = None  # the `position` of the last record kept from an interrupted run
         self.resumed_state: dict[str, Any] = {}
         self.closed = False
+        self.paths: list[str] = []  # the finished shards, once close() has renamed them (none after abort())
         if resume:
             self._load_progress()
         elif os.path.exists(self._progress_path()):
@@ -137,7 +139,8 @@ class ShardedWriter:
 
     @property
     def records(self) -> int:
-        return sum(s["records"] for s in self._done) + len(self._index)
+        finished: int = sum(s["records"] for s in self._done)
+        return finished + len(self._index)
 
     def write(self, record: bytes, *, position: Any = None, state: Mapping[str, Any] | None = None) -> None:
         """Append one record. `position` (e.g. the input item's number) and `state` (JSON) are saved with each
@@ -166,6 +169,7 @@ class ShardedWriter:
 
     def _finish_shard(self) -> None:
         writer, self._writer = self._writer, None
+        assert writer is not None  # called only while a shard is open
         writer.close()
         partial = self._partial(len(self._done))
         with atomic_output(partial + ".idx") as f:
@@ -194,8 +198,8 @@ class ShardedWriter:
         text = json.dumps(sidecar, indent=1)  # before renaming anything: a spec that cannot be stored fails here
         stale = [f for f in os.listdir(self.out_dir) if _OLD_SHARD(self.name, self.split).fullmatch(f)
                  and f.removesuffix(".idx") not in finals]
-        for f in stale:  # shards of an earlier, differently sharded run of this name and split
-            os.remove(f"{self.out_dir}/{f}")
+        for old in stale:  # shards of an earlier, differently sharded run of this name and split
+            os.remove(f"{self.out_dir}/{old}")
         for final, shard in zip(finals, self._done):
             partial = f"{self.out_dir}/{shard['partial']}"
             os.replace(partial, f"{self.out_dir}/{final}")
@@ -223,7 +227,8 @@ class ShardedWriter:
     def __enter__(self) -> ShardedWriter:
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         if exc_type is None:
             self.close()
         else:
