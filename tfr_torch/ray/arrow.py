@@ -119,12 +119,13 @@ class BlockMaker:
                 if not spec.allow_missing:
                     raise ValueError(f"feature {key!r}: FixedLenSequenceFeature needs allow_missing=True in "
                                      "tf.train.Example records (as in tf.io.parse_example)")
-                wire = string if spec.dtype == string else (torch.float32 if spec.dtype.is_floating_point
-                                                            else torch.int64)
+                wire = string if spec.dtype == string else (
+                    torch.float32 if isinstance(spec.dtype, torch.dtype) and spec.dtype.is_floating_point
+                    else torch.int64)
                 twins[key] = VarLenFeature(wire)  # each row's true number of steps (the padded result hides it)
                 self.types[key] = pa.list_(_fixed_lists(value, spec.shape)) if spec.dtype == string else None
             elif isinstance(spec, RaggedFeature):
-                tail = []
+                tail: list[int] = []
                 for p in reversed(spec.partitions):
                     if not isinstance(p, UniformRowLength):
                         break
@@ -152,7 +153,7 @@ class BlockMaker:
 
     # ----- one column -------------------------------------------------------------------------------------------
 
-    def _column(self, key: str, spec: Any, batch: dict, twins: dict, names: Sequence[str]) -> pa.Array:
+    def _column(self, key: str, spec: Any, batch: dict[str, Any], twins: dict[str, Any], names: Sequence[str]) -> pa.Array:
         result = batch[key]
         if isinstance(spec, FixedLenFeature):
             if spec.dtype == string:
@@ -182,9 +183,9 @@ class BlockMaker:
         n = len(names)
         width = max(math.prod(spec.shape), 1)
         if spec.dtype == string:
-            steps = [len(row) // width for row in twin]
-            rows = [padded[i][: steps[i]] for i in range(n)]
-            return self._strings(key, pa.array(rows, _as_binary(self.types[key])), names)
+            row_steps = [len(row) // width for row in twin]
+            kept = [padded[i][: row_steps[i]] for i in range(n)]
+            return self._strings(key, pa.array(kept, _as_binary(self.types[key])), names)
         indices = twin._indices().numpy()
         counts = np.bincount(indices[0], minlength=n) if indices.shape[1] else np.zeros(n, dtype=np.int64)
         steps = counts // width if math.prod(spec.shape) else np.zeros(n, dtype=np.int64)
@@ -203,7 +204,8 @@ class BlockMaker:
             return self._strings(key, pa.array(result, _as_binary(self.types[key])), names)
         value_type = _value_type(key, spec.dtype, False)
         if isinstance(result, torch.Tensor) and result.is_nested:
-            values, levels = result.values(), [result.offsets().numpy()]
+            # a jagged nested tensor has offsets(); torch.Tensor's stubs do not declare it
+            values, levels = result.values(), [result.offsets().numpy()]  # type: ignore[attr-defined]
         else:
             values, levels = result.values, [s.numpy() for s in result.nested_row_splits]
         inner = values.shape[1:]

@@ -104,7 +104,7 @@ def spec_from_schema(schema: Any) -> dict[str, Any]:
     return {name: _arrow_spec(name, schema.field(name).type) for name in schema.names}
 
 
-def _old_shard(name: str, split: str) -> re.Pattern:
+def _old_shard(name: str, split: str) -> re.Pattern[str]:
     return re.compile(re.escape(f"{name}-{split}.tfrecord-") + r"\d+-of-\d+(\.idx)?")
 
 
@@ -123,7 +123,7 @@ def _assemble(ranges: list[tuple[str, int, int]], out: str, compression: str) ->
     return os.path.getsize(out)
 
 
-class TFRecordDatasink(Datasink):
+class TFRecordDatasink(Datasink[dict[str, Any]]):  # each write task returns a dict
     """The `ray.data.Datasink` behind `write_tfrecords` (see it for the arguments). After the write,
     `paths` lists the shards and `records` their number of records."""
 
@@ -258,12 +258,13 @@ class TFRecordDatasink(Datasink):
 
         count = len(bounds)
         finals = [shard_name(self.name, self.split, i, count) for i in range(count)]
-        shards = [{"file": final, "records": b - a, "bytes": int(size)}
+        shards: list[dict[str, Any]] = [{"file": final, "records": b - a, "bytes": int(size)}
                   for final, (a, b), size in zip(finals, bounds, sizes)]
         features = self.features if isinstance(self.features, Mapping) else None
+        records = sum(s["records"] for s in shards)
         sidecar = {"format": SIDECAR_FORMAT, "name": self.name, "split": self.split,
                    "compression": None if self.compression == "none" else self.compression,
-                   "records": sum(s["records"] for s in shards), "shards": shards,
+                   "records": records, "shards": shards,
                    "features": spec_to_json(features) if features is not None else None,
                    "image": self.image, "tfr_torch_version": __version__}
         text = json.dumps(sidecar, indent=1)
@@ -274,8 +275,8 @@ class TFRecordDatasink(Datasink):
                 f.write("".join(f"{o} {s}\n" for o, s in zip(positions.tolist(), framed[a:b].tolist())).encode())
         stale = [f for f in os.listdir(self.out_dir) if _old_shard(self.name, self.split).fullmatch(f)
                  and f.removesuffix(".idx") not in finals]
-        for f in stale:  # shards of an earlier, differently sharded set of this name and split
-            os.remove(f"{self.out_dir}/{f}")
+        for old in stale:  # shards of an earlier, differently sharded set of this name and split
+            os.remove(f"{self.out_dir}/{old}")
         for final, partial in zip(finals, partials):
             os.replace(partial, f"{self.out_dir}/{final}")
             os.replace(partial + ".idx", f"{self.out_dir}/{final}.idx")
@@ -289,7 +290,7 @@ class TFRecordDatasink(Datasink):
                 f.write(text.encode())
         shutil.rmtree(self.staging, ignore_errors=True)
         self.paths = [f"{self.out_dir}/{final}" for final in finals]
-        self.records = sidecar["records"]
+        self.records = records
         self.completed = True
 
     def on_write_failed(self, error: Exception) -> None:
@@ -347,4 +348,4 @@ def write_tfrecords(dataset: Any, out_dir: PathLike, name: str, split: str = "tr
 
 
 class _NoWrites:
-    write_returns: list = []
+    write_returns: list[dict[str, Any]] = []

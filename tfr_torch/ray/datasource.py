@@ -6,7 +6,7 @@ import os
 import re
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 import ray
@@ -19,6 +19,9 @@ from tfr_torch.format.index import index_path_for, read_index
 from tfr_torch.format.paths import PathLike, as_path, exists, expand_paths, file_size
 from tfr_torch.format.reader import RecordReader
 from tfr_torch.ray.planning import FileInfo, Piece, group_pieces, plan_pieces
+
+if TYPE_CHECKING:
+    from typing_extensions import TypeGuard  # typing.TypeGuard is Python 3.10+
 
 __all__ = ["TFRecordDatasource", "read_tfrecords"]
 
@@ -41,7 +44,7 @@ class _SkipLog:
         return list(self.entries)
 
 
-class _Names(Sequence):
+class _Names(Sequence[str]):
     """"path:offset" of each record of a batch, made only when an error message reads one."""
 
     def __init__(self, path: str, offsets: list[int]) -> None:
@@ -50,7 +53,13 @@ class _Names(Sequence):
     def __len__(self) -> int:
         return len(self.offsets)
 
-    def __getitem__(self, i):  # type: ignore[override]
+    @overload
+    def __getitem__(self, i: int) -> str: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[str]: ...
+
+    def __getitem__(self, i: int | slice) -> str | list[str]:
         if isinstance(i, slice):
             return [f"{self.path}:{o}" for o in self.offsets[i]]
         return f"{self.path}:{self.offsets[i]}"
@@ -79,7 +88,7 @@ class _ReadPieces:
             skipped: list[str] = []
             policy = self.on_error
             if self.on_error == "skip":
-                def policy(err: TFRecordError, skipped: list = skipped) -> None:
+                def policy(err: TFRecordError, skipped: list[str] = skipped) -> None:
                     skipped.append(str(err))
                     warnings.warn(f"skipping bad data: {err}", SkippedRecordWarning, stacklevel=2)
             try:
@@ -133,7 +142,7 @@ def _shard_files(directory: str, split: str | None) -> list[str]:
     return chosen
 
 
-def _tfds_folder(paths: Any) -> bool:
+def _tfds_folder(paths: Any) -> TypeGuard[str | os.PathLike[str]]:
     if not isinstance(paths, (str, os.PathLike)):
         return False
     from tfr_torch.tfds.metadata import is_tfds_dir
@@ -178,7 +187,7 @@ class TFRecordDatasource(Datasource):
                  index: Any = "auto", compression: str | None = "auto", split: str | None = None,
                  verify: bool = True, on_error: str | Callable[[TFRecordError], None] = "raise",
                  batch_rows: int | None = None, utf8: bool | Sequence[str] = False) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]  # ray's Datasource.__init__ is unannotated
         self.compression = normalize_compression(compression, allow_auto=True)
         self.tfds = None  # the TFDSSource of a TFDS dataset folder (its shards, slices and counts)
         if _tfds_folder(paths):
@@ -223,7 +232,8 @@ class TFRecordDatasource(Datasource):
         if self.tfds is not None:  # counts from dataset_info.json; split slices as record windows
             self._files = [self._tfds_slice(f, skip, take, expected) for f, skip, take, expected in
                            zip(self._files, self.tfds.skips, self.tfds.counts, self.tfds.expected)]
-        self._skip_log = _SkipLog.remote() if on_error == "skip" else None
+        # @ray.remote makes _SkipLog an actor class, which mypy cannot see (it ignores class decorators)
+        self._skip_log = _SkipLog.remote() if on_error == "skip" else None  # type: ignore[attr-defined]
 
     def _file_info(self, path: str, index: Any, i: int, counts: dict[str, int]) -> FileInfo:
         if index is None:
@@ -239,7 +249,7 @@ class TFRecordDatasource(Datasource):
             chosen = None if index[i] is None else as_path(index[i])
         offsets = read_index(chosen, path, self.compression) if chosen is not None else None
         count = len(offsets) if offsets is not None else counts.get(path.rsplit("/", 1)[-1])
-        compression = self.compression
+        compression: str | None = self.compression
         if offsets is not None and compression == "auto":
             compression = compression_from_name(path)
             if compression is None:
@@ -253,6 +263,7 @@ class TFRecordDatasource(Datasource):
             if len(offsets) != expected:
                 from tfr_torch.tfds.metadata import TFDSMetadataError
 
+                assert self.tfds is not None  # slices exist only for a TFDS folder
                 raise TFDSMetadataError(f"shard holds {len(offsets)} records but {self.tfds.info.info_path} says "
                                         f"{expected} (shardLengths of its split)", f.path)
             offsets = offsets[skip : skip + take]
@@ -274,9 +285,10 @@ class TFRecordDatasource(Datasource):
         tasks = []
         for group in groups:
             counts = [p.count for p in group]
-            rows = sum(counts) if exact and all(c is not None for c in counts) else None
+            known = [c for c in counts if c is not None]
+            rows = sum(known) if exact and len(known) == len(counts) else None
             metadata = BlockMetadata(num_rows=rows, size_bytes=int(sum(p.nbytes for p in group)),
-                                     input_files=sorted({p.path for p in group}), exec_stats=None)
+                                     input_files=tuple(sorted({p.path for p in group})), exec_stats=None)
             read = _ReadPieces(group, self.features, self.utf8, self.compression, self.verify, self.on_error,
                                self.batch_rows, self._skip_log)
             tasks.append(ReadTask(read, metadata, per_task_row_limit=per_task_row_limit))
@@ -293,8 +305,8 @@ class TFRecordDatasource(Datasource):
     @property
     def num_records(self) -> int | None:
         """Records in all files when every file's count is known (indexes, sidecar), else None."""
-        counts = [f.count for f in self._files]
-        return None if any(c is None for c in counts) else int(np.sum(counts))
+        counts = [f.count for f in self._files if f.count is not None]
+        return None if len(counts) < len(self._files) else int(np.sum(counts))
 
 
 def read_tfrecords(paths: PathLike | Sequence[PathLike], features: Mapping[str, Any] | str | None = None, *,

@@ -72,6 +72,7 @@ def plan_pieces(files: Sequence[FileInfo], parallelism: int) -> list[Piece]:
         elif parts == 1:
             pieces.append(Piece(f.path, 0, None, 0, f.count, f.size))
         else:
+            assert f.count is not None and f.offsets is not None  # only an indexed file with a count is split
             first = 0
             for n in _split(int(f.count), parts):
                 start = int(f.offsets[first, 0])
