@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check -q
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-sanitizers install install-test test-xla test-images bench golden protos clean fuzz fuzz-ci
+.PHONY: demo test test-sanitizers install install-test test-xla test-images bench golden protos clean fuzz fuzz-ci lint
 
 $(PY):
 	$(PYTHON) -m venv --system-site-packages $(VENV)
@@ -43,6 +43,12 @@ test: install-test
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 	@$(MAKE) --no-print-directory test-sanitizers
 	@$(MAKE) --no-print-directory fuzz-ci
+
+# The lint and type gate alone ([tool.ruff] and [tool.mypy] in pyproject.toml); `make test` runs both as tests
+# (tests/test_lint.py, tests/test_typing.py).
+lint: install-test
+	$(PY) -m ruff check .
+	$(PY) -m mypy
 
 # The compiled core built with AddressSanitizer + UndefinedBehaviorSanitizer (build/sanitizers, never installed),
 # loaded through TFR_TORCH_NATIVE_LIB, runs the kernel, decode, differential and corruption tests: any report fails.

@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import struct
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +50,7 @@ def golden(name: str) -> Path:
     return GOLDEN / name
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_json(name: str) -> Any:
     with open(golden(name), encoding="utf-8") as f:
         return json.load(f)
@@ -77,7 +77,7 @@ def split_records(data: bytes) -> list[bytes]:
     return records
 
 
-@lru_cache(maxsize=None)
+@cache
 def golden_records(name: str) -> tuple[bytes, ...]:
     """The records of an uncompressed golden file, split independently of tfr_torch."""
     return tuple(split_records(golden(name).read_bytes()))

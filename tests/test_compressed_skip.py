@@ -2,7 +2,6 @@
 under on_error="skip", a corrupt GZIP/ZLIB stream never yields a record out of sequence (a duplicate copied by a
 damaged back-reference), and reading resumes at the next gzip member."""
 
-import collections
 import gzip
 import random
 import struct

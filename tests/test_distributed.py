@@ -168,7 +168,7 @@ def test_ddp_two_ranks_two_workers_batches(tmp_path, index):
 class FakeXlaRuntime:
     """Stands in for torch_xla.runtime; any question asked before the runtime is initialized fails the test."""
 
-    def __init__(self, xla: "FakeXla", ordinal: int, world_size: int, spmd: bool = False, error: Exception = None):
+    def __init__(self, xla: FakeXla, ordinal: int, world_size: int, spmd: bool = False, error: Exception = None):
         self._xla, self._ordinal, self._world_size, self._spmd, self._error = xla, ordinal, world_size, spmd, error
 
     def _ask(self, value):

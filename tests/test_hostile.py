@@ -17,7 +17,6 @@ import subprocess
 import sys
 import textwrap
 import tracemalloc
-import zlib
 
 import numpy as np
 import pytest

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 
 import tfr_torch
 from tfr_torch import TFRecordDataset

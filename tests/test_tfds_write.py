@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import importlib.util
-import io
 import json
 import os
 import subprocess

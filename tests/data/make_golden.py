@@ -208,7 +208,7 @@ def make_examples():
     add("Feature with no kind set", example({
         "none": tf.train.Feature(), "present": i64([1])}))
     add("unicode keys", example({
-        "größe": flt([1.85]), "日本語": byt(["こんにちは".encode("utf-8")]), "emoji😀": i64([7])}))
+        "größe": flt([1.85]), "日本語": byt(["こんにちは".encode()]), "emoji😀": i64([7])}))
     add("int64 extremes", example({
         "extremes": i64([-2**63, 2**63 - 1, 0, -1, 1]),
         "min": i64([-2**63]), "max": i64([2**63 - 1])}))
@@ -219,7 +219,7 @@ def make_examples():
     add("special bytes", example({
         "special": byt([b"", b"\xff\x00\xfe", LONG_BYTES]),
         "empty_value": byt([b""]), "non_utf8": byt([b"\xff\x00\xfe"]), "long": byt([LONG_BYTES]),
-        "utf8": byt(["héllo wörld".encode("utf-8")])}))
+        "utf8": byt(["héllo wörld".encode()])}))
     add("Example() with no features field (serializes to b'')", tf.train.Example())
     add("Example with an empty features map (serializes to b'\\x0a\\x00')",
         tf.train.Example(features=tf.train.Features()))
@@ -307,7 +307,7 @@ def make_sequence_examples():
     recs.append(("no context, unicode keys",
                  seq_example(feature_lists={
                      "größe": flist([flt([1.0]), flt([2.0, 3.0])]),
-                     "日本語": flist([byt(["語".encode("utf-8")]), byt([])]),
+                     "日本語": flist([byt(["語".encode()]), byt([])]),
                      "emoji😀": flist([i64([-2**63, 2**63 - 1])]),
                  })))
     recs.append(("no feature_lists, unicode context keys",
@@ -450,7 +450,7 @@ def make_tensor_cases():
     add("complex128 zero-size", tf.constant(np.zeros([0, 3], dtype=np.complex128)))
     add("string scalar", tf.constant(b"hello"))
     add("string 2x3 (empty, non-UTF-8, UTF-8, long)", tf.constant(np.array(
-        [[b"", b"\xff\x00\xfe", "größe".encode("utf-8")], [b"a", LONG_BYTES[:300], b"\x00"]], dtype=object)))
+        [[b"", b"\xff\x00\xfe", "größe".encode()], [b"a", LONG_BYTES[:300], b"\x00"]], dtype=object)))
     add("string scalar empty", tf.constant(b""))
     add("string scalar non-UTF-8", tf.constant(b"\xff\x00\xfe"))
     add("string zero-size", tf.constant(np.zeros([0, 3], dtype=object).astype(bytes), dtype=tf.string))
@@ -572,7 +572,7 @@ def make_tensor_proto_cases():
     add("string_val scalar", "make_tensor_proto", tf.string, mtp(b"\xff\x00\xfe"))
     add("string_val broadcast", "make_tensor_proto", tf.string, mtp(b"ab", shape=[2, 3]))
     add("string_val exact (empty, non-UTF-8, UTF-8)", "make_tensor_proto", tf.string,
-        mtp(np.array([b"", b"\xff\x00\xfe", "größe".encode("utf-8")], dtype=object)))
+        mtp(np.array([b"", b"\xff\x00\xfe", "größe".encode()], dtype=object)))
     add("string_val fill with last", "hand", tf.string, hand_proto(DT.DT_STRING, [5], string_val=[b"x", b"last"]))
     add("string_val no values", "hand", tf.string, hand_proto(DT.DT_STRING, [2]))
     return cases

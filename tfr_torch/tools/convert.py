@@ -28,7 +28,6 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Optional
 
-import numpy as np
 import torch
 
 from tfr_torch.decode.specs import FixedLenFeature, string
