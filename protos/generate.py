@@ -92,7 +92,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             target.write_text(source)
     if stale:
-        print("stale generated modules or stubs (run `python protos/generate.py`): " + ", ".join(stale), file=sys.stderr)
+        print("stale generated modules or stubs (run `python protos/generate.py`): " + ", ".join(stale),
+              file=sys.stderr)
         return 1
     return 0
 

@@ -89,7 +89,7 @@ class CachedDataset(IterableDataset[Any]):
             self.dataset.set_epoch(epoch)
 
     def __len__(self) -> int:
-        return len(self.dataset)  # type: ignore[arg-type]
+        return len(self.dataset)  # type: ignore[arg-type]  # TypeError from len() when the dataset has none
 
     def cached(self) -> bool:
         """Whether this reader's part is kept (in this process's memory, or in the folder)."""

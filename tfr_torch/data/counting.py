@@ -87,7 +87,7 @@ class SharedCounts:
         """Count every unknown file in this process (the main process, or a single reader)."""
         for f in self.unknown():
             self.table[f] = int(count(f))
-        return self.known()  # type: ignore[return-value]
+        return self.known()  # type: ignore[return-value]  # every file was just counted: never None
 
     def count_shared(self, count: Callable[[int], int], worker: int, workers: int) -> list[int]:
         """In DataLoader worker `worker` of `workers`: count this worker's share of the unknown files, then any

@@ -66,7 +66,7 @@ def rank_world(rank: int | None = None, world_size: int | None = None) -> RankWo
     if rank is None:
         found = _detect()
     else:
-        found = RankWorld(rank, world_size, ARGUMENTS)  # type: ignore[arg-type]
+        found = RankWorld(rank, world_size, ARGUMENTS)  # type: ignore[arg-type]  # both given (checked above)
     if isinstance(found.world_size, bool) or not isinstance(found.world_size, int) or found.world_size < 1:
         raise ValueError(f"world_size must be a positive int, got {found.world_size!r} (from {found.source})")
     if isinstance(found.rank, bool) or not isinstance(found.rank, int) or not 0 <= found.rank < found.world_size:

@@ -72,7 +72,8 @@ def iter_run(source: Source, run: Run) -> Iterator[Located]:
                                     f"{run.stop - 1}: the file changed after the dataset was built? Build the dataset "
                                     "again (and rewrite its index or sidecar)", path, reader.offset)
             return
-        if checked is not None and source.whole is not None and source.whole[run.file] and run.stop == checked[run.file]:
+        if (checked is not None and source.whole is not None and source.whole[run.file]
+                and run.stop == checked[run.file]):
             more = reader.offset
             if next(reader, None) is not None:
                 raise TFRecordError(f"the file holds more records than {source.origin} ({checked[run.file]}): "

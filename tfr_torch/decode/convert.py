@@ -44,7 +44,8 @@ def to_torch(array: np.ndarray, dtype: DType) -> torch.Tensor:
 def wire_default(default: Any, dtype: DType, count: int, key: str, what: str) -> Any:
     """Flatten and check a default_value: a numpy wire array (or list of bytes) of `count` values."""
     if dtype == string:
-        flat: Any = np.asarray(default, dtype=object).ravel().tolist() if not isinstance(default, (bytes, str)) else [default]
+        flat: Any = (np.asarray(default, dtype=object).ravel().tolist() if not isinstance(default, (bytes, str))
+                     else [default])
         flat = [v.encode("utf-8") if isinstance(v, str) else v for v in flat]
         if any(not isinstance(v, bytes) for v in flat):
             raise TypeError(f"{what} {key!r}: a string default_value holds bytes or str, got {default!r}")

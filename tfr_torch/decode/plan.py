@@ -326,7 +326,8 @@ def compile_features(features: Mapping[str, Any]) -> ExamplePlan:
     items = tuple(features.items())
     last_items: tuple[Any, ...] = _LAST[0]
     last_plan: ExamplePlan | None = _LAST[1]  # None before the first spec: an empty spec must not match it
-    if last_plan is not None and len(items) == len(last_items) and all(a is c and b is d for (a, b), (c, d) in zip(items, last_items)):
+    if last_plan is not None and len(items) == len(last_items) and all(
+            a is c and b is d for (a, b), (c, d) in zip(items, last_items)):
         return last_plan  # the same (frozen) spec objects as the last call: skip the repr
     key = repr(items)  # reprs are exact (they tell 0.0 from -0.0, unlike ==)
     plan = _PLANS.get(key)

@@ -114,7 +114,8 @@ class RaggedDecoder:
         splits_dtype = self.spec.row_splits_dtype
         return RaggedTensor(tensor, tuple(torch.from_numpy(s).to(splits_dtype) for s in nested))
 
-    def _unit_levels(self, units: Units, u: int, nvals: int, columns: dict[str, Column]) -> tuple[int, list[np.ndarray]]:
+    def _unit_levels(self, units: Units, u: int, nvals: int,
+                     columns: dict[str, Column]) -> tuple[int, list[np.ndarray]]:
         """Row splits of one unit for each row partition (outermost first) and its number of outer rows."""
         levels: list[np.ndarray] = []
         for p in reversed(self.row_partitions):

@@ -58,7 +58,8 @@ class Units:
                  step: np.ndarray | None = None, what: str = "feature") -> None:
         self.maps = maps
         self.n = len(maps)
-        self.raw_columns: dict[str, list[bytes | None]] | None = None  # key -> raw Feature per unit, when gathered up front
+        # key -> raw Feature per unit, when gathered up front
+        self.raw_columns: dict[str, list[bytes | None]] | None = None
         self.locator = locator
         self.example = example
         self.step = step

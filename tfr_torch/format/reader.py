@@ -333,7 +333,7 @@ class RecordReader:
 def _offset(value: object, name: str) -> int:
     """An int from an int-like offset (numpy integers from an index array included)."""
     try:
-        return operator.index(value)  # type: ignore[arg-type]
+        return operator.index(value)  # type: ignore[arg-type]  # anything without __index__: TypeError, below
     except TypeError:
         raise ValueError(f"{name} must be a byte offset (an int), got {value!r}") from None
 

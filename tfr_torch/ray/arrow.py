@@ -153,7 +153,8 @@ class BlockMaker:
 
     # ----- one column -------------------------------------------------------------------------------------------
 
-    def _column(self, key: str, spec: Any, batch: dict[str, Any], twins: dict[str, Any], names: Sequence[str]) -> pa.Array:
+    def _column(self, key: str, spec: Any, batch: dict[str, Any], twins: dict[str, Any],
+                names: Sequence[str]) -> pa.Array:
         result = batch[key]
         if isinstance(spec, FixedLenFeature):
             if spec.dtype == string:

@@ -30,9 +30,10 @@ __all__ = ["FeatureNode", "DictNode", "SequenceNode", "LeafNode", "parse_feature
 
 Shape = tuple[Optional[int], ...]  # None where TFDS leaves a dimension unknown
 
-_NUMPY: dict[str, type[np.generic]] = {"bool": np.bool_, "int8": np.int8, "int16": np.int16, "int32": np.int32, "int64": np.int64,
-          "uint8": np.uint8, "uint16": np.uint16, "uint32": np.uint32, "uint64": np.uint64,
-          "float16": np.float16, "float32": np.float32, "float64": np.float64}
+_NUMPY: dict[str, type[np.generic]] = {
+    "bool": np.bool_, "int8": np.int8, "int16": np.int16, "int32": np.int32, "int64": np.int64,
+    "uint8": np.uint8, "uint16": np.uint16, "uint32": np.uint32, "uint64": np.uint64,
+    "float16": np.float16, "float32": np.float32, "float64": np.float64}
 _TORCH_DECODE = {"bool": torch.bool, "int8": torch.int8, "int16": torch.int16, "int32": torch.int32,
                  "int64": torch.int64, "uint8": torch.uint8, "float16": torch.float16, "bfloat16": torch.bfloat16,
                  "float32": torch.float32, "float64": torch.float64}
@@ -317,8 +318,11 @@ class _LeafDecoder:
         if self.mode == "plain":
             value = values[0]
             if self.leaf.dtype in _WIDE_UNSIGNED:
-                value = (RaggedTensor(_unsigned(cast(torch.Tensor, value.values), self.leaf.dtype), value.nested_row_splits)
-                         if isinstance(value, RaggedTensor) else _unsigned(value, self.leaf.dtype))
+                if isinstance(value, RaggedTensor):  # numeric, so its values are a tensor
+                    value = RaggedTensor(_unsigned(cast(torch.Tensor, value.values), self.leaf.dtype),
+                                         value.nested_row_splits)
+                else:
+                    value = _unsigned(value, self.leaf.dtype)
             return value
         if self.mode == "text":
             return values[0]
@@ -375,7 +379,8 @@ def _unsigned(value: torch.Tensor, dtype: str) -> torch.Tensor:
     return _torch_from_numpy(array.astype(_NUMPY[dtype]))
 
 
-def _from_bytes(data: bytes, leaf: LeafNode, dynamic: Optional[list[int]], key: str, name: Optional[str]) -> torch.Tensor:
+def _from_bytes(data: bytes, leaf: LeafNode, dynamic: Optional[list[int]], key: str,
+                name: Optional[str]) -> torch.Tensor:
     where = f"{name}: " if name else ""
     if leaf.encoding == "zlib":
         try:

@@ -196,7 +196,8 @@ class _DatasetJob:
 
 
 def _run(job: Callable[[int], _Item], count: int, writer: ShardedWriter, workers: int, on_error: str,
-         progress: Progress, start: int, skipped: list[list[Any]], engine: str = "local", address: str | None = None) -> None:
+         progress: Progress, start: int, skipped: list[list[Any]], engine: str = "local",
+         address: str | None = None) -> None:
     """Encode items start..count-1 (in worker processes when workers > 1, in Ray tasks with engine="ray") and
     write them in order."""
     indices = range(start, count)
@@ -251,7 +252,8 @@ def _ordered_map(pool: ProcessPoolExecutor, job: Callable[[int], _Item], indices
 
 def _convert(job: Callable[[int], _Item], count: int, out_dir: str, name: str, split: str, *, shard_size: Any,
              records_per_shard: int | None, compression: str | None, workers: int, on_error: str, resume: bool,
-             progress: bool, image: dict[str, Any], settings: dict[str, Any], tfds_version: str | None = None, engine: str = "local",
+             progress: bool, image: dict[str, Any], settings: dict[str, Any], tfds_version: str | None = None,
+             engine: str = "local",
              address: str | None = None) -> ConversionResult:
     if on_error not in ("raise", "skip"):
         raise ValueError(f'on_error must be "raise" or "skip", got {on_error!r}')
