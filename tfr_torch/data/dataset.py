@@ -31,7 +31,7 @@ from tfr_torch.decode.plan import compile_features
 from tfr_torch.decode.hints import check_features_argument, check_spec
 from tfr_torch.decode.sidecar import class_names, find_sidecar, spec_from_json, trusted_counts
 from tfr_torch.format.compression import normalize_compression
-from tfr_torch.format.index import index_path_for, read_index
+from tfr_torch.format.index import index_path_for, read_index, scan_index  # noqa: F401  (a test patches scan_index here)
 from tfr_torch.format.paths import PathLike, exists, expand_paths, file_sizes
 from tfr_torch.format.reader import RecordReader
 
