@@ -18,7 +18,7 @@ from __future__ import annotations
 import enum
 import os
 from collections.abc import Sequence
-from typing import Any, Optional, Union, overload
+from typing import Any, Optional, Union, cast, overload
 
 import numpy as np
 import torch
@@ -263,10 +263,11 @@ def decode_image(data: Union[Data, Sequence[Data]], mode: Mode = "UNCHANGED", *,
         out = [_decode_one(d, mode_name, dtype, chosen, all_frames, apply_exif_orientation, n)
                for d, n in zip(items, names)]
         return [t.to(device) for t in out] if device.type != "cpu" else out
-    if name is not None and not isinstance(name, str):
+    if isinstance(name, (list, tuple)):
         raise TypeError("name must be a string for one image (a list of names goes with a list of images)")
+    one_name = cast(Optional[str], name)  # one image's name (lists and tuples were refused just above)
     raw = _as_bytes(data)
     if device.type == "cuda" and not all_frames:
-        return _decode_gpu_batch([raw], [name], mode_name, dtype, chosen, apply_exif_orientation, device)[0]
-    tensor = _decode_one(raw, mode_name, dtype, chosen, all_frames, apply_exif_orientation, name)
+        return _decode_gpu_batch([raw], [one_name], mode_name, dtype, chosen, apply_exif_orientation, device)[0]
+    tensor = _decode_one(raw, mode_name, dtype, chosen, all_frames, apply_exif_orientation, one_name)
     return tensor.to(device) if device.type != "cpu" else tensor
