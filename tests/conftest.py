@@ -6,6 +6,9 @@ from typing import NamedTuple
 
 import pytest
 
+# plain helper modules of the tests: their asserts report values as the tests' own do
+pytest.register_assert_rewrite("parse_util", "wirebytes")
+
 
 @pytest.fixture(params=["native", "parse", "gather", "arrays"])
 def batch_path(request, monkeypatch):

@@ -84,7 +84,7 @@ def int64_feature(list_body: bytes) -> bytes:
     return ld(3, list_body)
 
 
-def example(features: dict[str, bytes]) -> bytes:
+def raw_example(features: dict[str, bytes]) -> bytes:
     """A tf.train.Example whose Features map (field 1 of Features, in Example field 1) holds one entry per key,
     its value the raw tf.train.Feature bytes given."""
     entries = b"".join(ld(1, ld(1, key.encode()) + ld(2, raw)) for key, raw in features.items())
