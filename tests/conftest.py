@@ -90,8 +90,9 @@ class Corpus(NamedTuple):
 def _write_corpus(folder, counts, example=None, *, name="part-{}.tfrecord", first=0, step=1, compression=None,
                   index=False):
     """Files of Examples with unique int ids: file f (named `name.format(f)` in `folder`, created if needed) holds
-    `counts[f]` records; ids run from `first` by `step` across the files, and record `id` is
-    `example(id)` (default `{"id": id}`). `index` is a bool, or the set of file numbers that get an index."""
+    `counts[f]` records; ids run from `first` by `step` across the files, and the record of id `i` is `example(i)`
+    (a mapping written as an Example, or bytes; default `{"id": i}`). `index` is a bool, or the set of file numbers
+    that get an index."""
     from pathlib import Path
 
     folder = Path(folder)

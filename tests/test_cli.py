@@ -284,8 +284,9 @@ def test_head_raw(files):
 
 
 def test_head_guesses_tensors_and_sequence_examples(tmp_path, write_records):
-    path = write_records(tmp_path / "t.tfrecord", [tfr_torch.serialize_tensor(np.arange(4, dtype=np.int32).reshape(2, 2)),
-                                           tfr_torch.encode_sequence_example({"id": 7}, {"tok": [[1], [2, 3]]})])
+    path = write_records(tmp_path / "t.tfrecord", [
+        tfr_torch.serialize_tensor(np.arange(4, dtype=np.int32).reshape(2, 2)),
+        tfr_torch.encode_sequence_example({"id": 7}, {"tok": [[1], [2, 3]]})])
     rc, out, _ = run("head", path)
     tensor, sequence = (json.loads(line) for line in out.splitlines())
     assert tensor["tensor"] == {"dtype": "int32", "shape": [2, 2], "values": [0, 1, 2, 3]}
@@ -334,7 +335,8 @@ def test_head_into_a_closed_pipe_is_quiet(tmp_path, write_records):
 
 def test_schema_samples_every_file_and_marks_partial_keys(tmp_path, write_records):
     write_records(tmp_path / "a.tfrecord", [tfr_torch.encode_example({"id": i}) for i in range(100)])
-    write_records(tmp_path / "b.tfrecord", [tfr_torch.encode_example({"id": i, "late": [1.0, 2.0]}) for i in range(100)])
+    write_records(tmp_path / "b.tfrecord",
+                  [tfr_torch.encode_example({"id": i, "late": [1.0, 2.0]}) for i in range(100)])
     rc, out, err = run("schema", "--max-records", 10, tmp_path / "*.tfrecord")
     assert (rc, err) == (0, "")
     assert out.splitlines() == [
@@ -415,7 +417,7 @@ def test_inspect_several_files_with_a_total_and_max_records(tmp_path, write_reco
 
 def test_inspect_sequence_examples(tmp_path, write_records):
     path = write_records(tmp_path / "s.tfrecord", [tfr_torch.encode_sequence_example({"id": 1}, {"tok": [[1], [2, 3]]}),
-                                           tfr_torch.encode_sequence_example({"id": 2}, {"tok": [[9]]})])
+                                                   tfr_torch.encode_sequence_example({"id": 2}, {"tok": [[9]]})])
     rc, out, _ = run("inspect", path)
     assert _table(out, "features (Examples, and SequenceExamples' context):")["id"][3:] == ["1/1.00/1", "1", "2"]
     lists = _table(out, "feature lists (SequenceExamples; values per step):")

@@ -38,7 +38,7 @@ from tfr_torch import (
     TruncatedRecordError,
 )
 from tfr_torch.format import limits
-from wirebytes import frame, header, masked_crc, tensor_proto
+from wirebytes import frame, header, ld, masked_crc, tensor_proto
 
 pytestmark = pytest.mark.usefixtures("backend")  # every test on the reference and the compiled core
 
@@ -638,9 +638,8 @@ def test_non_bytes_input_raises_type_error(decode, what, value):
 
 @pytest.mark.parametrize("decode", [tfr_torch.decode_example, tfr_torch.decode_sequence_example])
 def test_feature_name_that_is_not_utf8_is_a_decode_error(decode):
-    entry = b"\x0a\x01\xff" + b"\x12\x00"  # map entry: key b"\xff", an empty Feature
-    features = b"\x0a" + bytes([len(entry)]) + entry
-    message = b"\x0a" + bytes([len(features)]) + features
+    entry = ld(1, b"\xff") + ld(2, b"")  # map entry: key b"\xff", an empty Feature
+    message = ld(1, ld(1, entry))  # Example.features, Features.feature
     with pytest.raises(DecodeError, match=f"cannot parse {len(message)} bytes"):
         decode(message)
 

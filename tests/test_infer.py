@@ -88,7 +88,8 @@ def test_reshard_sidecar_spec_sees_keys_of_later_files(tmp_path, write_records):
     src = tmp_path / "src"
     src.mkdir()
     for i in range(3):
-        write_records(src / f"logs-{i:05d}-of-00003.tfrecord", examples(600, 1000 * i, **({"late": 1} if i == 2 else {})))
+        write_records(src / f"logs-{i:05d}-of-00003.tfrecord",
+                      examples(600, 1000 * i, **({"late": 1} if i == 2 else {})))
     paths = reshard(sorted(map(str, src.iterdir())), str(tmp_path / "out"), shard_size="1MB")
     assert paths == [f"{tmp_path}/out/logs-train.tfrecord-00000-of-00001"]
     sidecar = json.loads((tmp_path / "out" / "logs-train.tfr_torch.json").read_text())

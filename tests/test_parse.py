@@ -3,7 +3,7 @@ key and the example ("example 3", "step 1") and, when `example_names` are "path:
 pass them), carries `.path` / `.offset` and starts with "path:offset: "; integers that do not fit the spec's dtype
 are data errors too.
 
-The rest of the decode layer's tests, by topic (all on both backends):
+The rest of the decode layer's tests, by topic:
 - test_parse_specs.py: bad specs and arguments (ValueError/TypeError naming the key or the value, at spec or compile
   time), dtypes (the accepted spellings, narrowing conversions, unknown dtypes), compile_features and its cache;
 - test_parse_results.py: result shapes and types of each spec kind in batch and single forms (empty batches
@@ -11,7 +11,7 @@ The rest of the decode layer's tests, by topic (all on both backends):
 - test_parse_wire.py: non-canonical wire encodings decode exactly as a full protobuf parse (decode_example) does,
   or are refused on every path;
 - test_parse_property.py: random specs and conforming Examples come back value for value (floats by their bits);
-- test_infer.py: infer_features and `tfr-torch schema`;
+- test_infer.py: infer_features and `tfr-torch schema` (from records and files);
 - parity with TensorFlow's values: test_parse_golden.py.
 The tests marked with the `batch_path` fixture run on every path a batch can take (tests/conftest.py).
 """

@@ -23,7 +23,18 @@ from tfr_torch import (
     parse_single_example,
 )
 from parse_util import assert_same_tensor, float32_bits, sparse_rows
-from wirebytes import bytes_feature, f32, float_feature, int64_feature, ld, packed_floats, packed_ints, raw_example, unpacked_floats, unpacked_ints
+from wirebytes import (
+    bytes_feature,
+    f32,
+    float_feature,
+    int64_feature,
+    ld,
+    packed_floats,
+    packed_ints,
+    raw_example,
+    unpacked_floats,
+    unpacked_ints,
+)
 
 pytestmark = pytest.mark.usefixtures("backend")  # every test on the reference and the compiled core
 
@@ -178,7 +189,7 @@ def test_kind_less_feature_counts_as_missing():
 @pytest.mark.usefixtures("batch_path")
 def test_repeated_map_entry_last_wins():
     record = ld(1, ld(1, ld(1, b"f") + ld(2, int64_feature(packed_ints([1, 2])))) +
-                 ld(1, ld(1, b"f") + ld(2, int64_feature(packed_ints([3, 4, 5])))))
+                ld(1, ld(1, b"f") + ld(2, int64_feature(packed_ints([3, 4, 5])))))
     assert tfr_torch.decode_example(record)["f"].tolist() == [3, 4, 5]
     assert parse_single_example(record, {"f": FixedLenFeature([3], torch.int64)})["f"].tolist() == [3, 4, 5]
     _assert_parse_matches_decode_example([record], "f")

@@ -185,7 +185,8 @@ def test_dataset_glob_with_dataloader_workers(s3, variant, write_records):
         first += count
         if "noindex" not in variant:
             tfr_torch.build_index(url)
-    write_records(f"{prefix}/other{suffix}", example_records(10_000, 3), "gzip" if gzip else None)  # not matched by the glob
+    write_records(f"{prefix}/other{suffix}", example_records(10_000, 3),  # not matched by the glob
+                  "gzip" if gzip else None)
 
     index = None if "noindex" in variant else "auto"
     batch_size = 4 if "batches" in variant else None
