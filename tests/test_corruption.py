@@ -224,34 +224,30 @@ def test_every_flipped_byte(tmp_path, outcome):
     check(failures)
 
 
-def test_data_crc_error_names_the_data_offset_and_both_crcs(tmp_path):
-    path = tmp_path / "data-flip.tfrecord"
+@pytest.mark.parametrize("part, k, rel, flip", [
+    ("data", 3, 12 + 5, 0x01),  # a data byte of record 3
+    ("header", 2, 1, 0x80),  # the length field of record 2
+])
+def test_crc_error_names_the_offset_and_both_crcs(tmp_path, part, k, rel, flip):
+    path = tmp_path / f"{part}-flip.tfrecord"
     data = bytearray(CLEAN)
-    data[OFFSETS[3] + 12 + 5] ^= 0x01
+    data[OFFSETS[k] + rel] ^= flip
     path.write_bytes(data)
     got, exc, _ = read_outcome(path)
-    assert got == RECORDS[:3]
+    assert got == RECORDS[:k]
     assert isinstance(exc, CorruptRecordError)
-    stored = struct.unpack_from("<I", CLEAN, OFFSETS[4] - 4)[0]
-    actual = masked_crc(bytes(data[OFFSETS[3] + 12 : OFFSETS[4] - 4]))
     message = str(exc)
-    assert message.startswith(f"{path}:{OFFSETS[3]}: corrupt record data")
-    assert f"its {len(RECORDS[3])} data bytes (at offset {OFFSETS[3] + 12})" in message
+    if part == "data":
+        stored = struct.unpack_from("<I", CLEAN, OFFSETS[k + 1] - 4)[0]
+        actual = masked_crc(bytes(data[OFFSETS[k] + 12 : OFFSETS[k + 1] - 4]))
+        assert message.startswith(f"{path}:{OFFSETS[k]}: corrupt record data")
+        assert f"its {len(RECORDS[k])} data bytes (at offset {OFFSETS[k] + 12})" in message
+    else:
+        assert exc.offset == OFFSETS[k]
+        stored = struct.unpack_from("<I", CLEAN, OFFSETS[k] + 8)[0]
+        actual = masked_crc(bytes(data[OFFSETS[k] : OFFSETS[k] + 8]))
+        assert message.startswith(f"{path}:{OFFSETS[k]}: corrupt record header")
     assert f"{actual:#010x}" in message and f"expected {stored:#010x}" in message
-
-
-def test_header_crc_error_names_both_crcs(tmp_path):
-    path = tmp_path / "header-flip.tfrecord"
-    data = bytearray(CLEAN)
-    data[OFFSETS[2] + 1] ^= 0x80  # the length field of record 2
-    path.write_bytes(data)
-    got, exc, _ = read_outcome(path)
-    assert got == RECORDS[:2]
-    assert isinstance(exc, CorruptRecordError) and exc.offset == OFFSETS[2]
-    stored = struct.unpack_from("<I", CLEAN, OFFSETS[2] + 8)[0]
-    actual = masked_crc(bytes(data[OFFSETS[2] : OFFSETS[2] + 8]))
-    assert str(exc).startswith(f"{path}:{OFFSETS[2]}: corrupt record header")
-    assert f"{actual:#010x}" in str(exc) and f"expected {stored:#010x}" in str(exc)
 
 
 def test_on_error_callable_gets_each_error_instead_of_a_warning(tmp_path):
