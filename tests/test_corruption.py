@@ -227,7 +227,7 @@ def test_every_flipped_byte(tmp_path, outcome):
 @pytest.mark.parametrize("part, k, rel, flip", [
     ("data", 3, 12 + 5, 0x01),  # a data byte of record 3
     ("header", 2, 1, 0x80),  # the length field of record 2
-])
+], ids=["data", "header"])
 def test_crc_error_names_the_offset_and_both_crcs(tmp_path, part, k, rel, flip):
     path = tmp_path / f"{part}-flip.tfrecord"
     data = bytearray(CLEAN)
