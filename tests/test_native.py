@@ -26,15 +26,10 @@ from tfr_torch import _native
 from tfr_torch.errors import TFRecordError
 from tfr_torch.format.crc import crc32c as reference_crc32c
 from tfr_torch.format.crc import masked_crc32c as reference_masked
+from wirebytes import frame, header  # records framed as the format says: what the kernels are checked against
 
 core = _native.core if _native.available() else None
 needs_core = pytest.mark.skipif(not _native.available(), reason=f"the compiled core is not built: {_native.import_error}")
-
-
-def frame(data: bytes) -> bytes:
-    """One record framed as the format says (the reference the kernels are checked against)."""
-    length = struct.pack("<Q", len(data))
-    return length + struct.pack("<I", reference_masked(length)) + data + struct.pack("<I", reference_masked(data))
 
 
 # ---------------------------------------------------------------------------------------------- backend switch
@@ -180,8 +175,7 @@ def test_scan_records_stops_at_max_records_and_at_the_limit():
 
 @needs_core
 def test_scan_records_never_trusts_a_lying_length():
-    length = struct.pack("<Q", 2**62)
-    buf = length + struct.pack("<I", reference_masked(length)) + b"x" * 100
+    buf = header(2**62) + b"x" * 100
     found, stop, status = core.scan_records(buf, 0, len(buf), len(buf), True, 10)
     assert (found, stop, status) == ([], 0, core.SCAN_MORE)  # the caller reads on and reports the truncation
 
