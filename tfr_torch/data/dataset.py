@@ -33,6 +33,7 @@ from tfr_torch.decode.hints import check_features_argument, check_spec
 from tfr_torch.decode.sidecar import spec_from_json
 from tfr_torch.format.compression import normalize_compression
 from tfr_torch.format.index import scan_index
+from tfr_torch.format.options import CompressionOrAuto, OnError, check_on_error, check_positive_int
 from tfr_torch.format.paths import PathLike, expand_paths, file_sizes
 from tfr_torch.format.reader import RecordReader
 from tfr_torch.format.shardset import Sidecar, class_names, find_sidecar, trusted_counts
@@ -84,7 +85,7 @@ class TFRecordDataset(IterableDataset):
         features: Mapping[str, Any] | Literal["auto"] | None = None,
         *,
         index: Any = None,
-        compression: str | None = "auto",
+        compression: CompressionOrAuto = "auto",
         shuffle: bool = False,
         seed: int = 0,
         batch_size: int | None = None,
@@ -96,7 +97,7 @@ class TFRecordDataset(IterableDataset):
         shuffle_buffer: int = 10_000,
         interleave: int = 4,
         verify: bool = True,
-        on_error: Any = "raise",
+        on_error: OnError = "raise",
         shared_memory: bool = True,
         split: str | None = None,
         as_supervised: bool = False,
@@ -121,6 +122,7 @@ class TFRecordDataset(IterableDataset):
             raise ValueError(f"batch_size must be None or a positive int, got {batch_size!r}")
         if not isinstance(shuffle_buffer, int) or shuffle_buffer < 0:
             raise ValueError(f"shuffle_buffer must be a non-negative int (records), got {shuffle_buffer!r}")
+        normalize_compression(compression, allow_auto=True)  # a bad value raises here, naming it, not in a worker
         self.features = features
         self.compression = compression
         self.shuffle = bool(shuffle)
@@ -130,9 +132,9 @@ class TFRecordDataset(IterableDataset):
         self.transform = transform
         self.pad = bool(pad)
         self.shuffle_buffer = shuffle_buffer
-        self.interleave = max(int(interleave), 1)
+        self.interleave = check_positive_int(interleave, "interleave", "files read at once")
         self.verify = verify
-        self.on_error = on_error
+        self.on_error = check_on_error(on_error)
         self.shared_memory = bool(shared_memory)
         self._rank_world = rank_world(rank, world_size)  # checked again where the records are read
         self.rank, self.world_size = self._rank_world.rank, self._rank_world.world_size

@@ -17,6 +17,7 @@ from tfr_torch.errors import SkippedRecordWarning, TFRecordError
 from tfr_torch.format.compression import compression_from_name, normalize_compression
 from tfr_torch.format.index import index_path_for, read_index
 from tfr_torch.format.paths import PathLike, as_path, exists, expand_paths, file_size
+from tfr_torch.format.options import check_on_error
 from tfr_torch.format.reader import RecordReader
 from tfr_torch.ray.planning import FileInfo, Piece, group_pieces, plan_pieces
 
@@ -188,8 +189,7 @@ class TFRecordDatasource(Datasource):
             self.paths = list(self.tfds.paths)
         else:
             self.paths = _resolve_paths(paths, split)
-        if not (on_error in ("raise", "skip") or callable(on_error)):
-            raise ValueError(f'on_error must be "raise", "skip" or a callable taking the error, got {on_error!r}')
+        check_on_error(on_error)
         if batch_rows is not None and (not isinstance(batch_rows, int) or isinstance(batch_rows, bool)
                                        or batch_rows < 1):
             raise ValueError(f"batch_rows must be None or a positive int, got {batch_rows!r}")
