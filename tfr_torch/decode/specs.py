@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from tfr_torch.decode.dtypes import DTYPE_NAMES, DType, string
+from tfr_torch.format.options import FeatureKind
 
 __all__ = [
     "string",
@@ -63,7 +64,7 @@ def normalize_dtype(dtype: Any) -> DType:
                      "tfr_torch.string, or TensorFlow's names 'float32', 'int64', 'string'")
 
 
-def wire_kind(dtype: DType) -> str:
+def wire_kind(dtype: DType) -> FeatureKind:
     """The feature kind a dtype is read from: 'float', 'int64' or 'bytes'."""
     if dtype == string:
         return "bytes"
