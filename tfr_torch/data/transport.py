@@ -227,7 +227,7 @@ def _pad(n: int) -> int:
     return -(-n // _ALIGN) * _ALIGN
 
 
-def _reduce(batch: Any, items: list[tuple[Any, Any]], container: Container) -> tuple[Callable[..., Any], tuple]:
+def _reduce(batch: Any, items: list[tuple[Any, Any]], container: Container) -> tuple[Callable[..., Any], tuple[Any, ...]]:
     """What ForkingPickler calls for Batch and RecordBatch: the values written into a slab plus what is left."""
     plan, inline, size = [], [], 0
     for key, value in items:
@@ -323,8 +323,8 @@ def _mapping(slab: SlabRef, retired: list[int]) -> mmap.mmap:
         return mm
 
 
-def _rebuild(container: Container, slab: SlabRef, keys: list, entries: list[Entry], inline: list,
-             retired: list) -> Any:
+def _rebuild(container: Container, slab: SlabRef, keys: list[Any], entries: list[Entry],
+             inline: list[tuple[Any, Any]], retired: list[int]) -> Any:
     mm = _mapping(slab, retired)
     values: dict[Any, Any] = dict(inline)
     for entry in entries:

@@ -71,7 +71,7 @@ def sidecar_data(name: str, split: str, compression: str, shards: Sequence[Mappi
 def read_sidecar(path: str) -> dict[str, Any]:
     """A sidecar's JSON content; ValueError naming the file when it is not a tfr_torch sidecar."""
     with open_input(path) as f:
-        data = json.loads(f.read())
+        data: dict[str, Any] = json.loads(f.read())
     if data.get("format") != SIDECAR_FORMAT:
         raise ValueError(f"{path} is not a tfr_torch shard sidecar (format {data.get('format')!r}, expected "
                          f"{SIDECAR_FORMAT!r})")
