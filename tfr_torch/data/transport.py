@@ -227,7 +227,8 @@ def _pad(n: int) -> int:
     return -(-n // _ALIGN) * _ALIGN
 
 
-def _reduce(batch: Any, items: list[tuple[Any, Any]], container: Container) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+def _reduce(batch: Any, items: list[tuple[Any, Any]],
+            container: Container) -> tuple[Callable[..., Any], tuple[Any, ...]]:
     """What ForkingPickler calls for Batch and RecordBatch: the values written into a slab plus what is left."""
     plan, inline, size = [], [], 0
     for key, value in items:

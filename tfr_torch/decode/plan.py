@@ -139,7 +139,8 @@ class ExamplePlan:
         self.features = dict(features)
         self.decoders: dict[str, Decoder] = _decoders(features, _EXAMPLE_DECODERS, "features")
         _check_wire_kinds(self.decoders, "features")
-        self._wire_kinds: dict[str, FeatureKind] = {key: kind for decoder in self.decoders.values() for key, kind in decoder.wire_keys().items()}
+        self._wire_kinds: dict[str, FeatureKind] = {
+            key: kind for decoder in self.decoders.values() for key, kind in decoder.wire_keys().items()}
         self._dense = all(type(spec) is FixedLenFeature for spec in self.features.values())  # rows split cleanly
         self._kernel: Any = None  # the compiled core's decoder for these keys, made on first use
         self._kernel_of: Any = None  # the core module it was made by
