@@ -7,7 +7,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from tfr_torch.decode.specs import DType, string, wire_kind
+from tfr_torch.decode.dtypes import DType
+from tfr_torch.decode.specs import string, wire_kind
 from tfr_torch.format.tensor import nest
 
 __all__ = ["DoesNotFit", "to_torch", "wire_default", "nest", "NUMPY_OF_WIRE"]

@@ -23,6 +23,7 @@ from tfr_torch.decode.specs import (
 )
 from tfr_torch.decode.units import Units
 from tfr_torch.format.columns import Column
+from tfr_torch.format.options import FeatureKind
 
 __all__ = ["RaggedDecoder", "MAX_EMPTY_ROWS"]
 
@@ -63,8 +64,8 @@ class RaggedDecoder:
         self.inner_shape = tuple(tail)
         self.row_partitions = spec.partitions[: len(spec.partitions) - len(tail)]
 
-    def wire_keys(self) -> dict[str, str]:
-        keys = {p.key: "int64" for p in self.spec.partitions if not isinstance(p, UniformRowLength)}
+    def wire_keys(self) -> dict[str, FeatureKind]:
+        keys: dict[str, FeatureKind] = {p.key: "int64" for p in self.spec.partitions if not isinstance(p, UniformRowLength)}
         keys[self.value_key] = self.kind
         return keys
 

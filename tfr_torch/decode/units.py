@@ -17,6 +17,7 @@ from tfr_torch.decode.convert import DoesNotFit, to_torch
 
 from tfr_torch.errors import DecodeError
 from tfr_torch.format.columns import Column, ColumnKindError, decode_column
+from tfr_torch.format.options import FeatureKind
 
 __all__ = ["Units", "Locator"]
 
@@ -83,11 +84,11 @@ class Units:
                 raise self.locator.error(key, where, str(exc), what=self.what) from None
             raise self.error(key, where, str(exc)) from None
 
-    def preset(self, key: str, kind: str, column: Column) -> None:
+    def preset(self, key: str, kind: FeatureKind, column: Column) -> None:
         """Give the column of `key` read as `kind`, already decoded."""
         self._cache[(key, kind)] = column
 
-    def column(self, key: str, kind: str) -> Column:
+    def column(self, key: str, kind: FeatureKind) -> Column:
         cached = self._cache.get((key, kind))
         if cached is not None:
             return cached
@@ -113,7 +114,7 @@ def _without_key(message: str, key: str) -> str:
     return message[len(prefix):] if message.startswith(prefix) else message
 
 
-def _first_bad(raws: Sequence[bytes | None], kind: str, key: str) -> int:
+def _first_bad(raws: Sequence[bytes | None], kind: FeatureKind, key: str) -> int:
     for i, raw in enumerate(raws):
         try:
             decode_column([raw], kind, key)

@@ -36,13 +36,14 @@ from google.protobuf.message import DecodeError as _ProtoDecodeError
 from tfr_torch.errors import DecodeError
 from tfr_torch.format._proto import raw_example_pb2
 from tfr_torch.format._proto._pool import POOL
+from tfr_torch.format.options import FeatureKind
 
 __all__ = ["example_features", "sequence_example_features", "decode_feature", "walk_example",
            "walk_sequence_example", "Values"]
 
 Values = Union[np.ndarray, list[bytes]]
 _Buf = Union[bytes, memoryview]  # a record, or a view into one
-_KINDS = {0x0A: "bytes", 0x12: "float", 0x1A: "int64"}
+_KINDS: dict[int, FeatureKind] = {0x0A: "bytes", 0x12: "float", 0x1A: "int64"}
 _WIRE_NAMES = {0: "varint", 1: "fixed64", 2: "length-delimited", 3: "group start", 4: "group end", 5: "fixed32"}
 
 
@@ -312,7 +313,7 @@ def sequence_example_features(data: bytes) -> tuple[Mapping[str, bytes], Mapping
 
 # --------------------------------------------------------------------------------------------- Features
 
-def decode_feature(raw: bytes, key: str = "?") -> tuple[str | None, Values]:
+def decode_feature(raw: bytes, key: str = "?") -> tuple[FeatureKind | None, Values]:
     """Decode one serialized tf.train.Feature under the rules: (kind, values) with kind "bytes" (a list of bytes),
     "float" (float32 array) or "int64" (int64 array), or (None, []) for a Feature with no kind set (it counts as
     missing). Raises DecodeError naming the key and the byte offset in the Feature."""
@@ -339,7 +340,7 @@ def decode_feature(raw: bytes, key: str = "?") -> tuple[str | None, Values]:
         raise err from None
 
 
-def _decode_feature(buf: _Buf, end: int) -> tuple[str | None, Values]:
+def _decode_feature(buf: _Buf, end: int) -> tuple[FeatureKind | None, Values]:
     if end == 0:
         return None, []
     tag = buf[0]
