@@ -49,8 +49,8 @@ print(json.dumps({"rows": rows, "seconds": min(times[1:]), "columns": ds.schema(
 
 
 def make_tabular(folder: str, records: int, shards: int) -> list[str]:
-    sys.path.insert(0, HERE)
-    from run import gen_tabular  # the tabular set of benchmarks/run.py
+    sys.path.insert(0, os.path.dirname(HERE))
+    from benchmarks.datasets import gen_tabular  # the tabular set of benchmarks/run.py
 
     import tfr_torch
 
