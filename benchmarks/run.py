@@ -17,6 +17,7 @@ import json
 import os
 import shlex
 import sys
+from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -72,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.list:
         for wl in WORKLOADS.values():
             print(f"{wl.name}: {wl.description} (data: {wl.dataset})")
-            for v in wl.variants:
+            for v in sorted(wl.variants, key=lambda v: LIBRARIES.index(v.library)):  # as in the report
                 print(f"    {v.library:16} {v.key:8} [{v.kind}] {v.label}")
         return 0
     command = shlex.join([sys.executable, *sys.argv])

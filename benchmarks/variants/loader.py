@@ -17,7 +17,7 @@ LOADER_WORKERS = 2
 LOADER_BATCH = int(os.environ.get("TFR_BENCH_LOADER_BATCH", "256"))  # TFR_BENCH_LOADER_BATCH=64 for the batches-of-64 rows
 SHUFFLE_BUFFER = 10_000
 workload("loader-16k", "example-16k", "one pass of a DataLoader (2 workers) or tf.data pipeline over 16 KiB "
-         "Examples, decoded in batches of 256", "loader", parallel=True,
+         f"Examples, decoded in batches of {LOADER_BATCH}", "loader", parallel=True,
          targets={"tensorflow": (1.0, "a tfr_torch DataLoader at least as fast as TensorFlow's AUTOTUNE pipeline")})
 
 

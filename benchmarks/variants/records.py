@@ -30,7 +30,7 @@ NOTE_TF_READ = ("single-threaded: tf.data.Options threading.private_threadpool_s
 # ---- tfr_torch
 
 
-@variant(READS, "tfr_torch", "crc", "read_records(path)  [CRC checked]", "crc")
+@variant(READS, "tfr_torch", "crc", "read_records(path)  [CRC checked]", "crc", pure_python=True)
 def _tfr_read(ctx: Ctx) -> Callable[[], int]:
     from tfr_torch import read_records
 
@@ -45,7 +45,7 @@ def _tfr_read(ctx: Ctx) -> Callable[[], int]:
     return run
 
 
-@variant(READS, "tfr_torch", "nocrc", "read_records(path, verify=False)", "nocrc")
+@variant(READS, "tfr_torch", "nocrc", "read_records(path, verify=False)", "nocrc", pure_python=True)
 def _tfr_read_nocrc(ctx: Ctx) -> Callable[[], int]:
     from tfr_torch import read_records
 
