@@ -10,8 +10,6 @@ from benchmarks.datasets import TABULAR_EMB, TABULAR_KINDS
 from benchmarks.registry import TF_BATCH, Ctx, variant, workload
 from benchmarks.variants.tfdata import import_tf, tf_dataset
 
-# ---- decode-tabular: tabular Examples, already in memory (the tfrecord package reads the file), into tensors
-
 workload("decode-tabular", "tabular", f"decode tabular Examples into tensors, {TF_BATCH} per batch, on one core",
          "parse",
          targets={"tfrecord": (3.0, "at least 3× the tfrecord package"),
@@ -24,6 +22,9 @@ workload("per-record-tabular", "tabular", "read the tabular Examples' file and d
          "(parse_single_example through a dataset), on one core", "dataset",
          targets={"tensorflow": (2.0, ("at least 2× tf.data's TFRecordDataset(path).map(parse_single_example) on "
                                        "one thread (every TF variant)"))})
+
+
+# ---- decode-tabular: tabular Examples, already in memory (the tfrecord package reads the file), into tensors
 
 
 def _tabular_spec(ns: Any, int64: Any, float32: Any, string: Any) -> dict[str, Any]:
