@@ -16,13 +16,14 @@ from typing import NamedTuple, Union
 import numpy as np
 
 from tfr_torch.errors import DecodeError
+from tfr_torch.format.options import FeatureKind
 from tfr_torch.format.strict import decode_feature
 
 __all__ = ["KINDS", "Column", "ColumnKindError", "decode_column", "decode_varints", "kind_of"]
 
 # Feature.kind field tags (field number << 3 | length-delimited) and their names
 _TAG_BYTES, _TAG_FLOAT, _TAG_INT64 = 0x0A, 0x12, 0x1A
-KINDS = {_TAG_BYTES: "bytes", _TAG_FLOAT: "float", _TAG_INT64: "int64"}
+KINDS: dict[int, FeatureKind] = {_TAG_BYTES: "bytes", _TAG_FLOAT: "float", _TAG_INT64: "int64"}
 _TAG_OF = {v: k for k, v in KINDS.items()}
 
 Values = Union[np.ndarray, list]
@@ -97,7 +98,7 @@ def _slow(raw: bytes, key: str) -> tuple[str | None, Values]:
     return decode_feature(raw, key)
 
 
-def kind_of(raw: bytes | None, key: str = "?") -> str | None:
+def kind_of(raw: bytes | None, key: str = "?") -> FeatureKind | None:
     """The kind of one raw Feature ('bytes', 'float', 'int64'), or None when absent or kind-less."""
     if raw is None:
         return None
@@ -128,7 +129,7 @@ def decode_varints(buf: np.ndarray) -> np.ndarray:
     return np.add.reduceat(parts, starts).view(np.int64)
 
 
-def decode_column(raws: Sequence[bytes | None], kind: str, key: str) -> Column:
+def decode_column(raws: Sequence[bytes | None], kind: FeatureKind, key: str) -> Column:
     """Decode one feature of every record. `kind` is the kind expected ('float', 'int64' or 'bytes'); a record
     whose feature has another kind raises ColumnKindError; absent or kind-less features count as not present."""
     tag = _TAG_OF[kind]

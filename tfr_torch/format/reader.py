@@ -12,13 +12,14 @@ import os
 import struct
 import warnings
 from collections.abc import Callable, Iterator
-from typing import IO, Union
+from typing import IO
 
 from tfr_torch import _native
 from tfr_torch.errors import CorruptRecordError, DecodeError, SkippedRecordWarning, TFRecordError, TruncatedRecordError
 from tfr_torch.format import limits
 from tfr_torch.format.compression import NONE, Inflater, compression_from_name, detect_compression, normalize_compression
 from tfr_torch.format.crc import crc32c, masked_crc32c
+from tfr_torch.format.options import OnError
 from tfr_torch.format.paths import PathLike, as_path, is_url, open_input
 from tfr_torch.format.sniff import header_message, not_a_tfrecord
 
@@ -30,8 +31,6 @@ _OVERHEAD = HEADER_SIZE + FOOTER_SIZE
 _BUFFER = 1 << 20
 _SCAN_BATCH = 4096  # records the compiled kernel frames per call
 _NO_END = float("inf")
-
-OnError = Union[str, Callable[[TFRecordError], None]]
 
 _unpack_header = struct.Struct("<QI").unpack_from
 _unpack_crc = struct.Struct("<I").unpack_from
