@@ -49,10 +49,9 @@ print(json.dumps({"rows": rows, "seconds": min(times[1:]), "columns": ds.schema(
 
 
 def make_tabular(folder: str, records: int, shards: int) -> list[str]:
-    sys.path.insert(0, HERE)
-    from run import gen_tabular  # the tabular set of benchmarks/run.py
-
+    sys.path.insert(0, os.path.dirname(HERE))
     import tfr_torch
+    from benchmarks.datasets import gen_tabular  # the tabular set of benchmarks/run.py
 
     marker = os.path.join(folder, f".complete-{records}-{shards}")
     paths = [os.path.join(folder, f"tabular-{i:02d}.tfrecord") for i in range(shards)]

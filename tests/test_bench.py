@@ -1,0 +1,82 @@
+"""Smoke tests of the benchmark harness (`benchmarks/run.py`): every workload and row is registered, and a tiny run
+of the tfr_torch rows (compiled core and pure-Python reference) completes with rates and ratios. No timing is
+asserted: speed lives in the benchmarks themselves."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+RUN = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "run.py")
+WORKLOADS = ["read-16k", "write-16k", "read-small", "write-small", "read-16k-gzip", "decode-tabular",
+             "read-decode-tabular", "per-record-tabular", "loader-16k"]
+
+
+def bench(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    env.pop("TFR_TORCH_NATIVE", None)  # the tfr_torch rows run on the default backend, the python rows on the other
+    proc = subprocess.run([sys.executable, RUN, *args], capture_output=True, text=True, timeout=timeout, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+def run_rows(tmp_path, *workloads: str) -> tuple[str, list[dict]]:
+    out = tmp_path / "out.json"
+    proc = bench("--workloads", *workloads, "--libraries", "tfr_torch", "tfr_torch-python", "--records", "300",
+                 "--repeat", "1", "--warmup", "0", "--data-dir", str(tmp_path / "data"), "--json", str(out))
+    rows = json.loads(out.read_text())["rows"]
+    assert rows and all(r["status"] == "ok" for r in rows), [r for r in rows if r["status"] != "ok"]
+    return proc.stdout, rows
+
+
+def test_list_names_every_workload_and_the_pure_python_rows():
+    listing = bench("--list").stdout
+    headers = [line.split(":")[0] for line in listing.splitlines() if not line.startswith(" ")]
+    assert headers == WORKLOADS
+    python_rows = {}  # workload -> its pure-Python reference rows
+    for line in listing.splitlines():
+        if not line.startswith(" "):
+            workload = line.split(":")[0]
+        elif line.split()[0] == "tfr_torch-python":
+            python_rows.setdefault(workload, []).append(line.split()[1])
+    assert python_rows == {"read-16k": ["crc", "nocrc"], "read-small": ["crc", "nocrc"],
+                           "read-16k-gzip": ["crc", "nocrc"], "decode-tabular": ["parse"],
+                           "read-decode-tabular": ["dataset"], "per-record-tabular": ["dataset"]}
+
+
+def test_unknown_workload_is_refused_by_name():
+    proc = subprocess.run([sys.executable, RUN, "--workloads", "nope"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert "unknown workload(s) nope" in proc.stderr
+
+
+def test_end_to_end_and_per_record_rows_on_both_backends(tmp_path):
+    stdout, rows = run_rows(tmp_path, "read-decode-tabular", "per-record-tabular")
+    keys = [(r["workload"], r["library"], r["key"]) for r in rows]
+    assert keys == [("read-decode-tabular", "tfr_torch", "dataset"), ("read-decode-tabular", "tfr_torch", "records"),
+                    ("read-decode-tabular", "tfr_torch-python", "dataset"),
+                    ("per-record-tabular", "tfr_torch", "dataset"), ("per-record-tabular", "tfr_torch", "single"),
+                    ("per-record-tabular", "tfr_torch-python", "dataset")]
+    for r in rows:
+        assert r["records_per_s"] > 0 and len(r["times_s"]) == 1
+        if r["library"] == "tfr_torch-python":
+            assert r["version"].endswith("(python backend)")
+            assert r["tfr_torch_ratio"] > 0  # the compiled core's rate over the reference's, same call
+    assert "## tfr_torch against the fastest comparable row of each peer" in stdout
+    assert "- read-decode-tabular (`TFRecordDataset(path, spec, batch_size=256)`" in stdout
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="CPU and memory of the workers are read from /proc")
+def test_loader_rows_report_cpu_and_peak_memory_per_process(tmp_path):
+    stdout, rows = run_rows(tmp_path, "loader-16k")
+    assert len(rows) == 6
+    for r in rows:
+        assert len(r["cpu_main_s"]) == 1 and r["cpu_main_s"][0] <= r["cpu_s"][0]
+        assert r["metrics"]["main_peak_rss_mb"] > 0 and r["metrics"]["worker_peak_rss_mb"] > 0
+    table = stdout.split("## Processes of the DataLoader workloads: CPU and peak memory")[1]
+    assert table.count("| loader-16k | tfr_torch |") == 6
