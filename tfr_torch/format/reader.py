@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import operator
 import os
-import struct
 import warnings
 from collections.abc import Callable, Iterator
 from typing import IO, Union
@@ -17,24 +16,34 @@ from typing import IO, Union
 from tfr_torch import _native
 from tfr_torch.errors import CorruptRecordError, DecodeError, SkippedRecordWarning, TFRecordError, TruncatedRecordError
 from tfr_torch.format import limits
-from tfr_torch.format.compression import NONE, Inflater, compression_from_name, detect_compression, normalize_compression
-from tfr_torch.format.crc import crc32c, masked_crc32c
+from tfr_torch.format.compression import (
+    NONE,
+    Inflater,
+    compression_from_name,
+    detect_compression,
+    normalize_compression,
+    read_past,
+)
+from tfr_torch.format.framing import (
+    FOOTER_SIZE,
+    HEADER_SIZE,
+    OVERHEAD,
+    header_crc,
+    masked_crc32c,
+    parse_header,
+    unpack_crc,
+    unpack_header,
+)
 from tfr_torch.format.paths import PathLike, as_path, is_url, open_input
 from tfr_torch.format.sniff import header_message, not_a_tfrecord
 
 __all__ = ["HEADER_SIZE", "FOOTER_SIZE", "RecordReader", "RecordFile", "read_records", "OnError"]
 
-HEADER_SIZE = 12  # uint64 length + uint32 masked CRC of the length
-FOOTER_SIZE = 4  # uint32 masked CRC of the data
-_OVERHEAD = HEADER_SIZE + FOOTER_SIZE
 _BUFFER = 1 << 20
 _SCAN_BATCH = 4096  # records the compiled kernel frames per call
 _NO_END = float("inf")
 
 OnError = Union[str, Callable[[TFRecordError], None]]
-
-_unpack_header = struct.Struct("<QI").unpack_from
-_unpack_crc = struct.Struct("<I").unpack_from
 
 
 def _resolve_policy(on_error: OnError) -> Callable[[TFRecordError], None] | None:
@@ -109,7 +118,7 @@ class RecordReader:
                     raw.seek(self.start)
                 else:  # a pipe-like stream: give back the sniffed bytes, then skip to `start`
                     stream = _Prefixed(head, raw)
-                    if self.start and _skip(stream, self.start) < self.start:
+                    if self.start and read_past(stream, self.start) < self.start:
                         raise TruncatedRecordError(f"cannot start reading at offset {self.start}: the file is shorter",
                                                    self.path, self.start)
             return NONE, stream, total
@@ -162,7 +171,6 @@ class RecordReader:
         lo = hi = 0
         base = self.start
         eof = False
-        header_crcs: dict[int, int] = {}  # length -> its valid header CRC (it depends on the length only)
         broken = False  # the (compressed) stream failed; what is left in the buffer is its cut-off tail
         core = _native.core  # the compiled framing kernel, or None: the loop below is then the whole reader
 
@@ -222,15 +230,15 @@ class RecordReader:
                         fill(HEADER_SIZE)
                         continue
                     lo = found
-                length, length_crc = _unpack_header(buf, lo)
-                if masked_crc32c(view[lo : lo + 8]) == length_crc:
-                    need = length + _OVERHEAD
+                length = parse_header(buf, lo)
+                if length is not None:
+                    need = length + OVERHEAD
                     bound = base + lo + need <= total if total is not None else length <= limits.MAX_RECORD_BYTES
                     if hi - lo < need and bound:
                         fill(need)
                     if hi - lo >= need:
                         data_end = lo + HEADER_SIZE + length
-                        if masked_crc32c(view[lo + HEADER_SIZE : data_end]) == _unpack_crc(buf, data_end)[0]:
+                        if masked_crc32c(view[lo + HEADER_SIZE : data_end]) == unpack_crc(buf, data_end)[0]:
                             return
                 lo += 1
 
@@ -246,7 +254,7 @@ class RecordReader:
                     if found:
                         lo = stop
                         for data in found:
-                            off += len(data) + _OVERHEAD
+                            off += len(data) + OVERHEAD
                             self.records += 1
                             self.offset = off
                             yield data
@@ -268,17 +276,15 @@ class RecordReader:
                         if broken and next_member():
                             continue
                         return
-                length, length_crc = _unpack_header(buf, lo)
-                if header_crcs.get(length) != length_crc and masked_crc32c(view[lo : lo + 8]) != length_crc:
+                length = parse_header(buf, lo)
+                if length is None:
                     self._fail(CorruptRecordError(header_message(
-                        view[lo : min(hi, lo + 512)], off, masked_crc32c(view[lo : lo + 8]), length_crc,
+                        view[lo : min(hi, lo + 512)], off, header_crc(buf, lo), unpack_header(buf, lo)[1],
                         self.compression), path, off))
                     if not next_member():
                         resync()
                     continue
-                if len(header_crcs) < 4096:
-                    header_crcs[length] = length_crc
-                need = length + _OVERHEAD
+                need = length + OVERHEAD
                 if hi - lo < need:
                     if total is None and length > limits.MAX_RECORD_BYTES:  # nothing bounds it but the limit
                         try:
@@ -306,13 +312,10 @@ class RecordReader:
                 data_end = lo + HEADER_SIZE + length
                 data = bytes(view[lo + HEADER_SIZE : data_end])
                 lo += need
-                if verify:
-                    crc = crc32c(data)
-                    crc = (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF  # masked, inline: hot path
-                if verify and crc != _unpack_crc(buf, data_end)[0]:
+                if verify and masked_crc32c(data) != unpack_crc(buf, data_end)[0]:
                     self._fail(CorruptRecordError(
                         f"corrupt record data: the CRC of its {length} data bytes (at offset {off + HEADER_SIZE}) is "
-                        f"{masked_crc32c(data):#010x}, expected {_unpack_crc(buf, data_end)[0]:#010x} (stored after "
+                        f"{masked_crc32c(data):#010x}, expected {unpack_crc(buf, data_end)[0]:#010x} (stored after "
                         "the data)", path, off))
                     next_member()
                     continue
@@ -358,17 +361,6 @@ class _Prefixed:
         data = self._raw.read(len(view))
         view[: len(data)] = data
         return len(data)
-
-
-def _skip(stream, count: int) -> int:
-    scratch = bytearray(min(count, 1 << 20))
-    done = 0
-    while done < count:
-        n = stream.readinto(memoryview(scratch)[: min(len(scratch), count - done)])
-        if not n:
-            break
-        done += n
-    return done
 
 
 def _size_of(raw: IO[bytes]) -> int | None:
@@ -442,17 +434,17 @@ class RecordFile:
         if len(header) < HEADER_SIZE:
             raise TruncatedRecordError(f"expected a {HEADER_SIZE}-byte record header, found {len(header)} bytes",
                                        self.path, offset)
-        length, length_crc = _unpack_header(header)
-        if masked_crc32c(header[:8]) != length_crc:
+        length = parse_header(header)
+        if length is None:
             sentence = not_a_tfrecord(self._read_at(0, 512)) if offset == 0 else None
             if sentence is not None:
                 raise CorruptRecordError(sentence, self.path, offset)
             raise CorruptRecordError("corrupt record header (its length CRC does not match): is the index stale "
                                      "or made for another file?", self.path, offset)
-        if size is not None and length + _OVERHEAD != size:
-            raise CorruptRecordError(f"the record here has {length + _OVERHEAD} bytes but the index says {size}: is "
+        if size is not None and length + OVERHEAD != size:
+            raise CorruptRecordError(f"the record here has {length + OVERHEAD} bytes but the index says {size}: is "
                                      "the index stale or made for another file?", self.path, offset)
-        need = length + _OVERHEAD
+        need = length + OVERHEAD
         total = self._size if self._size is not None and offset + need <= self._size else self._current_size()
         if total is not None and offset + need > total:  # checked before anything is allocated for the body
             raise TruncatedRecordError(f"truncated record: its header says {length} bytes of data, so {need} bytes "
@@ -460,10 +452,10 @@ class RecordFile:
                                        self.path, offset)
         body = self._read_at(offset + HEADER_SIZE, length + FOOTER_SIZE)
         if len(body) < length + FOOTER_SIZE:
-            raise TruncatedRecordError(f"truncated record: expected {length + _OVERHEAD} bytes from this offset, "
+            raise TruncatedRecordError(f"truncated record: expected {length + OVERHEAD} bytes from this offset, "
                                        f"found {HEADER_SIZE + len(body)}", self.path, offset)
         data = body[:length]
-        if self.verify and masked_crc32c(data) != _unpack_crc(body, length)[0]:
+        if self.verify and masked_crc32c(data) != unpack_crc(body, length)[0]:
             raise CorruptRecordError(f"corrupt record data: the CRC of its {length} data bytes does not match",
                                      self.path, offset)
         return data
