@@ -17,6 +17,14 @@ import numpy as np
 
 from tfr_torch.errors import DecodeError
 from tfr_torch.format.strict import decode_feature
+from tfr_torch.format.wire import (
+    VARINT_CUT,
+    VARINT_LONG,
+    WireError,
+    decode_packed_varints,
+    decode_varint_list,
+    read_varint,
+)
 
 __all__ = ["KINDS", "Column", "ColumnKindError", "decode_column", "decode_varints", "kind_of"]
 
@@ -53,16 +61,11 @@ class ColumnKindError(DecodeError):
 
 
 def _varint(buf: bytes, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        if pos >= len(buf) or shift > 63:
-            return -1, pos
-        byte = buf[pos]
-        result |= (byte & 0x7F) << shift
-        pos += 1
-        if byte < 0x80:
-            return result, pos
-        shift += 7
+    """A varint at `pos`: (value, position after it), or (-1, pos) when it is cut or too long (not canonical)."""
+    try:
+        return read_varint(buf, pos, len(buf))
+    except WireError:
+        return -1, pos
 
 
 def _split(raw: bytes) -> tuple[int, int] | None:
@@ -107,25 +110,17 @@ def kind_of(raw: bytes | None, key: str = "?") -> str | None:
     return _slow(raw, key)[0]
 
 
+_VARINT_ERRORS = {VARINT_CUT: "the packed int64 list ends inside a varint",
+                  VARINT_LONG: "a varint in the packed int64 list is longer than 10 bytes"}
+
+
 def decode_varints(buf: np.ndarray) -> np.ndarray:
     """Decode a uint8 array of concatenated varints into int64 values (two's complement, as protobuf's int64).
     Raises ValueError if the buffer ends inside a varint or a varint is longer than 10 bytes."""
-    if buf.size == 0:
-        return np.zeros(0, dtype=np.int64)
-    ends = np.flatnonzero(buf < 0x80)
-    if ends.size == 0 or ends[-1] != buf.size - 1:
-        raise ValueError("the packed int64 list ends inside a varint")
-    starts = np.empty_like(ends)
-    starts[0] = 0
-    starts[1:] = ends[:-1] + 1
-    lengths = ends - starts + 1
-    if lengths.max() > 10:
-        raise ValueError("a varint in the packed int64 list is longer than 10 bytes")
-    if lengths.max() == 1:
-        return buf.astype(np.int64)
-    position = np.arange(buf.size) - np.repeat(starts, lengths)
-    parts = (buf & 0x7F).astype(np.uint64) << (7 * position).astype(np.uint64)
-    return np.add.reduceat(parts, starts).view(np.int64)
+    try:
+        return decode_packed_varints(buf)
+    except WireError as err:
+        raise ValueError(_VARINT_ERRORS[err.message]) from None
 
 
 def decode_column(raws: Sequence[bytes | None], kind: str, key: str) -> Column:
@@ -211,23 +206,6 @@ _FEW = 8
 _FEW_BYTES = 512
 
 
-def _py_varints(payload: bytes) -> list[int] | None:
-    """The int64 values of a packed varint payload, or None when it is malformed (the array path reports it)."""
-    out = []
-    result = shift = 0
-    for byte in payload:
-        result |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            if shift > 63:
-                return None  # longer than 10 bytes
-            result &= 0xFFFF_FFFF_FFFF_FFFF
-            out.append(result - (1 << 64) if result >> 63 else result)
-            result = shift = 0
-        else:
-            shift += 7
-    return None if shift else out
-
-
 def _few_numeric(raws: Sequence[bytes | None], tag: int, kind: str) -> Column | None:
     """A numeric column of a few canonical Features with short payloads; None sends the caller to the array path."""
     n = len(raws)
@@ -251,13 +229,17 @@ def _few_numeric(raws: Sequence[bytes | None], tag: int, kind: str) -> Column | 
     values: list[int] = []
     per = []
     for payload in payloads:
-        got = _py_varints(payload)
-        if got is None:
-            return None
+        if not payload:
+            per.append(0)
+            continue
+        try:
+            got = decode_varint_list(payload)
+        except WireError:
+            return None  # malformed: the array path reports it
         values.extend(got)
         per.append(len(got))
     counts[present] = per
-    return Column(present, counts, np.array(values, dtype=np.int64))
+    return Column(present, counts, np.array(values, dtype=np.uint64).view(np.int64))
 
 
 def _small_varint(flat: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
