@@ -2,7 +2,7 @@
 
 Parity with TensorFlow's values lives in test_parse_golden.py; this file covers what TensorFlow's goldens cannot:
 - every data error names the feature key and the example ("example 3", "step 1") and, when `example_names` are
-  "path:offset" strings (as the datasets pass them), carries `.path` / `.offset` and starts with "path:offset: ";
+  RecordLocations (as the datasets pass them), carries `.path` / `.offset` and starts with "path:offset: ";
 - bad specs raise ValueError/TypeError naming the key or the value, at spec or compile time;
 - dtypes: the accepted spellings, narrowing conversions, values that do not fit, unknown dtypes;
 - result shapes and types of each spec kind in batch and single forms (empty batches included), to_padded,
@@ -61,10 +61,10 @@ REPO = Path(__file__).resolve().parent.parent
 # ----------------------------------------------------------------------------------------------- helpers
 
 
-def located_names(n: int, index: int) -> list[str]:
-    """Example names as the datasets pass them: "path:offset"; example `index` is file.tfrecord at 1234."""
-    names = [f"other.tfrecord:{100 + 10 * i}" for i in range(n)]
-    names[index] = "file.tfrecord:1234"
+def located_names(n: int, index: int) -> list[tfr_torch.RecordLocation]:
+    """Example names as the datasets pass them: RecordLocations; example `index` is file.tfrecord at 1234."""
+    names = [tfr_torch.RecordLocation("other.tfrecord", 100 + 10 * i) for i in range(n)]
+    names[index] = tfr_torch.RecordLocation("file.tfrecord", 1234)
     return names
 
 
@@ -276,7 +276,7 @@ def test_single_example_errors_say_the_example():
         parse_single_example(record, spec)
     assert str(raised.value) == "feature 'a' in the example holds 3 int64 values, expected 2 (shape [2])"
     with pytest.raises(DecodeError) as raised:
-        parse_single_example(record, spec, example_names="file.tfrecord:1234")
+        parse_single_example(record, spec, example_names=tfr_torch.RecordLocation("file.tfrecord", 1234))
     assert str(raised.value) == ("file.tfrecord:1234: feature 'a' in the example holds 3 int64 values, expected 2 "
                                  "(shape [2])")
     assert (raised.value.path, raised.value.offset) == ("file.tfrecord", 1234)
@@ -341,7 +341,7 @@ def test_single_sequence_example_error_has_location():
     record = encode_sequence_example({"c": 1}, {"f": [[1, 2], [3]]})
     with pytest.raises(DecodeError) as raised:
         parse_single_sequence_example(record, sequence_features={"f": FixedLenSequenceFeature([2], torch.int64)},
-                                      example_name="file.tfrecord:1234")
+                                      example_name=tfr_torch.RecordLocation("file.tfrecord", 1234))
     assert str(raised.value) == ("file.tfrecord:1234: feature list 'f' in the example, step 1 holds 1 int64 values, "
                                  "expected 2 per step (shape [2])")
     assert (raised.value.path, raised.value.offset) == ("file.tfrecord", 1234)
@@ -1109,7 +1109,8 @@ def test_compiled_plan_parses_like_parse_example():
     assert got["r"] == want["r"] == [[b"a"], []]
     # and with example names, errors are the same
     with pytest.raises(DecodeError, match=r"^f\.tfrecord:8: feature 'x' in example 1 is required"):
-        plan.parse([records[0], encode_example({})], example_names=["f.tfrecord:0", "f.tfrecord:8"])
+        plan.parse([records[0], encode_example({})], example_names=[tfr_torch.RecordLocation("f.tfrecord", 0),
+                                                                     tfr_torch.RecordLocation("f.tfrecord", 8)])
 
 
 def test_compile_features_caches_plans_of_hashable_specs():

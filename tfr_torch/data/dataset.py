@@ -33,6 +33,7 @@ from tfr_torch.decode.hints import check_features_argument, check_spec
 from tfr_torch.decode.sidecar import class_names, find_sidecar, spec_from_json, trusted_counts
 from tfr_torch.format.compression import normalize_compression
 from tfr_torch.format.index import index_path_for, read_index, scan_index
+from tfr_torch.format.location import RecordLocation
 from tfr_torch.format.paths import PathLike, exists, expand_paths, file_sizes
 from tfr_torch.format.reader import RecordReader
 
@@ -463,7 +464,7 @@ def _refuse_rebatching(dataset: TFRecordDataset, caller: Any) -> None:
 
 
 class _Names(Sequence):
-    """The "path:offset" name of each record of a batch, made only when an error message needs one."""
+    """The RecordLocation of each record of a batch (its example name), made only when an error message needs one."""
 
     def __init__(self, chunk: list[Located]) -> None:
         self._chunk = chunk
@@ -473,9 +474,9 @@ class _Names(Sequence):
 
     def __getitem__(self, i):  # type: ignore[override]
         if isinstance(i, slice):
-            return [f"{r.path}:{r.offset}" for r in self._chunk[i]]
+            return [RecordLocation(r.path, r.offset) for r in self._chunk[i]]
         record = self._chunk[i]
-        return f"{record.path}:{record.offset}"
+        return RecordLocation(record.path, record.offset)
 
 
 def _chain(streams) -> Iterator[Located]:

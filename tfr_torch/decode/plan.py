@@ -23,6 +23,7 @@ from tfr_torch.decode.hints import check_spec
 from tfr_torch.decode.units import Locator, Units, _without_key
 from tfr_torch.errors import DecodeError
 from tfr_torch.format.columns import Column
+from tfr_torch.format.location import ExampleName
 from tfr_torch.format.strict import decode_feature, example_features, sequence_example_features
 
 __all__ = ["ExamplePlan", "SequenceExamplePlan", "compile_features"]
@@ -78,7 +79,7 @@ def _check_wire_kinds(decoders: dict[str, Any], what: str) -> None:
             seen.setdefault(wire_key, (kind, name))
 
 
-def _records(serialized: Any, example_names: Sequence[str] | None, what: str) -> Sequence[bytes]:
+def _records(serialized: Any, example_names: Sequence[ExampleName] | None, what: str) -> Sequence[bytes]:
     if isinstance(serialized, (bytes, bytearray, memoryview, str)):
         raise TypeError(f"{what} expects a sequence of records (serialized bytes), got one {type(serialized).__name__} "
                         f"object; for one record use {what.replace('parse_', 'parse_single_')}")
@@ -103,10 +104,8 @@ def _size(record: Any) -> int:
 def _located(exc: DecodeError, locator: Locator, i: int) -> DecodeError:
     """A record-level DecodeError from format.strict, told against the record's name or location."""
     path, offset = locator.location(i)
-    err = DecodeError(f"{locator.describe(i)}: {exc.message}", path, offset)
-    err.key = getattr(exc, "key", None)  # type: ignore[attr-defined]
-    err.position = getattr(exc, "position", None)  # type: ignore[attr-defined]
-    return err
+    return DecodeError(f"{locator.describe(i)}: {exc.message}", path, offset, key=exc.key, index=i,
+                       position=exc.position)
 
 
 def _features_of(record: Any, locator: Locator, i: int) -> Any:
@@ -154,7 +153,7 @@ class ExamplePlan:
             units.raw_columns = raws
         return units
 
-    def parse(self, serialized: Sequence[bytes], example_names: Sequence[str] | None = None,
+    def parse(self, serialized: Sequence[bytes], example_names: Sequence[ExampleName] | None = None,
               single: bool = False) -> dict[str, Any]:
         records = _records(serialized, example_names, "parse_example")
         locator = Locator(example_names, single)
@@ -168,7 +167,7 @@ class ExamplePlan:
         return self._decode(Units([_features_of(record, locator, i) for i, record in enumerate(records)], locator),
                             locator, single)
 
-    def iter_rows(self, serialized: Sequence[bytes], example_names: Sequence[str] | None = None) -> Iterator[dict]:
+    def iter_rows(self, serialized: Sequence[bytes], example_names: Sequence[ExampleName] | None = None) -> Iterator[dict]:
         """What parse_single_example gives for each record, in order. When every feature is a FixedLenFeature the
         records are decoded as one batch and each dict is a row of it (a third of the cost); if the batch does not
         decode they are decoded one by one, so the rows before the bad record come out and its error is the one it
@@ -246,7 +245,7 @@ class SequenceExamplePlan:
             return [key]
         return list(decoder.wire_keys())
 
-    def parse(self, serialized: Sequence[bytes], example_names: Sequence[str] | None = None, single: bool = False):
+    def parse(self, serialized: Sequence[bytes], example_names: Sequence[ExampleName] | None = None, single: bool = False):
         records = _records(serialized, example_names, "parse_sequence_example")
         locator = Locator(example_names, single)
         contexts, lists = [], []

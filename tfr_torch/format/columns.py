@@ -56,8 +56,9 @@ class ColumnKindError(DecodeError):
     batch, `.found` and `.expected` the kinds ('float', 'int64' or 'bytes')."""
 
     def __init__(self, key: str, index: int, found: str, expected: str) -> None:
-        self.key, self.index, self.found, self.expected = key, index, found, expected
-        super().__init__(f"feature {key!r} in record {index} holds {found} values, expected {expected}")
+        self.found, self.expected = found, expected
+        super().__init__(f"feature {key!r} in record {index} holds {found} values, expected {expected}", key=key,
+                         index=index)
 
 
 def _varint(buf: bytes, pos: int) -> tuple[int, int]:

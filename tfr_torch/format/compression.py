@@ -98,6 +98,14 @@ def make_compressor(compression: str, level: int | None):
     return zlib.compressobj(level, zlib.DEFLATED, _WBITS[compression], _MEM_LEVEL, zlib.Z_DEFAULT_STRATEGY)
 
 
+class _Failure(Exception):
+    """Inside Inflater: the stream failed (`error`) after `filled` bytes of the caller's buffer were filled."""
+
+    def __init__(self, error: CorruptRecordError | TruncatedRecordError, filled: int) -> None:
+        super().__init__(error)
+        self.error, self.filled = error, filled
+
+
 class Inflater:
     """A readable stream of the decompressed bytes of a GZIP or ZLIB file, with `readinto`.
 
@@ -140,12 +148,12 @@ class Inflater:
         filled = 0
         try:
             filled = self._inflate(view)
-        except (CorruptRecordError, TruncatedRecordError) as err:
-            filled = err.filled  # type: ignore[attr-defined]
+        except _Failure as failure:
+            filled = failure.filled
             if not filled:
                 self._eof = self._failed = True
-                raise
-            self._error = err
+                raise failure.error from None
+            self._error = failure.error
         self.position += filled
         return filled
 
@@ -153,10 +161,8 @@ class Inflater:
         want = len(view)
         filled = 0
 
-        def failure(cls, message: str) -> Exception:
-            err = cls(message, self._path, self.position + filled)
-            err.filled = filled
-            return err
+        def failure(cls, message: str) -> _Failure:
+            return _Failure(cls(message, self._path, self.position + filled), filled)
 
         while filled < want and not self._eof:
             if self._z.eof:

@@ -158,10 +158,8 @@ def _feature_list(buf, pos: int, end: int, key: str) -> list[bytes]:
 
 def _error(bad: WireError, what: str, size: int) -> DecodeError:
     where = f" (feature {bad.key!r})" if bad.key is not None else ""
-    err = DecodeError(f"cannot parse {size} bytes as a {what}: byte {bad.pos}{where} {bad.message}")
-    err.key = bad.key  # type: ignore[attr-defined]
-    err.position = bad.pos  # type: ignore[attr-defined]
-    return err
+    return DecodeError(f"cannot parse {size} bytes as a {what}: byte {bad.pos}{where} {bad.message}", key=bad.key,
+                       position=bad.pos)
 
 
 # --------------------------------------------------------------------------------------------- fast checks
@@ -272,10 +270,8 @@ def decode_feature(raw: bytes, key: str = "?") -> tuple[str | None, Values]:
     try:
         return _decode_feature(memoryview(raw), size)
     except WireError as bad:
-        err = DecodeError(f"feature {key!r}: its tf.train.Feature ({len(raw)} bytes) {bad.message} (at byte {bad.pos})")
-        err.key = key  # type: ignore[attr-defined]
-        err.position = bad.pos  # type: ignore[attr-defined]
-        raise err from None
+        raise DecodeError(f"feature {key!r}: its tf.train.Feature ({len(raw)} bytes) {bad.message} (at byte {bad.pos})",
+                          key=key, position=bad.pos) from None
 
 
 def _decode_feature(buf, end: int) -> tuple[str | None, Values]:

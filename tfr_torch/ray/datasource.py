@@ -16,6 +16,7 @@ from ray.data.datasource import Datasource, ReadTask
 from tfr_torch.errors import SkippedRecordWarning, TFRecordError
 from tfr_torch.format.compression import compression_from_name, normalize_compression
 from tfr_torch.format.index import index_path_for, read_index
+from tfr_torch.format.location import RecordLocation
 from tfr_torch.format.paths import PathLike, as_path, exists, expand_paths, file_size
 from tfr_torch.format.reader import RecordReader
 from tfr_torch.ray.planning import FileInfo, Piece, group_pieces, plan_pieces
@@ -42,7 +43,7 @@ class _SkipLog:
 
 
 class _Names(Sequence):
-    """"path:offset" of each record of a batch, made only when an error message reads one."""
+    """The RecordLocation of each record of a batch, made only when an error message reads one."""
 
     def __init__(self, path: str, offsets: list[int]) -> None:
         self.path, self.offsets = path, offsets
@@ -52,8 +53,8 @@ class _Names(Sequence):
 
     def __getitem__(self, i):  # type: ignore[override]
         if isinstance(i, slice):
-            return [f"{self.path}:{o}" for o in self.offsets[i]]
-        return f"{self.path}:{self.offsets[i]}"
+            return [RecordLocation(self.path, o) for o in self.offsets[i]]
+        return RecordLocation(self.path, self.offsets[i])
 
 
 class _ReadPieces:
