@@ -474,3 +474,36 @@ def test_sparse_indices_refuses_negative_and_huge_counts():
         core.sparse_indices(np.array([2**62, 2**62], dtype=np.int64))
     with pytest.raises(ValueError, match="not a whole number of int64 counts"):
         core.sparse_indices(b"123")
+
+
+@needs_core
+@settings(max_examples=100, deadline=None)
+@given(values=st.lists(st.binary(max_size=300), max_size=20), offset=st.integers(0, 64))
+def test_pack_and_unpack_bytes_round_trip(values, offset):
+    """The transport's loops: a list of bytes written back to back into a buffer and copied out again."""
+    buffer = bytearray(offset + sum(map(len, values)) + 3)
+    assert core.bytes_total(values) == sum(map(len, values))
+    lengths = core.pack_bytes(values, buffer, offset)
+    assert lengths == [len(v) for v in values]
+    assert bytes(buffer[offset : offset + sum(lengths)]) == b"".join(values)
+    out = core.unpack_bytes(buffer, offset, lengths)
+    assert out == values and all(type(v) is bytes for v in out)
+
+
+@needs_core
+def test_pack_and_unpack_bytes_refuse_what_does_not_fit():
+    assert core.bytes_total([b"a", bytearray(b"b")]) == -1 and core.bytes_total((b"a",)) == -1
+    with pytest.raises(ValueError, match="4 bytes from offset 1 do not fit in 4"):
+        core.pack_bytes([b"ab", b"cd"], bytearray(4), 1)
+    with pytest.raises(ValueError, match="item 1 is bytearray, not bytes"):
+        core.pack_bytes([b"ab", bytearray(b"cd")], bytearray(8), 0)
+    with pytest.raises(BufferError):
+        core.pack_bytes([b"ab"], b"read-only", 0)
+    with pytest.raises(ValueError, match="item 1 of 3 bytes at offset 2 runs past the 4-byte buffer"):
+        core.unpack_bytes(b"abcd", 0, [2, 3])
+    with pytest.raises(ValueError, match="item 0 of -1 bytes"):
+        core.unpack_bytes(b"abcd", 0, [-1])
+    with pytest.raises(ValueError, match="offset 5 is outside the 4-byte buffer"):
+        core.unpack_bytes(b"abcd", 5, [])
+    with pytest.raises(ValueError, match="runs past"):
+        core.unpack_bytes(b"abcd", 0, [2**62, 2**62])

@@ -21,6 +21,8 @@ import tfr_torch
 from tfr_torch.data import transport
 from tfr_torch.data.transport import Batch, RecordBatch
 
+pytestmark = pytest.mark.usefixtures("backend")  # the slab's byte lists: the compiled loops and the reference
+
 needs_shm = pytest.mark.skipif(not transport.shared_memory_available(), reason="no memfd_create or /proc here")
 
 

@@ -31,6 +31,8 @@ from typing import Any, Callable
 
 import torch
 
+from tfr_torch import _native
+
 __all__ = ["Batch", "RecordBatch", "shared_memory_available", "wrap_for_transport"]
 
 _HEADER = 64  # bytes before the data: a uint64 count of the batches the receiver has copied out
@@ -155,8 +157,35 @@ def _slab_tensor(value: Any) -> bool:
             and not value.requires_grad and not value.is_quantized and not value.is_conj() and not value.is_neg())
 
 
-def _slab_bytes(value: Any) -> bool:
-    return type(value) is list and all(type(v) is bytes for v in value)
+def _bytes_total(value: Any) -> int:
+    """The total length of a list of bytes (exactly those types), else -1. The compiled core's loops, when loaded."""
+    core = _native.core
+    if core is not None:
+        return core.bytes_total(value)
+    if type(value) is list and all(type(v) is bytes for v in value):
+        return sum(map(len, value))
+    return -1
+
+
+def _pack_bytes(value: list, mm: mmap.mmap, pos: int) -> list[int]:
+    """Write a list of bytes back to back into the slab at `pos`; their lengths."""
+    core = _native.core
+    if core is not None:
+        return core.pack_bytes(value, mm, pos)
+    mm.seek(pos)
+    return [mm.write(v) for v in value]
+
+
+def _unpack_bytes(mm: mmap.mmap, pos: int, lengths: list[int]) -> list[bytes]:
+    """New bytes objects copied out of the slab from `pos`, of the given lengths."""
+    core = _native.core
+    if core is not None:
+        return core.unpack_bytes(mm, pos, lengths)
+    out = []
+    for length in lengths:
+        out.append(mm[pos : pos + length])
+        pos += length
+    return out
 
 
 def _pad(n: int) -> int:
@@ -170,9 +199,9 @@ def _reduce(batch: Any, items: list[tuple[Any, Any]], kind: str) -> tuple[Callab
         if _slab_tensor(value):
             plan.append((key, "t", value))
             size += _pad(value.numel() * value.element_size())
-        elif _slab_bytes(value):
+        elif (total := _bytes_total(value)) >= 0:
             plan.append((key, "b", value))
-            size += _pad(sum(map(len, value)))
+            size += _pad(total)
         else:
             inline.append((key, value))
     pool = _pool()
@@ -191,8 +220,7 @@ def _reduce(batch: Any, items: list[tuple[Any, Any]], kind: str) -> tuple[Callab
                     del dst
                 entries.append((key, "t", pos, nbytes, str(value.dtype).rpartition(".")[2], tuple(value.shape)))
             else:
-                mm.seek(pos)
-                lengths = [mm.write(v) for v in value]
+                lengths = _pack_bytes(value, mm, pos)
                 nbytes = sum(lengths)
                 entries.append((key, "b", pos, nbytes, lengths))
             pos += _pad(nbytes)
@@ -272,14 +300,7 @@ def _rebuild(kind: str, pid: int, fd: int, serial: int, size: int, keys: list, e
             else:
                 values[key] = torch.empty(shape, dtype=dtype)
         else:
-            lengths = entry[4]
-            ends = itertools.accumulate(lengths, initial=pos)
-            start = next(ends)
-            out = []
-            for end in ends:
-                out.append(mm[start:end])
-                start = end
-            values[key] = out
+            values[key] = _unpack_bytes(mm, pos, entry[4])
     _RELEASED.pack_into(mm, 0, _RELEASED.unpack_from(mm, 0)[0] + 1)  # the worker may reuse the slab now
     return _rebuild_inline(kind, [(key, values[key]) for key in keys])
 

@@ -460,6 +460,115 @@ static PyObject *py_sparse_indices(PyObject *self, PyObject *arg) {
     return out;
 }
 
+/* ---- batches through shared memory (data/transport.py) ----------------------------------------------------- */
+
+/* bytes_total(values) -> the sum of the lengths when `values` is a list of bytes (exactly), else -1 */
+static PyObject *py_bytes_total(PyObject *self, PyObject *arg) {
+    if (!PyList_CheckExact(arg)) return PyLong_FromLong(-1);
+    Py_ssize_t n = PyList_GET_SIZE(arg), total = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PyList_GET_ITEM(arg, i);
+        if (!PyBytes_CheckExact(item)) return PyLong_FromLong(-1);
+        total += PyBytes_GET_SIZE(item); /* cannot overflow: the objects exist in memory */
+    }
+    return PyLong_FromSsize_t(total);
+}
+
+/* pack_bytes(values, buffer, offset) -> lengths: the bytes of `values` (a list of bytes) written back to back into
+ * the writable `buffer` from `offset`; ValueError when they do not fit or an item is not bytes. */
+static PyObject *py_pack_bytes(PyObject *self, PyObject *args) {
+    PyObject *values, *target;
+    Py_ssize_t offset;
+    if (!PyArg_ParseTuple(args, "OOn:pack_bytes", &values, &target, &offset)) return NULL;
+    PyObject *items = PySequence_Tuple(values); /* ours: its items stay alive while the GIL is released */
+    if (!items) return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(items), total = 0;
+    PyObject *lengths = PyList_New(n);
+    for (Py_ssize_t i = 0; lengths && i < n; i++) {
+        PyObject *item = PyTuple_GET_ITEM(items, i);
+        if (!PyBytes_CheckExact(item)) {
+            PyErr_Format(PyExc_ValueError, "pack_bytes: item %zd is %.100s, not bytes", i, Py_TYPE(item)->tp_name);
+            Py_CLEAR(lengths);
+            break;
+        }
+        PyObject *length = PyLong_FromSsize_t(PyBytes_GET_SIZE(item));
+        if (!length) Py_CLEAR(lengths);
+        else PyList_SET_ITEM(lengths, i, length);
+        total += PyBytes_GET_SIZE(item);
+    }
+    Py_buffer buf;
+    if (!lengths || PyObject_GetBuffer(target, &buf, PyBUF_WRITABLE) < 0) {
+        Py_XDECREF(lengths);
+        Py_DECREF(items);
+        return NULL;
+    }
+    if (offset < 0 || offset > buf.len || total > buf.len - offset) {
+        PyErr_Format(PyExc_ValueError, "pack_bytes: %zd bytes from offset %zd do not fit in %zd", total, offset,
+                     buf.len);
+        Py_CLEAR(lengths);
+    } else {
+        char *out = (char *)buf.buf + offset;
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *item = PyTuple_GET_ITEM(items, i);
+            memcpy(out, PyBytes_AS_STRING(item), (size_t)PyBytes_GET_SIZE(item));
+            out += PyBytes_GET_SIZE(item);
+        }
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&buf);
+    Py_DECREF(items);
+    return lengths;
+}
+
+/* unpack_bytes(buffer, offset, lengths) -> list of bytes: new bytes objects of the given lengths, copied from
+ * `buffer` back to back from `offset`; ValueError for a negative length or one that runs past the buffer. */
+static PyObject *py_unpack_bytes(PyObject *self, PyObject *args) {
+    PyObject *lengths_arg;
+    Py_buffer buf;
+    Py_ssize_t offset;
+    if (!PyArg_ParseTuple(args, "y*nO:unpack_bytes", &buf, &offset, &lengths_arg)) return NULL;
+    PyObject *lengths = PySequence_Fast(lengths_arg, "unpack_bytes: lengths must be a sequence of ints");
+    if (!lengths) {
+        PyBuffer_Release(&buf);
+        return NULL;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(lengths), pos = offset;
+    PyObject *out = PyList_New(n);
+    if (out && (offset < 0 || offset > buf.len)) {
+        PyErr_Format(PyExc_ValueError, "unpack_bytes: offset %zd is outside the %zd-byte buffer", offset, buf.len);
+        Py_CLEAR(out);
+    }
+    for (Py_ssize_t i = 0; out && i < n; i++) {
+        Py_ssize_t length = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(lengths, i));
+        if (length == -1 && PyErr_Occurred()) {
+            Py_CLEAR(out);
+        } else if (length < 0 || length > buf.len - pos) {
+            PyErr_Format(PyExc_ValueError, "unpack_bytes: item %zd of %zd bytes at offset %zd runs past the %zd-byte "
+                         "buffer", i, length, pos, buf.len);
+            Py_CLEAR(out);
+        } else {
+            PyObject *item = PyBytes_FromStringAndSize(NULL, length);
+            if (!item) Py_CLEAR(out);
+            else PyList_SET_ITEM(out, i, item);
+            pos += length;
+        }
+    }
+    if (out) {
+        const char *src = (const char *)buf.buf + offset;
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *item = PyList_GET_ITEM(out, i);
+            memcpy(PyBytes_AS_STRING(item), src, (size_t)PyBytes_GET_SIZE(item));
+            src += PyBytes_GET_SIZE(item);
+        }
+        Py_END_ALLOW_THREADS
+    }
+    Py_DECREF(lengths);
+    PyBuffer_Release(&buf);
+    return out;
+}
+
 /* ---- module --------------------------------------------------------------------------------------------------- */
 
 static PyMethodDef module_methods[] = {
@@ -472,6 +581,11 @@ static PyMethodDef module_methods[] = {
     {"frame_records", py_frame_records, METH_O, "frame_records(records) -> bytes: the records framed back to back"},
     {"sparse_indices", py_sparse_indices, METH_O,
      "sparse_indices(counts) -> bytearray: [2, sum(counts)] int64 COO indices (row, position) of per-row counts"},
+    {"bytes_total", py_bytes_total, METH_O, "bytes_total(values) -> total length of a list of bytes, else -1"},
+    {"pack_bytes", py_pack_bytes, METH_VARARGS,
+     "pack_bytes(values, buffer, offset) -> lengths: a list of bytes written back to back into a writable buffer"},
+    {"unpack_bytes", py_unpack_bytes, METH_VARARGS,
+     "unpack_bytes(buffer, offset, lengths) -> list of bytes copied out of a buffer"},
     {NULL, NULL, 0, NULL},
 };
 
