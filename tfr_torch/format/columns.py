@@ -127,45 +127,58 @@ def decode_varints(buf: np.ndarray) -> np.ndarray:
 def decode_column(raws: Sequence[bytes | None], kind: str, key: str) -> Column:
     """Decode one feature of every record. `kind` is the kind expected ('float', 'int64' or 'bytes'); a record
     whose feature has another kind raises ColumnKindError; absent or kind-less features count as not present."""
-    tag = _TAG_OF[kind]
-    n = len(raws)
-    present = np.zeros(n, dtype=bool)
-    counts = np.zeros(n, dtype=np.int64)
     if kind == "bytes":
-        out: list = []
-        for i, raw in enumerate(raws):
-            if raw is None:
-                continue
-            n = len(raw)
-            if 4 <= n < 0x80 and raw[0] == 0x0A and raw[2] == 0x0A and raw[1] == n - 2 and raw[3] == n - 4:
-                present[i] = True  # the common case, one short string: 0a L 0a l <bytes>
-                counts[i] = 1
-                out.append(raw[4:])
-                continue
-            if n >= 0x80 and raw[0] == 0x0A:  # one long string: 0a L(varint) 0a l(varint) <bytes>
-                outer, p = _varint(raw, 1)
-                if p + outer == n and p < n and raw[p] == 0x0A:
-                    inner, q = _varint(raw, p + 1)
-                    if q + inner == n:
-                        present[i] = True
-                        counts[i] = 1
-                        out.append(raw[q:])
-                        continue
-            found, values = _slow(raw, key)
-            if found is None:
-                continue
-            if found != "bytes":
-                raise ColumnKindError(key, i, found, kind)
-            present[i] = True
-            counts[i] = len(values)
-            out.extend(values)
-        return Column(present, counts, out)
-
+        return _bytes_column(raws, key)
+    tag = _TAG_OF[kind]
     fast = _few_numeric(raws, tag, kind) if len(raws) <= _FEW else None
     if fast is None:
         fast = _bulk_numeric(raws, tag, kind, key)
     if fast is not None:
         return fast
+    return _numeric_by_record(raws, tag, kind, key)
+
+
+def _bytes_column(raws: Sequence[bytes | None], key: str) -> Column:
+    """A bytes column: one short or long string per record split by byte comparisons, anything else by the rules."""
+    n = len(raws)
+    present = np.zeros(n, dtype=bool)
+    counts = np.zeros(n, dtype=np.int64)
+    out: list = []
+    for i, raw in enumerate(raws):
+        if raw is None:
+            continue
+        n = len(raw)
+        if 4 <= n < 0x80 and raw[0] == 0x0A and raw[2] == 0x0A and raw[1] == n - 2 and raw[3] == n - 4:
+            present[i] = True  # the common case, one short string: 0a L 0a l <bytes>
+            counts[i] = 1
+            out.append(raw[4:])
+            continue
+        if n >= 0x80 and raw[0] == 0x0A:  # one long string: 0a L(varint) 0a l(varint) <bytes>
+            outer, p = _varint(raw, 1)
+            if p + outer == n and p < n and raw[p] == 0x0A:
+                inner, q = _varint(raw, p + 1)
+                if q + inner == n:
+                    present[i] = True
+                    counts[i] = 1
+                    out.append(raw[q:])
+                    continue
+        found, values = _slow(raw, key)
+        if found is None:
+            continue
+        if found != "bytes":
+            raise ColumnKindError(key, i, found, "bytes")
+        present[i] = True
+        counts[i] = len(values)
+        out.extend(values)
+    return Column(present, counts, out)
+
+
+def _numeric_by_record(raws: Sequence[bytes | None], tag: int, kind: str, key: str) -> Column:
+    """A numeric column record by record (what the array paths decline: long lists, uncommon encodings, errors):
+    canonical payloads decoded together, other encodings by the rules, kind mismatches reported."""
+    n = len(raws)
+    present = np.zeros(n, dtype=bool)
+    counts = np.zeros(n, dtype=np.int64)
     chunks: list = []
     slow: dict[int, np.ndarray] = {}
     for i, raw in enumerate(raws):
