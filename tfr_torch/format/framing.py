@@ -15,11 +15,14 @@ layout in C for its hot loops; this module is the reference its Python side and 
 from __future__ import annotations
 
 import struct
+from typing import Union
 
-from tfr_torch.format.crc import crc32c, masked_crc32c
+from tfr_torch.format.crc import masked_crc32c
 
-__all__ = ["HEADER_SIZE", "FOOTER_SIZE", "OVERHEAD", "frame_record", "header_bytes", "header_crc", "parse_header",
-           "data_crc", "unpack_header", "unpack_crc", "pack_crc", "crc32c", "masked_crc32c"]
+__all__ = ["FOOTER_SIZE", "HEADER_SIZE", "OVERHEAD", "BytesLike", "data_crc", "frame_record", "header_bytes",
+           "header_crc", "masked_crc32c", "pack_crc", "parse_header", "unpack_crc", "unpack_header"]
+
+BytesLike = Union[bytes, bytearray, memoryview]
 
 HEADER_SIZE = 12  # uint64 length + uint32 masked CRC of the length
 FOOTER_SIZE = 4  # uint32 masked CRC of the data
@@ -36,14 +39,16 @@ _GOOD_CRCS: dict[int, int] = {}
 _MAX_CACHED = 4096
 
 
-def header_crc(buf, pos: int = 0) -> int:
+def header_crc(buf: BytesLike, pos: int = 0) -> int:
     """The masked CRC the header at `buf[pos:]` should store: that of its 8 length bytes."""
     return masked_crc32c(memoryview(buf)[pos : pos + 8])
 
 
-def parse_header(buf, pos: int = 0) -> int | None:
+def parse_header(buf: BytesLike, pos: int = 0) -> int | None:
     """The data length declared by the record header at `buf[pos : pos + 12]`, or None when its length CRC does
     not match (a corrupt header, or no header at all). `buf` must hold the 12 bytes."""
+    length: int
+    stored: int
     length, stored = unpack_header(buf, pos)
     if _GOOD_CRCS.get(length) == stored:
         return length
@@ -65,11 +70,11 @@ def header_bytes(length: int) -> bytes:
     return header
 
 
-def data_crc(data) -> bytes:
+def data_crc(data: BytesLike) -> bytes:
     """The 4-byte footer of a record: the masked CRC of its data."""
     return pack_crc(masked_crc32c(data))
 
 
-def frame_record(data) -> bytes:
+def frame_record(data: BytesLike) -> bytes:
     """Return one record framed as in a TFRecord file: length, length CRC, data, data CRC."""
     return header_bytes(len(data)) + bytes(data) + data_crc(data)

@@ -8,10 +8,15 @@ Decoders raise `WireError` (a position and a sentence), which the format layer t
 
 from __future__ import annotations
 
+from typing import Union
+
 import numpy as np
 
-__all__ = ["encode_varint", "length_delimited", "WIRE_NAMES", "WireError", "read_varint", "read_tag",
-           "read_delimited", "skip_field", "decode_varint_list", "decode_packed_varints"]
+__all__ = ["VARINT_CUT", "VARINT_LONG", "WIRE_NAMES", "BytesLike", "WireError", "decode_packed_varints",
+           "decode_varint_list", "encode_varint", "length_delimited", "read_delimited", "read_tag", "read_varint",
+           "skip_field"]
+
+BytesLike = Union[bytes, bytearray, memoryview]
 
 
 def encode_varint(value: int) -> bytes:
@@ -45,7 +50,7 @@ class WireError(Exception):
         self.pos, self.message, self.key = pos, message, key
 
 
-def read_varint(buf, pos: int, end: int) -> tuple[int, int]:
+def read_varint(buf: BytesLike, pos: int, end: int) -> tuple[int, int]:
     """A base-128 varint at `pos` (at most 10 bytes, within `end`): (value, position after it). The value is not
     truncated to 64 bits (callers that store it do that)."""
     start = pos
@@ -63,7 +68,7 @@ def read_varint(buf, pos: int, end: int) -> tuple[int, int]:
             raise WireError(start, VARINT_LONG)
 
 
-def read_tag(buf, pos: int, end: int) -> tuple[int, int, int]:
+def read_tag(buf: BytesLike, pos: int, end: int) -> tuple[int, int, int]:
     """A field tag at `pos`: (field number, wire type, position after it). Padded (non-minimal) tags, field
     number 0, unknown wire types and groups (which no message tfr_torch reads may hold) are errors."""
     byte = buf[pos]
@@ -82,7 +87,7 @@ def read_tag(buf, pos: int, end: int) -> tuple[int, int, int]:
     return number, wire, after
 
 
-def read_delimited(buf, pos: int, end: int, what: str) -> tuple[int, int]:
+def read_delimited(buf: BytesLike, pos: int, end: int, what: str) -> tuple[int, int]:
     """The payload bounds (start, stop) of a length-delimited field whose length varint is at `pos`."""
     length, start = read_varint(buf, pos, end)
     if length > end - start:
@@ -90,7 +95,7 @@ def read_delimited(buf, pos: int, end: int, what: str) -> tuple[int, int]:
     return start, start + length
 
 
-def skip_field(buf, pos: int, end: int, wire: int) -> int:
+def skip_field(buf: BytesLike, pos: int, end: int, wire: int) -> int:
     """Skip an unknown field's value (wire types 0, 1, 2, 5); return the position after it."""
     if wire == 0:
         return read_varint(buf, pos, end)[1]
@@ -109,7 +114,7 @@ def decode_varint_list(run: bytes, offset: int = 0) -> list[int]:
     if run[-1] >= 0x80:  # checked first, as decode_packed_varints does: the same error for the same run
         last = max((i for i, byte in enumerate(run) if byte < 0x80), default=-1)
         raise WireError(offset + last + 1, VARINT_CUT)
-    values = []
+    values: list[int] = []
     result = shift = 0
     start = 0
     for pos, byte in enumerate(run):
