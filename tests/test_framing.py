@@ -104,6 +104,14 @@ def test_packed_varint_decoders_agree(run_bytes, offset):
     assert small == array
 
 
+@pytest.mark.parametrize("run", [b"\x01" + b"\xff" * 10 + b"\x01", b"\xff" * 9 + b"\x01" + b"\x80" * 11 + b"\x00",
+                                 b"\x05\x80", b"\x80"])
+def test_packed_varint_errors_are_placed_alike(run):
+    small = _outcome(lambda r: decode_varint_list(r, 7), run)
+    array = _outcome(lambda r: decode_packed_varints(np.frombuffer(r, np.uint8), 7), run)
+    assert isinstance(small, tuple) and small == array
+
+
 def test_read_past():
     stream = io.BytesIO(b"0123456789")
     assert read_past(stream, 4, chunk=3) == 4 and stream.read() == b"456789"

@@ -161,7 +161,7 @@ def _parse(data: bytes | bytearray | memoryview, what: str) -> tuple[Any, tuple[
     shape = tuple(d.size for d in proto.tensor_shape.dim)
     if len(shape) > MAX_DIMS:
         raise DecodeError(f"{what} has {len(shape)} dimensions: numpy and torch tensors hold at most {MAX_DIMS}")
-    if any(d < 0 for d in shape):
+    if shape and min(shape) < 0:
         raise DecodeError(f"{what} has a negative dimension in its shape {list(shape)}")
     return proto, shape
 

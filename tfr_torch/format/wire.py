@@ -116,18 +116,27 @@ def decode_varint_list(run: bytes, offset: int = 0) -> list[int]:
         raise WireError(offset + last + 1, VARINT_CUT)
     values: list[int] = []
     result = shift = 0
-    start = 0
-    for pos, byte in enumerate(run):
-        result |= (byte & 0x7F) << shift
+    for byte in run:
         if byte < 0x80:
-            values.append(result & 0xFFFF_FFFF_FFFF_FFFF)
+            values.append((result | (byte << shift)) & 0xFFFF_FFFF_FFFF_FFFF)
             result = shift = 0
-            start = pos + 1
             continue
+        result |= (byte & 0x7F) << shift
         shift += 7
         if shift >= 70:
-            raise WireError(offset + start, VARINT_LONG)
+            raise WireError(offset + _start_of_long_varint(run), VARINT_LONG)
     return values
+
+
+def _start_of_long_varint(run: bytes) -> int:
+    """Where the first varint longer than 10 bytes starts in `run` (which has one)."""
+    start = 0
+    for pos, byte in enumerate(run):
+        if byte < 0x80:
+            start = pos + 1
+        elif pos - start >= 9:
+            return start
+    return start  # not reached: the caller found one
 
 
 def decode_packed_varints(payload: np.ndarray, offset: int = 0) -> np.ndarray:
