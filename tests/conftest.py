@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import pytest
+
+# plain helper modules of the tests: their asserts report values as the tests' own do
+pytest.register_assert_rewrite("parse_util", "wirebytes")
 
 
 @pytest.fixture(params=["native", "parse", "gather", "arrays"])
@@ -52,3 +57,68 @@ def backend(request):
     previous = tfr_torch.set_backend(param)
     yield param
     tfr_torch.set_backend(previous)
+
+
+# ------------------------------------------------------------------------------------- writing record files
+
+
+def _write_records(path, records, compression=None, *, index=False):
+    """Write `records` to one TFRecord file with tfr_torch.TFRecordWriter and return `path` as given.
+
+    Each record is bytes (written as is) or a mapping (written as a tf.train.Example, as `write_example` does);
+    `compression` is None, "gzip" or "zlib"; `index=True` also writes `<path>.idx` with build_index."""
+    from collections.abc import Mapping
+
+    import tfr_torch
+
+    with tfr_torch.TFRecordWriter(path, compression=compression) as writer:
+        for record in records:
+            if isinstance(record, Mapping):
+                writer.write_example(record)
+            else:
+                writer.write(record)
+    if index:
+        tfr_torch.build_index(path)
+    return path
+
+
+class Corpus(NamedTuple):
+    paths: list  # one str per file, in file order
+    ids: list  # every record's id, in file order
+
+
+def _write_corpus(folder, counts, example=None, *, name="part-{}.tfrecord", first=0, step=1, compression=None,
+                  index=False):
+    """Files of Examples with unique int ids: file f (named `name.format(f)` in `folder`, created if needed) holds
+    `counts[f]` records; ids run from `first` by `step` across the files, and the record of id `i` is `example(i)`
+    (a mapping written as an Example, or bytes; default `{"id": i}`). `index` is a bool, or the set of file numbers
+    that get an index."""
+    from pathlib import Path
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    make = example or (lambda i: {"id": i})
+    paths, ids = [], []
+    next_id = first
+    for f, count in enumerate(counts):
+        mine = [next_id + step * j for j in range(count)]
+        next_id += step * count
+        indexed = f in index if isinstance(index, (set, frozenset)) else bool(index)
+        paths.append(str(_write_records(str(folder / name.format(f)), [make(i) for i in mine], compression,
+                                        index=indexed)))
+        ids.extend(mine)
+    return Corpus(paths, ids)
+
+
+@pytest.fixture(scope="session")
+def write_records():
+    """`write_records(path, records, compression=None, *, index=False) -> path`: one TFRecord file written by
+    tfr_torch's writer (records as bytes, or mappings written as Examples); see `_write_records`."""
+    return _write_records
+
+
+@pytest.fixture(scope="session")
+def write_corpus():
+    """`write_corpus(folder, counts, example=None, *, name="part-{}.tfrecord", first=0, step=1, compression=None,
+    index=False) -> Corpus(paths, ids)`: several files of Examples with unique ids; see `_write_corpus`."""
+    return _write_corpus

@@ -22,16 +22,10 @@ pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:User
 
 
 @pytest.fixture
-def files(tmp_path):
-    paths = []
-    for f, ids in enumerate((range(0, 10), range(10, 23))):
-        path = str(tmp_path / f"part-{f}.tfrecord")
-        with tfr_torch.TFRecordWriter(path) as writer:
-            for i in ids:
-                writer.write(tfr_torch.encode_example({"id": i, "x": [i, i + 0.5, -i], "name": f"r{i}"}))
-        tfr_torch.build_index(path)
-        paths.append(path)
-    return paths
+def files(tmp_path, write_corpus):
+    """Two indexed files, ids 0-9 and 10-22."""
+    return write_corpus(tmp_path, [10, 13], lambda i: {"id": i, "x": [i, i + 0.5, -i], "name": f"r{i}"},
+                        index=True).paths
 
 
 class Counting(TFRecordDataset):

@@ -38,22 +38,12 @@ def cli(*args, **kwargs):
 
 
 @pytest.fixture
-def files(tmp_path):
-    a, b = tmp_path / "a.tfrecord", tmp_path / "b.tfrecord.gz"
-    with tfr_torch.TFRecordWriter(a) as w:
-        for i in range(3):
-            w.write_example({"id": i, "name": f"n{i}", "x": np.array([0.5, np.nan], dtype=np.float32),
-                             "raw": b"\xff\x00"})
-    with tfr_torch.TFRecordWriter(b, compression="gzip") as w:
-        w.write(b"not an example \x00\x01")
+def files(tmp_path, write_records):
+    a = write_records(tmp_path / "a.tfrecord", [
+        {"id": i, "name": f"n{i}", "x": np.array([0.5, np.nan], dtype=np.float32), "raw": b"\xff\x00"}
+        for i in range(3)])
+    b = write_records(tmp_path / "b.tfrecord.gz", [b"not an example \x00\x01"], "gzip")
     return a, b
-
-
-def write(path, records):
-    with tfr_torch.TFRecordWriter(path) as w:
-        for record in records:
-            w.write(record)
-    return path
 
 
 # ------------------------------------------------------------------------------------------------- count
@@ -79,10 +69,10 @@ def test_count_keeps_going_after_a_missing_file_and_exits_1(files, tmp_path):
     assert err == f"{tmp_path / 'missing.tfrecord'}: No such file or directory\n"
 
 
-def test_globs_skip_side_files_and_a_listed_side_file_is_misuse(tmp_path):
+def test_globs_skip_side_files_and_a_listed_side_file_is_misuse(tmp_path, write_records):
     from tfr_torch.tools.reshard import reshard
 
-    src = write(tmp_path / "src.tfrecord", [tfr_torch.encode_example({"i": i}) for i in range(5)])
+    src = write_records(tmp_path / "src.tfrecord", [tfr_torch.encode_example({"i": i}) for i in range(5)])
     shards = reshard([str(src)], str(tmp_path / "out"), name="set")  # a shard, its .idx, the sidecar
     rc, out, err = run("count", tmp_path / "out" / "*")
     assert (rc, err) == (0, "") and out.splitlines() == [f"5\t{shards[0]}"]
@@ -203,10 +193,10 @@ def test_index_out_dir_that_does_not_exist_names_it(files):
                    "(see `tfr-torch index --help`)\n")
 
 
-def test_index_out_dir_refuses_two_files_with_one_name(files, tmp_path):
+def test_index_out_dir_refuses_two_files_with_one_name(files, tmp_path, write_records):
     a, _ = files
     (tmp_path / "sub").mkdir()
-    other = write(tmp_path / "sub" / "a.tfrecord", [b"x"])
+    other = write_records(tmp_path / "sub" / "a.tfrecord", [b"x"])
     rc, _, err = run("index", a, other, "--out-dir", tmp_path / "sub")
     assert rc == 2
     assert err.startswith(f"tfr-torch index: error: argument --out-dir: '{a}' and '{other}' would both write ")
@@ -263,8 +253,8 @@ def test_head_prints_json_lines_with_file_and_offset_apart(files):
     assert list(lines[0]["example"]) == ["id", "name", "raw", "x"]  # sorted: the same order every run
 
 
-def test_head_writes_floats_as_their_shortest_decimals(tmp_path):
-    path = write(tmp_path / "f.tfrecord", [
+def test_head_writes_floats_as_their_shortest_decimals(tmp_path, write_records):
+    path = write_records(tmp_path / "f.tfrecord", [
         tfr_torch.encode_example({"x": np.float32([0.1, 1 / 3, np.inf])}),
         tfr_torch.serialize_tensor(np.array([0.1, np.nan], np.float32)),
         tfr_torch.serialize_tensor(np.array([0.1, 1 / 3], np.float64)),
@@ -293,9 +283,10 @@ def test_head_raw(files):
                                                                     "base64": "bm90IGFuIGV4YW1wbGUgAAE="}}
 
 
-def test_head_guesses_tensors_and_sequence_examples(tmp_path):
-    path = write(tmp_path / "t.tfrecord", [tfr_torch.serialize_tensor(np.arange(4, dtype=np.int32).reshape(2, 2)),
-                                           tfr_torch.encode_sequence_example({"id": 7}, {"tok": [[1], [2, 3]]})])
+def test_head_guesses_tensors_and_sequence_examples(tmp_path, write_records):
+    path = write_records(tmp_path / "t.tfrecord", [
+        tfr_torch.serialize_tensor(np.arange(4, dtype=np.int32).reshape(2, 2)),
+        tfr_torch.encode_sequence_example({"id": 7}, {"tok": [[1], [2, 3]]})])
     rc, out, _ = run("head", path)
     tensor, sequence = (json.loads(line) for line in out.splitlines())
     assert tensor["tensor"] == {"dtype": "int32", "shape": [2, 2], "values": [0, 1, 2, 3]}
@@ -303,11 +294,11 @@ def test_head_guesses_tensors_and_sequence_examples(tmp_path):
                                             "feature_lists": {"tok": [{"int64": [1]}, {"int64": [2, 3]}]}}
 
 
-def test_head_cuts_long_values_unless_full(tmp_path):
+def test_head_cuts_long_values_unless_full(tmp_path, write_records):
     text = "é" * 40  # 80 bytes: the cut at 64 bytes falls between two characters' bytes? no: after 32 of them
     odd = "a" + "é" * 40  # the cut falls inside a character: it is left out
     blob = bytes(range(256))
-    path = write(tmp_path / "long.tfrecord", [tfr_torch.encode_example(
+    path = write_records(tmp_path / "long.tfrecord", [tfr_torch.encode_example(
         {"text": text, "odd": odd, "blob": blob, "many": np.arange(100), "short": b"ok"})])
     rc, out, _ = run("head", path)
     example = json.loads(out)["example"]
@@ -329,8 +320,8 @@ def test_head_as_example_on_something_else_is_a_data_problem(files):
     assert rc == 1 and out == "" and err.startswith(f"{b}:0: ")
 
 
-def test_head_into_a_closed_pipe_is_quiet(tmp_path):
-    path = write(tmp_path / "many.tfrecord", [tfr_torch.encode_example({"i": i}) for i in range(20000)])
+def test_head_into_a_closed_pipe_is_quiet(tmp_path, write_records):
+    path = write_records(tmp_path / "many.tfrecord", [tfr_torch.encode_example({"i": i}) for i in range(20000)])
     proc = subprocess.Popen([sys.executable, "-m", "tfr_torch", "head", "-n", "20000", str(path)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     proc.stdout.read(100)
@@ -342,9 +333,10 @@ def test_head_into_a_closed_pipe_is_quiet(tmp_path):
 # ------------------------------------------------------------------------------------------------ schema
 
 
-def test_schema_samples_every_file_and_marks_partial_keys(tmp_path):
-    write(tmp_path / "a.tfrecord", [tfr_torch.encode_example({"id": i}) for i in range(100)])
-    write(tmp_path / "b.tfrecord", [tfr_torch.encode_example({"id": i, "late": [1.0, 2.0]}) for i in range(100)])
+def test_schema_samples_every_file_and_marks_partial_keys(tmp_path, write_records):
+    write_records(tmp_path / "a.tfrecord", [tfr_torch.encode_example({"id": i}) for i in range(100)])
+    write_records(tmp_path / "b.tfrecord",
+                  [tfr_torch.encode_example({"id": i, "late": [1.0, 2.0]}) for i in range(100)])
     rc, out, err = run("schema", "--max-records", 10, tmp_path / "*.tfrecord")
     assert (rc, err) == (0, "")
     assert out.splitlines() == [
@@ -366,15 +358,15 @@ def test_schema_reads_the_compression_it_is_given(tmp_path):
     assert (rc, out) == (1, "") and err.startswith(f"{path}:0: ")
 
 
-def test_schema_of_files_without_records(tmp_path):
-    empty = write(tmp_path / "empty.tfrecord", [])
+def test_schema_of_files_without_records(tmp_path, write_records):
+    empty = write_records(tmp_path / "empty.tfrecord", [])
     assert run("schema", empty) == (1, "", f"tfr-torch schema: no records to propose a spec from: {empty} holds "
                                            "no records\n")
     assert run("schema", empty, empty)[2] == "tfr-torch schema: no records to propose a spec from: 2 files hold no records\n"
 
 
-def test_schema_of_tensor_records_says_what_they_are(tmp_path):
-    path = write(tmp_path / "t.tfrecord", [tfr_torch.serialize_tensor(np.zeros((2, 3), np.float32))])
+def test_schema_of_tensor_records_says_what_they_are(tmp_path, write_records):
+    path = write_records(tmp_path / "t.tfrecord", [tfr_torch.serialize_tensor(np.zeros((2, 3), np.float32))])
     rc, out, err = run("schema", path)
     assert (rc, out) == (1, "")
     assert err == (f"{path}:0: record 0 is a serialize_tensor payload (float32 [2, 3]), not a tf.train.Example: no "
@@ -392,8 +384,8 @@ def _table(out, title):
     return {line.split("\t")[0]: line.split("\t")[1:] for line in lines[start:end]}
 
 
-def test_inspect_value_ranges_nan_and_tensors(tmp_path):
-    path = write(tmp_path / "mixed.tfrecord", [
+def test_inspect_value_ranges_nan_and_tensors(tmp_path, write_records):
+    path = write_records(tmp_path / "mixed.tfrecord", [
         tfr_torch.encode_example({"label": 3, "score": np.float32([0.25, np.nan]), "jpeg": b"\xff" * 10}),
         tfr_torch.encode_example({"label": -2, "score": np.float32([1e9]), "jpeg": b"\xff" * 300}),
         tfr_torch.serialize_tensor(np.arange(6, dtype=np.int16).reshape(2, 3)),
@@ -413,9 +405,9 @@ def test_inspect_value_ranges_nan_and_tensors(tmp_path):
     assert tensors == {"int16": ["2", "[2, 3] x1, [4, 1] x1", "-3", "5"], "string": ["1", "[2]", "1 bytes", "3 bytes"]}
 
 
-def test_inspect_several_files_with_a_total_and_max_records(tmp_path):
-    a = write(tmp_path / "a.tfrecord", [tfr_torch.encode_example({"i": i}) for i in range(5)])
-    b = write(tmp_path / "b.tfrecord", [tfr_torch.encode_example({"i": 10 + i}) for i in range(5)])
+def test_inspect_several_files_with_a_total_and_max_records(tmp_path, write_records):
+    a = write_records(tmp_path / "a.tfrecord", [tfr_torch.encode_example({"i": i}) for i in range(5)])
+    b = write_records(tmp_path / "b.tfrecord", [tfr_torch.encode_example({"i": 10 + i}) for i in range(5)])
     rc, out, _ = run("inspect", "--max-records", 2, a, b)
     lines = out.splitlines()
     assert lines[3] == f"total\t10\t{a.stat().st_size + b.stat().st_size}"
@@ -423,9 +415,9 @@ def test_inspect_several_files_with_a_total_and_max_records(tmp_path):
     assert _table(out, "features:")["i"] == ["int64_list", "int64", "4", "1/1.00/1", "0", "11"]
 
 
-def test_inspect_sequence_examples(tmp_path):
-    path = write(tmp_path / "s.tfrecord", [tfr_torch.encode_sequence_example({"id": 1}, {"tok": [[1], [2, 3]]}),
-                                           tfr_torch.encode_sequence_example({"id": 2}, {"tok": [[9]]})])
+def test_inspect_sequence_examples(tmp_path, write_records):
+    path = write_records(tmp_path / "s.tfrecord", [tfr_torch.encode_sequence_example({"id": 1}, {"tok": [[1], [2, 3]]}),
+                                                   tfr_torch.encode_sequence_example({"id": 2}, {"tok": [[9]]})])
     rc, out, _ = run("inspect", path)
     assert _table(out, "features (Examples, and SequenceExamples' context):")["id"][3:] == ["1/1.00/1", "1", "2"]
     lists = _table(out, "feature lists (SequenceExamples; values per step):")
@@ -435,11 +427,11 @@ def test_inspect_sequence_examples(tmp_path):
 # ----------------------------------------------------------------------------------------------- reshard
 
 
-def test_reshard_names_from_numbered_input_names(tmp_path):
+def test_reshard_names_from_numbered_input_names(tmp_path, write_records):
     src = tmp_path / "src"
     src.mkdir()
     for i in range(4):
-        write(src / f"tut-{i:05d}-of-00004.tfrecord", [tfr_torch.encode_example({"i": i})])
+        write_records(src / f"tut-{i:05d}-of-00004.tfrecord", [tfr_torch.encode_example({"i": i})])
     rc, out, err = run("reshard", src / "tut-*.tfrecord", "--out", tmp_path / "out", "-q")
     assert (rc, err) == (0, "")
     assert out.split() == [f"{tmp_path}/out/tut-train.tfrecord-00000-of-00001"]
@@ -466,8 +458,8 @@ def test_reshard_names(names, expected):
     assert reshard_names(names, "n", "s") == ("n", "s")
 
 
-def test_reshard_refuses_to_overwrite_its_input(tmp_path):
-    write(tmp_path / "x-train.tfrecord-00000-of-00001", [b"a"])
+def test_reshard_refuses_to_overwrite_its_input(tmp_path, write_records):
+    write_records(tmp_path / "x-train.tfrecord-00000-of-00001", [b"a"])
     rc, out, err = run("reshard", tmp_path / "x-train.tfrecord-00000-of-00001", "--out", tmp_path)
     assert (rc, out) == (2, "")
     assert err == (f"tfr-torch reshard: error: the new shards would write over their input "

@@ -5,22 +5,16 @@ damaged back-reference), and reading resumes at the next gzip member."""
 import collections
 import gzip
 import random
-import struct
 import warnings
 
 import pytest
 
 import tfr_torch
-from tfr_torch.format.crc import masked_crc32c
+from wirebytes import frame
 
 
 pytestmark = pytest.mark.usefixtures("backend")
 RECORDS = [tfr_torch.encode_example({"id": i % 7, "text": ["cat", "dog", "bird"][i % 3]}) for i in range(400)]
-
-
-def _frame(record):
-    header = struct.pack("<Q", len(record))
-    return header + struct.pack("<I", masked_crc32c(header)) + record + struct.pack("<I", masked_crc32c(record))
 
 
 def _in_sequence(out):
@@ -43,7 +37,7 @@ def test_skip_in_a_corrupt_gzip_stream_yields_only_records_in_sequence(tmp_path,
                 writer.write(record)
         data = (tmp_path / "w.gz").read_bytes()
     else:
-        data = b"".join(gzip.compress(b"".join(map(_frame, RECORDS[k : k + 100])), mtime=0) for k in range(0, 400, 100))
+        data = b"".join(gzip.compress(b"".join(map(frame, RECORDS[k : k + 100])), mtime=0) for k in range(0, 400, 100))
     rng = random.Random(0)
     path = tmp_path / "bad.gz"
     recovered = 0

@@ -25,7 +25,6 @@ import zlib
 import numpy as np
 import pytest
 import torch
-from crc32c import crc32c
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -39,6 +38,7 @@ from tfr_torch import (
     TruncatedRecordError,
 )
 from tfr_torch.format import limits
+from wirebytes import frame, header, ld, masked_crc, tensor_proto
 
 pytestmark = pytest.mark.usefixtures("backend")  # every test on the reference and the compiled core
 
@@ -49,21 +49,6 @@ MB = 1 << 20
 
 # --------------------------------------------------------------------------------------------------------------
 # Helpers: an independent framer, an outcome recorder, and a guard against hangs and runaway allocations.
-
-
-def masked_crc(data: bytes) -> int:
-    crc = crc32c(data)
-    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
-
-
-def header(length: int) -> bytes:
-    """A record header claiming `length` bytes of data, with a correct length CRC."""
-    raw = struct.pack("<Q", length)
-    return raw + struct.pack("<I", masked_crc(raw))
-
-
-def frame(data: bytes) -> bytes:
-    return header(len(data)) + data + struct.pack("<I", masked_crc(data))
 
 
 def layout(records: list[bytes]) -> list[int]:
@@ -77,13 +62,6 @@ def layout(records: list[bytes]) -> list[int]:
 def compress(data: bytes, compression: str) -> bytes:
     z = zlib.compressobj(6, zlib.DEFLATED, 31 if compression == "gzip" else 15, 9)
     return z.compress(data) + z.flush()
-
-
-def write_file(path, records, compression=None) -> bytes:
-    with tfr_torch.TFRecordWriter(path, compression=compression) as w:
-        for r in records:
-            w.write(r)
-    return path.read_bytes()
 
 
 def read_outcome(path, **kwargs):
@@ -168,8 +146,8 @@ def record_at(pos: int) -> int:
     return max(i for i in range(len(RECORDS)) if OFFSETS[i] <= pos)
 
 
-def test_the_test_file_is_what_the_writer_writes(tmp_path):
-    assert write_file(tmp_path / "clean.tfrecord", RECORDS) == CLEAN
+def test_the_test_file_is_what_the_writer_writes(tmp_path, write_records):
+    assert write_records(tmp_path / "clean.tfrecord", RECORDS).read_bytes() == CLEAN
     assert OFFSETS[-1] == len(CLEAN)
 
 
@@ -177,90 +155,59 @@ def test_the_test_file_is_what_the_writer_writes(tmp_path):
 # 1. A flipped byte anywhere in an uncompressed file.
 
 
-def test_every_flipped_byte_raises_at_its_record(tmp_path):
-    path = tmp_path / "flipped.tfrecord"
-    failures = []
-    with bounded(60, trace=False):
-        for pos in range(len(CLEAN)):
-            k = record_at(pos)
-            off, rel = OFFSETS[k], pos - OFFSETS[k]
-            for flip in FLIPS:
-                data = bytearray(CLEAN)
-                data[pos] ^= flip
-                path.write_bytes(data)
-                got, exc, _ = read_outcome(path)
-                where = f"byte {pos} ^ {flip:#04x} (record {k} at {off}): yielded {len(got)}, {describe(exc)}"
-                if not isinstance(exc, CorruptRecordError):  # CRC-32C catches every error within one byte
-                    failures.append(f"{where}: expected CorruptRecordError")
-                    continue
-                what = "corrupt record header" if rel < 12 else "corrupt record data"
-                if (
-                    got != RECORDS[:k]
-                    or exc.offset != off
-                    or exc.path != str(path)
-                    or not str(exc).startswith(f"{path}:{off}: ")
-                    or what not in str(exc)
-                ):
-                    failures.append(f"{where}: expected the {k} records before it, then {what!r} at offset {off}")
-    check(failures)
-
-
-def test_data_crc_error_names_the_data_offset_and_both_crcs(tmp_path):
-    path = tmp_path / "data-flip.tfrecord"
-    data = bytearray(CLEAN)
-    data[OFFSETS[3] + 12 + 5] ^= 0x01
-    path.write_bytes(data)
+def _flip_raises_at_its_record(path, data, k, off, rel, at):
     got, exc, _ = read_outcome(path)
-    assert got == RECORDS[:3]
-    assert isinstance(exc, CorruptRecordError)
-    stored = struct.unpack_from("<I", CLEAN, OFFSETS[4] - 4)[0]
-    actual = masked_crc(bytes(data[OFFSETS[3] + 12 : OFFSETS[4] - 4]))
-    message = str(exc)
-    assert message.startswith(f"{path}:{OFFSETS[3]}: corrupt record data")
-    assert f"its {len(RECORDS[3])} data bytes (at offset {OFFSETS[3] + 12})" in message
-    assert f"{actual:#010x}" in message and f"expected {stored:#010x}" in message
+    where = f"{at}: yielded {len(got)}, {describe(exc)}"
+    if not isinstance(exc, CorruptRecordError):  # CRC-32C catches every error within one byte
+        return f"{where}: expected CorruptRecordError"
+    what = "corrupt record header" if rel < 12 else "corrupt record data"
+    if (
+        got != RECORDS[:k]
+        or exc.offset != off
+        or exc.path != str(path)
+        or not str(exc).startswith(f"{path}:{off}: ")
+        or what not in str(exc)
+    ):
+        return f"{where}: expected the {k} records before it, then {what!r} at offset {off}"
+    return None
 
 
-def test_header_crc_error_names_both_crcs(tmp_path):
-    path = tmp_path / "header-flip.tfrecord"
-    data = bytearray(CLEAN)
-    data[OFFSETS[2] + 1] ^= 0x80  # the length field of record 2
-    path.write_bytes(data)
-    got, exc, _ = read_outcome(path)
-    assert got == RECORDS[:2]
-    assert isinstance(exc, CorruptRecordError) and exc.offset == OFFSETS[2]
-    stored = struct.unpack_from("<I", CLEAN, OFFSETS[2] + 8)[0]
-    actual = masked_crc(bytes(data[OFFSETS[2] : OFFSETS[2] + 8]))
-    assert str(exc).startswith(f"{path}:{OFFSETS[2]}: corrupt record header")
-    assert f"{actual:#010x}" in str(exc) and f"expected {stored:#010x}" in str(exc)
+def _flip_is_skipped_alone(path, data, k, off, rel, at):
+    with pytest.warns(SkippedRecordWarning) as caught:
+        got, exc, reader = read_outcome(path, on_error="skip")
+    where = f"{at}: yielded {len(got)}, {describe(exc)}"
+    messages = [str(w.message) for w in caught if issubclass(w.category, SkippedRecordWarning)]
+    if exc is not None or got != RECORDS[:k] + RECORDS[k + 1 :]:
+        return f"{where}: expected every record but record {k}"
+    if (reader.skipped, reader.records) != (1, len(RECORDS) - 1):
+        return f"{where}: skipped={reader.skipped} records={reader.records}, expected 1 and 4"
+    if len(messages) != 1 or f"{path}:{off}: corrupt record" not in messages[0]:
+        return f"{where}: expected one warning naming {path}:{off}, got {messages}"
+    return None
 
 
-def test_every_flipped_byte_is_skipped_alone(tmp_path):
-    path = tmp_path / "flipped.tfrecord"
-    failures = []
-    with bounded(60, trace=False):
-        for pos in range(len(CLEAN)):
-            k = record_at(pos)
-            off = OFFSETS[k]
-            for flip in FLIPS:
-                data = bytearray(CLEAN)
-                data[pos] ^= flip
-                path.write_bytes(data)
-                with pytest.warns(SkippedRecordWarning) as caught:
-                    got, exc, reader = read_outcome(path, on_error="skip")
-                where = f"byte {pos} ^ {flip:#04x} (record {k} at {off}): yielded {len(got)}, {describe(exc)}"
-                messages = [str(w.message) for w in caught if issubclass(w.category, SkippedRecordWarning)]
-                if exc is not None or got != RECORDS[:k] + RECORDS[k + 1 :]:
-                    failures.append(f"{where}: expected every record but record {k}")
-                elif (reader.skipped, reader.records) != (1, len(RECORDS) - 1):
-                    failures.append(f"{where}: skipped={reader.skipped} records={reader.records}, expected 1 and 4")
-                elif len(messages) != 1 or f"{path}:{off}: corrupt record" not in messages[0]:
-                    failures.append(f"{where}: expected one warning naming {path}:{off}, got {messages}")
-    check(failures)
-
-
-def test_every_flipped_byte_without_verify(tmp_path):
+def _flip_without_verify(path, data, k, off, rel, at):
     """verify=False skips the data CRC only: header flips still raise, data flips come through as they are."""
+    got, exc, _ = read_outcome(path, verify=False)
+    where = f"{at}: yielded {len(got)}, {describe(exc)}"
+    if rel < 12:
+        if not (isinstance(exc, CorruptRecordError) and exc.offset == off and got == RECORDS[:k]
+                and "corrupt record header" in str(exc)):
+            return f"{where}: a header flip must raise at {off} even without verify"
+        return None
+    expected = list(RECORDS)
+    if rel < 12 + len(RECORDS[k]):
+        expected[k] = bytes(data[off + 12 : OFFSETS[k + 1] - 4])
+    if exc is not None or got != expected:
+        return f"{where}: expected the records as stored (footer not checked)"
+    return None
+
+
+@pytest.mark.parametrize("outcome", [_flip_raises_at_its_record, _flip_is_skipped_alone, _flip_without_verify],
+                         ids=["raises-at-its-record", "is-skipped-alone", "without-verify"])
+def test_every_flipped_byte(tmp_path, outcome):
+    """Each byte of the file flipped each way in FLIPS: read as is, it raises at its record; under
+    on_error="skip", only its record is missing; with verify=False, header flips raise and data flips come through."""
     path = tmp_path / "flipped.tfrecord"
     failures = []
     with bounded(60, trace=False):
@@ -271,19 +218,36 @@ def test_every_flipped_byte_without_verify(tmp_path):
                 data = bytearray(CLEAN)
                 data[pos] ^= flip
                 path.write_bytes(data)
-                got, exc, _ = read_outcome(path, verify=False)
-                where = f"byte {pos} ^ {flip:#04x} (record {k} at {off}): yielded {len(got)}, {describe(exc)}"
-                if rel < 12:
-                    if not (isinstance(exc, CorruptRecordError) and exc.offset == off and got == RECORDS[:k]
-                            and "corrupt record header" in str(exc)):
-                        failures.append(f"{where}: a header flip must raise at {off} even without verify")
-                    continue
-                expected = list(RECORDS)
-                if rel < 12 + len(RECORDS[k]):
-                    expected[k] = bytes(data[off + 12 : OFFSETS[k + 1] - 4])
-                if exc is not None or got != expected:
-                    failures.append(f"{where}: expected the records as stored (footer not checked)")
+                problem = outcome(path, data, k, off, rel, f"byte {pos} ^ {flip:#04x} (record {k} at {off})")
+                if problem is not None:
+                    failures.append(problem)
     check(failures)
+
+
+@pytest.mark.parametrize("part, k, rel, flip", [
+    ("data", 3, 12 + 5, 0x01),  # a data byte of record 3
+    ("header", 2, 1, 0x80),  # the length field of record 2
+], ids=["data", "header"])
+def test_crc_error_names_the_offset_and_both_crcs(tmp_path, part, k, rel, flip):
+    path = tmp_path / f"{part}-flip.tfrecord"
+    data = bytearray(CLEAN)
+    data[OFFSETS[k] + rel] ^= flip
+    path.write_bytes(data)
+    got, exc, _ = read_outcome(path)
+    assert got == RECORDS[:k]
+    assert isinstance(exc, CorruptRecordError)
+    message = str(exc)
+    if part == "data":
+        stored = struct.unpack_from("<I", CLEAN, OFFSETS[k + 1] - 4)[0]
+        actual = masked_crc(bytes(data[OFFSETS[k] + 12 : OFFSETS[k + 1] - 4]))
+        assert message.startswith(f"{path}:{OFFSETS[k]}: corrupt record data")
+        assert f"its {len(RECORDS[k])} data bytes (at offset {OFFSETS[k] + 12})" in message
+    else:
+        assert exc.offset == OFFSETS[k]
+        stored = struct.unpack_from("<I", CLEAN, OFFSETS[k] + 8)[0]
+        actual = masked_crc(bytes(data[OFFSETS[k] : OFFSETS[k] + 8]))
+        assert message.startswith(f"{path}:{OFFSETS[k]}: corrupt record header")
+    assert f"{actual:#010x}" in message and f"expected {stored:#010x}" in message
 
 
 def test_on_error_callable_gets_each_error_instead_of_a_warning(tmp_path):
@@ -316,52 +280,54 @@ def test_bad_on_error_is_rejected(tmp_path):
 # 2. Truncation at every offset, and short trailing bytes.
 
 
-def test_truncation_at_every_offset(tmp_path):
+def _cut_raises_at_its_record(path, cut, k, boundary):
+    off = OFFSETS[k]
+    got, exc, _ = read_outcome(path)
+    where = f"cut at {cut} (record {k} at {off}): yielded {len(got)}, {describe(exc)}"
+    if boundary:
+        if exc is not None or got != RECORDS[:k]:
+            return f"{where}: a cut at a record boundary is a shorter valid file"
+        return None
+    if not isinstance(exc, TruncatedRecordError) or got != RECORDS[:k] or exc.offset != off \
+            or exc.path != str(path) or not str(exc).startswith(f"{path}:{off}: "):
+        return f"{where}: expected {k} records, then TruncatedRecordError at {off}"
+    have = cut - off
+    if have < 12:
+        expected = [f"found {have} trailing bytes", "12-byte record header"]
+    else:
+        expected = ["truncated record", f"says {len(RECORDS[k])} bytes of data",
+                    f"{len(RECORDS[k]) + 16} bytes from this offset", f"has only {have}"]
+    if not all(e in str(exc) for e in expected):
+        return f"{where}: message lacks {expected}"
+    return None
+
+
+def _cut_is_skipped(path, cut, k, boundary):
+    ctx = warnings.catch_warnings() if boundary else pytest.warns(SkippedRecordWarning)
+    with ctx:
+        if boundary:
+            warnings.simplefilter("error")
+        got, exc, reader = read_outcome(path, on_error="skip")
+    where = f"cut at {cut}: yielded {len(got)}, {describe(exc)}"
+    if exc is not None or got != RECORDS[:k] or reader.skipped != (0 if boundary else 1):
+        return (f"{where}, skipped={getattr(reader, 'skipped', None)}: expected {k} records and "
+                f"{0 if boundary else 1} skipped")
+    return None
+
+
+@pytest.mark.parametrize("outcome", [_cut_raises_at_its_record, _cut_is_skipped], ids=["raises", "under-skip"])
+def test_truncation_at_every_offset(tmp_path, outcome):
+    """The file cut at each offset: a cut at a record boundary is a shorter valid file; any other cut raises
+    TruncatedRecordError at its record, or under on_error="skip" drops that record alone."""
     path = tmp_path / "cut.tfrecord"
     failures = []
     with bounded(60, trace=False):
         for cut in range(len(CLEAN)):
             path.write_bytes(CLEAN[:cut])
             k = record_at(cut)
-            off = OFFSETS[k]
-            got, exc, _ = read_outcome(path)
-            where = f"cut at {cut} (record {k} at {off}): yielded {len(got)}, {describe(exc)}"
-            if cut == off:
-                if exc is not None or got != RECORDS[:k]:
-                    failures.append(f"{where}: a cut at a record boundary is a shorter valid file")
-                continue
-            if not isinstance(exc, TruncatedRecordError) or got != RECORDS[:k] or exc.offset != off \
-                    or exc.path != str(path) or not str(exc).startswith(f"{path}:{off}: "):
-                failures.append(f"{where}: expected {k} records, then TruncatedRecordError at {off}")
-                continue
-            have = cut - off
-            if have < 12:
-                expected = [f"found {have} trailing bytes", "12-byte record header"]
-            else:
-                expected = ["truncated record", f"says {len(RECORDS[k])} bytes of data",
-                            f"{len(RECORDS[k]) + 16} bytes from this offset", f"has only {have}"]
-            if not all(e in str(exc) for e in expected):
-                failures.append(f"{where}: message lacks {expected}")
-    check(failures)
-
-
-def test_truncation_at_every_offset_under_skip(tmp_path):
-    path = tmp_path / "cut.tfrecord"
-    failures = []
-    with bounded(60, trace=False):
-        for cut in range(len(CLEAN)):
-            path.write_bytes(CLEAN[:cut])
-            k = record_at(cut)
-            boundary = cut == OFFSETS[k]
-            ctx = warnings.catch_warnings() if boundary else pytest.warns(SkippedRecordWarning)
-            with ctx:
-                if boundary:
-                    warnings.simplefilter("error")
-                got, exc, reader = read_outcome(path, on_error="skip")
-            where = f"cut at {cut}: yielded {len(got)}, {describe(exc)}"
-            if exc is not None or got != RECORDS[:k] or reader.skipped != (0 if boundary else 1):
-                failures.append(f"{where}, skipped={getattr(reader, 'skipped', None)}: expected {k} records and "
-                                f"{0 if boundary else 1} skipped")
+            problem = outcome(path, cut, k, cut == OFFSETS[k])
+            if problem is not None:
+                failures.append(problem)
     check(failures)
 
 
@@ -420,8 +386,8 @@ def _compressed_outcome_problem(got, exc, path, truncated: bool) -> str | None:
 
 
 @pytest.mark.parametrize("compression", ["gzip", "zlib"])
-def test_every_flipped_byte_of_a_compressed_file(tmp_path, compression):
-    clean = write_file(tmp_path / "clean.tfrecord", SMALL, compression)
+def test_every_flipped_byte_of_a_compressed_file(tmp_path, compression, write_records):
+    clean = write_records(tmp_path / "clean.tfrecord", SMALL, compression).read_bytes()
     path = tmp_path / "flipped.tfrecord"
     failures = []
     with bounded(60, trace=False):
@@ -439,8 +405,8 @@ def test_every_flipped_byte_of_a_compressed_file(tmp_path, compression):
 
 
 @pytest.mark.parametrize("compression", ["gzip", "zlib"])
-def test_truncation_at_every_offset_of_a_compressed_file(tmp_path, compression):
-    clean = write_file(tmp_path / "clean.tfrecord", SMALL, compression)
+def test_truncation_at_every_offset_of_a_compressed_file(tmp_path, compression, write_records):
+    clean = write_records(tmp_path / "clean.tfrecord", SMALL, compression).read_bytes()
     path = tmp_path / "cut.tfrecord"
     failures = []
     with bounded(60, trace=False):
@@ -455,10 +421,10 @@ def test_truncation_at_every_offset_of_a_compressed_file(tmp_path, compression):
     check(failures)
 
 
-def test_gzip_cut_in_its_trailer_yields_every_record_then_raises(tmp_path):
+def test_gzip_cut_in_its_trailer_yields_every_record_then_raises(tmp_path, write_records):
     """The deflate data is complete, only the CRC32/ISIZE trailer is missing: like a plain file cut after its last
     record, every record is yielded before the TruncatedRecordError."""
-    clean = write_file(tmp_path / "clean.tfrecord", SMALL, "gzip")
+    clean = write_records(tmp_path / "clean.tfrecord", SMALL, "gzip").read_bytes()
     path = tmp_path / "cut.tfrecord"
     path.write_bytes(clean[:-8])
     got, exc, _ = read_outcome(path)
@@ -468,8 +434,8 @@ def test_gzip_cut_in_its_trailer_yields_every_record_then_raises(tmp_path):
     assert "GZIP stream ends before its end marker" in str(exc)
 
 
-def test_truncated_gzip_under_skip_is_counted_not_raised(tmp_path):
-    clean = write_file(tmp_path / "clean.tfrecord", SMALL, "gzip")
+def test_truncated_gzip_under_skip_is_counted_not_raised(tmp_path, write_records):
+    clean = write_records(tmp_path / "clean.tfrecord", SMALL, "gzip").read_bytes()
     path = tmp_path / "cut.tfrecord"
     path.write_bytes(clean[:-8])
     with pytest.warns(SkippedRecordWarning, match="GZIP stream ends before its end marker"):
@@ -480,10 +446,10 @@ def test_truncated_gzip_under_skip_is_counted_not_raised(tmp_path):
 
 
 @pytest.mark.parametrize("compression", ["gzip", "zlib"])
-def test_trailing_garbage_after_a_compressed_stream_raises_after_the_records(tmp_path, compression):
+def test_trailing_garbage_after_a_compressed_stream_raises_after_the_records(tmp_path, compression, write_records):
     """TensorFlow ignores bytes after a ZLIB stream; tfr_torch reports them, after yielding the records."""
     path = tmp_path / "garbage.tfrecord"
-    clean = write_file(path, SMALL, compression)
+    clean = write_records(path, SMALL, compression).read_bytes()
     path.write_bytes(clean + b"garbage!")
     got, exc, _ = read_outcome(path)
     assert isinstance(exc, CorruptRecordError), describe(exc)
@@ -494,10 +460,10 @@ def test_trailing_garbage_after_a_compressed_stream_raises_after_the_records(tmp
         assert "8+ bytes follow the end of the ZLIB stream" in str(exc)
 
 
-def test_concatenated_gzip_members_are_all_read(tmp_path):
-    first = write_file(tmp_path / "a.tfrecord", SMALL, "gzip")
-    empty = write_file(tmp_path / "b.tfrecord", [], "gzip")
-    second = write_file(tmp_path / "c.tfrecord", [b"second file", b""], "gzip")
+def test_concatenated_gzip_members_are_all_read(tmp_path, write_records):
+    first = write_records(tmp_path / "a.tfrecord", SMALL, "gzip").read_bytes()
+    empty = write_records(tmp_path / "b.tfrecord", [], "gzip").read_bytes()
+    second = write_records(tmp_path / "c.tfrecord", [b"second file", b""], "gzip").read_bytes()
     python_gzip = gzip.compress(frame(b"made by python's gzip"), mtime=12345)
     path = tmp_path / "joined.tfrecord"
     path.write_bytes(first + empty + second + python_gzip)
@@ -632,8 +598,8 @@ def test_lying_length_through_a_sizeless_stream(pipe_url, length):
 
 
 @pytest.mark.parametrize("compression", [None, "gzip", "zlib"])
-def test_non_seekable_stream_is_read_with_auto_detection(tmp_path, pipe_url, compression):
-    data = write_file(tmp_path / "data.tfrecord", SMALL, compression)
+def test_non_seekable_stream_is_read_with_auto_detection(tmp_path, pipe_url, compression, write_records):
+    data = write_records(tmp_path / "data.tfrecord", SMALL, compression).read_bytes()
     url = pipe_url(data, chunk=7)
     reader = tfr_torch.read_records(url)
     assert list(reader) == SMALL
@@ -668,9 +634,8 @@ def test_non_bytes_input_raises_type_error(decode, what, value):
 
 @pytest.mark.parametrize("decode", [tfr_torch.decode_example, tfr_torch.decode_sequence_example])
 def test_feature_name_that_is_not_utf8_is_a_decode_error(decode):
-    entry = b"\x0a\x01\xff" + b"\x12\x00"  # map entry: key b"\xff", an empty Feature
-    features = b"\x0a" + bytes([len(entry)]) + entry
-    message = b"\x0a" + bytes([len(features)]) + features
+    entry = ld(1, b"\xff") + ld(2, b"")  # map entry: key b"\xff", an empty Feature
+    message = ld(1, ld(1, entry))  # Example.features, Features.feature
     with pytest.raises(DecodeError, match=f"cannot parse {len(message)} bytes"):
         decode(message)
 
@@ -718,41 +683,7 @@ def test_random_bytes_decode_or_raise_decode_error(data):
             pass
 
 
-# TensorProto built by hand (tensorflow/core/framework/tensor.proto), independent of the library's encoder.
-
-
-def _varint(value: int) -> bytes:
-    value &= (1 << 64) - 1  # int64 fields: negative values are ten bytes of two's complement
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
-
-
-def _len_field(number: int, payload: bytes) -> bytes:
-    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
-
-
-def tensor_proto(dtype: int, dims=(), content: bytes | None = None, float_val=(), string_val=(), scomplex_val=(),
-                 unknown_rank: bool = False) -> bytes:
-    shape = b"".join(_len_field(2, b"\x08" + _varint(d)) for d in dims)
-    if unknown_rank:
-        shape += b"\x18\x01"
-    out = b"\x08" + _varint(dtype) + _len_field(2, shape)
-    if content is not None:
-        out += _len_field(4, content)
-    if float_val:
-        out += _len_field(5, struct.pack(f"<{len(float_val)}f", *float_val))
-    if scomplex_val:
-        out += _len_field(9, struct.pack(f"<{len(scomplex_val)}f", *scomplex_val))
-    for s in string_val:
-        out += _len_field(8, s)
-    return out
+# TensorProto built by hand (tests/wirebytes.py), independent of the library's encoder.
 
 
 def test_hand_built_tensor_proto_matches_the_reference_bytes():
@@ -836,9 +767,9 @@ INDEXED = [b"", b"abcd", b"x" * 10]  # framed sizes 16, 20, 26
 
 
 @pytest.fixture
-def indexed(tmp_path):
+def indexed(tmp_path, write_records):
     path = tmp_path / "data.tfrecord"
-    write_file(path, INDEXED)
+    write_records(path, INDEXED)
     assert tfr_torch.build_index(path) == str(tmp_path / "data.tfrecord.idx")
     assert (tmp_path / "data.tfrecord.idx").read_text() == "0 16\n16 20\n36 26\n"
     return path, tmp_path / "data.tfrecord.idx"
@@ -859,17 +790,17 @@ def test_valid_index_reads(indexed):
     assert tfr_torch.read_index(index, path).tolist() == [[0, 16], [16, 20], [36, 26]]
 
 
-def test_index_of_another_file(indexed, tmp_path):
+def test_index_of_another_file(indexed, tmp_path, write_records):
     _, index = indexed
     other = tmp_path / "other.tfrecord"
-    write_file(other, [b"q" * 5, b"r" * 30])
+    write_records(other, [b"q" * 5, b"r" * 30])
     _assert_mismatch(index, other, "stale index, or made for another file?")
 
 
-def test_index_of_another_file_of_the_same_size(indexed, tmp_path):
+def test_index_of_another_file_of_the_same_size(indexed, tmp_path, write_records):
     _, index = indexed
     other = tmp_path / "reversed.tfrecord"
-    write_file(other, INDEXED[::-1])  # 26 + 20 + 16 bytes: same total, different records
+    write_records(other, INDEXED[::-1])  # 26 + 20 + 16 bytes: same total, different records
     assert other.stat().st_size == 62
     _assert_mismatch(index, other, "line 1", "a record of 26 bytes", "stale index, or made for another file?")
 

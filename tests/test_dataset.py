@@ -46,33 +46,23 @@ LAYOUTS = ["plain", "noindex", "partial", "gzip", "gzip-noindex"]
 PARTIAL_INDEXED = {0, 2, 4}  # in the "partial" layout only these files have an index (the empty one among them)
 
 
-def _write_corpus(folder, compression, indexed):
-    folder.mkdir()
-    paths = []
-    first = 0
-    for f, count in enumerate(COUNTS):
-        path = str(folder / (f"part-{f}.tfrecord" + (".gz" if compression else "")))
-        with tfr_torch.TFRecordWriter(path, compression=compression) as writer:
-            for record in RECORDS[first:first + count]:
-                writer.write(record)
-        first += count
-        if f in indexed:
-            tfr_torch.build_index(path)
-        paths.append(path)
-    return paths
-
-
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
+def corpus(tmp_path_factory, write_corpus):
     """layout -> the six paths, in file order."""
     root = tmp_path_factory.mktemp("corpus")
     every = set(range(len(COUNTS)))
+
+    def files(folder, compression, indexed):
+        suffix = ".gz" if compression else ""
+        return write_corpus(folder, COUNTS, RECORDS.__getitem__, name="part-{}.tfrecord" + suffix,
+                            compression=compression, index=indexed).paths
+
     return {
-        "plain": _write_corpus(root / "plain", None, every),
-        "noindex": _write_corpus(root / "noindex", None, set()),
-        "partial": _write_corpus(root / "partial", None, PARTIAL_INDEXED),
-        "gzip": _write_corpus(root / "gzip", "gzip", every),
-        "gzip-noindex": _write_corpus(root / "gzip-noindex", "gzip", set()),
+        "plain": files(root / "plain", None, every),
+        "noindex": files(root / "noindex", None, set()),
+        "partial": files(root / "partial", None, PARTIAL_INDEXED),
+        "gzip": files(root / "gzip", "gzip", every),
+        "gzip-noindex": files(root / "gzip-noindex", "gzip", set()),
     }
 
 
@@ -473,14 +463,10 @@ def test_bad_arguments_name_the_value(corpus):
 
 
 @pytest.fixture()
-def corrupt_file(tmp_path):
+def corrupt_file(tmp_path, write_records):
     """A file of records 0..5 (with its index, written before the damage) whose record 3 has a flipped data
     byte: (path, byte offset of record 3)."""
-    path = str(tmp_path / "corrupt.tfrecord")
-    with tfr_torch.TFRecordWriter(path) as writer:
-        for record in RECORDS[:6]:
-            writer.write(record)
-    tfr_torch.build_index(path)
+    path = write_records(str(tmp_path / "corrupt.tfrecord"), RECORDS[:6], index=True)
     offset = int(tfr_torch.read_index(path + ".idx")[3, 0])
     data = bytearray(open(path, "rb").read())
     data[offset + 12 + 2] ^= 0x40
@@ -527,16 +513,11 @@ def test_corrupt_record_raises_from_indexed_dataset(corrupt_file):
 
 
 @pytest.fixture()
-def stale_file(tmp_path):
+def stale_file(tmp_path, write_records):
     """A file whose index was made before two more records were appended: (path, index path)."""
-    path = str(tmp_path / "stale.tfrecord")
-    with tfr_torch.TFRecordWriter(path) as writer:
-        for record in RECORDS[:4]:
-            writer.write(record)
+    path = write_records(str(tmp_path / "stale.tfrecord"), RECORDS[:4])
     index = tfr_torch.build_index(path)
-    with tfr_torch.TFRecordWriter(path) as writer:
-        for record in RECORDS[:6]:
-            writer.write(record)
+    write_records(path, RECORDS[:6])
     return path, index
 
 

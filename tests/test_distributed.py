@@ -33,7 +33,6 @@ from pathlib import Path
 import pytest
 import torch
 
-import tfr_torch
 from tfr_torch.data.distributed import RankWorld, check_rank_world, detect_rank_world, rank_world
 
 REPO = Path(__file__).resolve().parents[1]
@@ -46,20 +45,12 @@ COUNTS = [11, 0, 6, 9, 7]  # records per file: different sizes, one empty file; 
 TIMEOUT_S = 120
 
 
-def write_files(folder: Path, counts: list[int], with_index: bool) -> list[int]:
-    """Write train-NN.tfrecord files of Examples with unique int64 ids; return all ids."""
-    ids: list[int] = []
-    next_id = 1000
-    for n, count in enumerate(counts):
-        path = folder / f"train-{n:02d}.tfrecord"
-        with tfr_torch.TFRecordWriter(path) as writer:
-            for _ in range(count):
-                writer.write_example({"id": next_id, "pad": b"x" * (next_id % 13)})
-                ids.append(next_id)
-                next_id += 7
-        if with_index:
-            tfr_torch.build_index(path)
-    return ids
+@pytest.fixture
+def write_files(write_corpus):
+    """write_files(folder, counts, with_index) -> ids: train-NN.tfrecord files of Examples with unique int64 ids."""
+    return lambda folder, counts, with_index: write_corpus(
+        folder, counts, lambda i: {"id": i, "pad": b"x" * (i % 13)}, name="train-{:02d}.tfrecord", first=1000,
+        step=7, index=with_index).ids
 
 
 def free_port() -> int:
@@ -116,7 +107,7 @@ def run_job(tmp_path: Path, config: dict) -> list[dict]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("index", ["auto", None], ids=["index-auto", "no-index"])
-def test_ddp_two_ranks_two_workers_batches(tmp_path, index):
+def test_ddp_two_ranks_two_workers_batches(tmp_path, index, write_files):
     all_ids = write_files(tmp_path, COUNTS, with_index=index == "auto")
     total = len(all_ids)
     assert total % WORLD_SIZE == 1  # the data set leaves a remainder, which must be dropped

@@ -21,11 +21,10 @@ from tfr_torch.format.sniff import describe, not_a_tfrecord
 SPEC = {"id": tfr_torch.FixedLenFeature([], torch.int64)}
 
 
-def write(path, n=3):
-    with tfr_torch.TFRecordWriter(str(path)) as writer:
-        for i in range(n):
-            writer.write(tfr_torch.encode_example({"id": i}))
-    return str(path)
+@pytest.fixture
+def write(write_records):
+    """write(path, n=3): a file of n Examples {"id": i}; returns its path as a str."""
+    return lambda path, n=3: str(write_records(str(path), [{"id": i} for i in range(n)]))
 
 
 def jpeg_bytes():
@@ -107,7 +106,7 @@ def test_random_access_to_a_non_tfrecord_file(tmp_path):
     assert str(err.value) == f"{path}:0: not a TFRecord file: it starts like a JPEG image"
 
 
-def test_damaged_first_header_of_a_real_tfrecord_still_shows_the_crcs(tmp_path):
+def test_damaged_first_header_of_a_real_tfrecord_still_shows_the_crcs(tmp_path, write):
     path = write(tmp_path / "d.tfrecord")
     data = bytearray(open(path, "rb").read())
     data[9] ^= 0xFF  # the first header's length CRC
@@ -151,7 +150,7 @@ def test_globs_skip_the_side_files(written_set):
     assert len(IndexedTFRecordDataset(f"{out}/*", "auto")) == 10
 
 
-def test_globs_skip_tfds_metadata(tmp_path):
+def test_globs_skip_tfds_metadata(tmp_path, write):
     path = write(tmp_path / "mnist-train.tfrecord-00000-of-00001")
     for name in ("dataset_info.json", "features.json", "label.labels.txt"):
         (tmp_path / name).write_text("{}")
@@ -189,7 +188,7 @@ def test_glob_matching_only_side_files(written_set):
     ("spec.json", "features='spec.json': expected None (each record's bytes), a dict of feature specs, or 'auto' "
                   "(the spec in the sidecar ShardedWriter writes beside its shards)"),
 ])
-def test_features_string_typo(tmp_path, features, message):
+def test_features_string_typo(tmp_path, features, message, write):
     path = write(tmp_path / "d.tfrecord")
     for cls in (TFRecordDataset, IndexedTFRecordDataset):
         with pytest.raises(ValueError) as err:
@@ -210,7 +209,7 @@ def test_features_string_typo(tmp_path, features, message):
     ({"x": tfr_torch.VarLenFeature}, "feature 'x' is the class VarLenFeature itself: call it, e.g. "
                                      "tfr_torch.VarLenFeature(...) with the shape and dtype"),
 ])
-def test_foreign_spec_spellings(tmp_path, spec, message):
+def test_foreign_spec_spellings(tmp_path, spec, message, write):
     path = write(tmp_path / "d.tfrecord")
     for cls in (TFRecordDataset, IndexedTFRecordDataset):
         with pytest.raises(TypeError) as err:
@@ -218,7 +217,7 @@ def test_foreign_spec_spellings(tmp_path, spec, message):
         assert str(err.value) == message
 
 
-def test_tensorflow_spec_objects_are_named(tmp_path):
+def test_tensorflow_spec_objects_are_named(tmp_path, write):
     FixedLenFeature = type("FixedLenFeature", (), {"__module__": "tensorflow.python.ops.parsing_config"})
     path = write(tmp_path / "d.tfrecord")
     with pytest.raises(TypeError) as err:
@@ -228,7 +227,7 @@ def test_tensorflow_spec_objects_are_named(tmp_path):
 
 
 @pytest.mark.parametrize("workers", [0, 1])
-def test_batched_dataset_in_a_batching_dataloader(tmp_path, workers):
+def test_batched_dataset_in_a_batching_dataloader(tmp_path, workers, write):
     path = write(tmp_path / "d.tfrecord", 10)
     ds = TFRecordDataset(path, SPEC, batch_size=4)
     with pytest.raises(ValueError) as err:
@@ -241,13 +240,13 @@ def test_batched_dataset_in_a_batching_dataloader(tmp_path, workers):
     assert [b["id"].tolist() for b in ds] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]  # iterated directly
 
 
-def test_per_record_dataset_in_a_batching_dataloader_is_fine(tmp_path):
+def test_per_record_dataset_in_a_batching_dataloader_is_fine(tmp_path, write):
     path = write(tmp_path / "d.tfrecord", 10)
     batches = list(DataLoader(TFRecordDataset(path, SPEC), batch_size=4))
     assert [b["id"].tolist() for b in batches] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
 
 
-def test_reader_still_reads_real_files(tmp_path):
+def test_reader_still_reads_real_files(tmp_path, write):
     path = write(tmp_path / "d.tfrecord")
     with RecordReader(path) as reader:
         assert len(list(reader)) == 3

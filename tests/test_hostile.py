@@ -28,25 +28,19 @@ from hypothesis import strategies as st
 import tfr_torch
 from tfr_torch import DecodeError, TruncatedRecordError
 from tfr_torch.format import strict
-from tfr_torch.format.crc import masked_crc32c
 from tfr_torch.format.reader import RecordFile
-from tfr_torch.format.wire import encode_varint
+from wirebytes import EGROUP, SGROUP, header, ld, tag, varint
 
 REGRESSIONS = os.path.join(os.path.dirname(__file__), "data", "regressions")
 
 
-def ld(tag: int, payload: bytes) -> bytes:
-    """One length-delimited field: tag byte, varint length, payload."""
-    return bytes([tag]) + encode_varint(len(payload)) + payload
-
-
 def example_of(*entries: bytes) -> bytes:
     """An Example whose Features message holds these raw map entries."""
-    return ld(0x0A, b"".join(ld(0x0A, entry) for entry in entries))
+    return ld(1, b"".join(ld(1, entry) for entry in entries))
 
 
 def entry(key: bytes, *fields: bytes) -> bytes:
-    return ld(0x0A, key) + b"".join(fields)
+    return ld(1, key) + b"".join(fields)
 
 
 F1 = b"\x1a\x03\x0a\x01\x01"  # Feature int64_list [1]
@@ -87,7 +81,7 @@ def _contains(text: str, message: str) -> bool:
 
 def test_issue14_1_feature_cut_inside_its_packed_run(backend, batch_path):
     """A 3-byte Feature `1a 01 0a` (int64_list whose packed run has no length) is a DecodeError naming the key."""
-    record = example_of(entry(b"x", ld(0x12, b"\x1a\x01\x0a")))
+    record = example_of(entry(b"x", ld(2, b"\x1a\x01\x0a")))
     expected = "feature 'x': its tf.train.Feature (3 bytes) ends inside a varint (at byte 3)"
     with pytest.raises(DecodeError) as info:
         tfr_torch.decode_example(record)
@@ -99,7 +93,7 @@ def test_issue14_1_feature_cut_inside_its_packed_run(backend, batch_path):
 def test_issue14_2_map_entry_with_its_value_twice(backend, batch_path):
     """TensorFlow's parse_example rejects an entry holding two values (protobuf merges them): DecodeError on every
     path, at the entry's second value field (byte 14), naming the key."""
-    record = example_of(entry(b"x", ld(0x12, F1), ld(0x12, F2))) + tfr_torch.encode_example({"pad": b"p" * 3000})
+    record = example_of(entry(b"x", ld(2, F1), ld(2, F2))) + tfr_torch.encode_example({"pad": b"p" * 3000})
     expected = ("cannot parse 3041 bytes as a tf.train.Example: byte 14 (feature 'x') has a feature map entry whose "
                 "value field appears twice (TensorFlow's parse_example rejects such a record; protobuf would merge "
                 "the two values)")
@@ -113,12 +107,12 @@ def test_issue14_2_map_entry_with_its_value_twice(backend, batch_path):
 
 
 @pytest.mark.parametrize("record, values", [
-    (example_of(entry(b"x", ld(0x12, F1)), entry(b"x", ld(0x12, F2))), [2]),  # duplicate keys: the last wins
-    (ld(0x0A, ld(0x0A, entry(b"x", ld(0x12, F1)))) + ld(0x0A, ld(0x0A, entry(b"x", ld(0x12, F2)))), [2]),  # 2 Features
-    (example_of(ld(0x12, F1) + ld(0x0A, b"x")), [1]),  # value before key
-    (example_of(entry(b"x", ld(0x12, F1))) + b"\x10\x05" + ld(0x1A, b"junk"), [1]),  # unknown Example fields
-    (example_of(entry(b"x", ld(0x12, F1 + b"\x20\x07"))), [1]),  # unknown varint field after the list
-    (example_of(entry(b"x", ld(0x12, b"\x1a\x05\x0a\x01\x01\x10\x03"))), [1]),  # packed run + unknown field
+    (example_of(entry(b"x", ld(2, F1)), entry(b"x", ld(2, F2))), [2]),  # duplicate keys: the last wins
+    (ld(1, ld(1, entry(b"x", ld(2, F1)))) + ld(1, ld(1, entry(b"x", ld(2, F2)))), [2]),  # 2 Features
+    (example_of(ld(2, F1) + ld(1, b"x")), [1]),  # value before key
+    (example_of(entry(b"x", ld(2, F1))) + b"\x10\x05" + ld(3, b"junk"), [1]),  # unknown Example fields
+    (example_of(entry(b"x", ld(2, F1 + b"\x20\x07"))), [1]),  # unknown varint field after the list
+    (example_of(entry(b"x", ld(2, b"\x1a\x05\x0a\x01\x01\x10\x03"))), [1]),  # packed run + unknown field
 ])
 def test_records_both_tensorflow_readers_accept(record, values, backend, batch_path):
     """Non-canonical records that TensorFlow's parse_example and protobuf both accept with the same values."""
@@ -129,15 +123,15 @@ def test_records_both_tensorflow_readers_accept(record, values, backend, batch_p
 
 
 @pytest.mark.parametrize("record, message", [
-    (example_of(entry(b"x", ld(0x12, F1 + F2))),
+    (example_of(entry(b"x", ld(2, F1 + F2))),
      "holds a second list after its first (a Feature holds one list; TensorFlow's parse_example reads the first, "
      "protobuf would merge them) (at byte 5)"),
-    (example_of(entry(b"x", ld(0x12, b"\x1a\x05\x0a\x01\x01\x08\x02"))),
+    (example_of(entry(b"x", ld(2, b"\x1a\x05\x0a\x01\x01\x08\x02"))),
      "has more int64 values after its packed run (TensorFlow's parse_example reads only the run, protobuf would "
      "append them) (at byte 5)"),
-    (example_of(entry(b"x", ld(0x12, b"\x20\x01" + F1))),
+    (example_of(entry(b"x", ld(2, b"\x20\x01" + F1))),
      "starts with field 4 (varint): expected its list first (bytes_list, float_list or int64_list) (at byte 0)"),
-    (example_of(entry(b"x", ld(0x12, b"\x12\x07\x0a\x05\x00\x00\x80\x3f\x00"))),
+    (example_of(entry(b"x", ld(2, b"\x12\x07\x0a\x05\x00\x00\x80\x3f\x00"))),
      r"packed float (run|list) of 5 bytes,? (is )?not a multiple of 4"),
 ])
 def test_features_the_two_tensorflow_readers_disagree_on(record, message, backend, batch_path):
@@ -181,18 +175,12 @@ def test_partitions_out_of_range(partition, values, message, backend):
     assert str(info.value) == f"feature 'r' in the example has an invalid partition {partition}('p'): {message}"
 
 
-def _framed(length: int, data: bytes = b"") -> bytes:
-    """A record header claiming `length` bytes (with a valid length CRC), then `data`."""
-    head = struct.pack("<Q", length)
-    return head + struct.pack("<I", masked_crc32c(head)) + data
-
-
 @pytest.mark.parametrize("length", [2**63 - 1, 2**64 - 1, 2**40])
 def test_issue14_4_read_by_offset_with_a_huge_length(tmp_path, length):
     """A length field far beyond the file is a TruncatedRecordError before anything is allocated (not an
     OverflowError or MemoryError), on RecordFile.read and through IndexedTFRecordDataset."""
     path = tmp_path / "huge.tfrecord"
-    path.write_bytes(_framed(length, b"abcd" * 4))
+    path.write_bytes(header(length) + b"abcd" * 4)
     need = length + 16
     expected = (f"truncated record: its header says {length} bytes of data, so {need} bytes from this offset, but "
                 "the file has only 28")
@@ -208,7 +196,7 @@ def test_issue14_4_through_an_index(tmp_path):
     with tfr_torch.TFRecordWriter(str(path)) as writer:
         writer.write(b"good")
     good = path.read_bytes()
-    path.write_bytes(good + _framed(2**63 - 1, b"x" * 8))
+    path.write_bytes(good + header(2**63 - 1) + b"x" * 8)
     (tmp_path / "huge.tfrecord.idx").write_text(f"0 {len(good)}\n{len(good)} {2**62}\n")
     records = RecordFile(str(path))
     try:
@@ -229,7 +217,7 @@ def _run_bounded(code: str, timeout: float = 120) -> str:
 
 
 def _dims(*sizes: int) -> bytes:
-    return ld(0x12, b"".join(ld(0x12, b"\x08" + encode_varint(d) if d else b"") for d in sizes))
+    return ld(2, b"".join(ld(2, b"\x08" + varint(d) if d else b"") for d in sizes))
 
 
 def test_issue14_5_zero_size_tensors_are_built_from_their_shape():
@@ -286,7 +274,7 @@ def test_issue14_6_broadcast_bomb_is_refused_by_max_bytes():
 
 
 @pytest.mark.parametrize("data, size", [
-    (b"\x08\x07" + _dims(10**8) + ld(0x42, b"ab"), 800000064),  # one string broadcast to 10**8
+    (b"\x08\x07" + _dims(10**8) + ld(8, b"ab"), 800000064),  # one string broadcast to 10**8
     (b"\x08\x07" + _dims(1, 10**7, 10), 1440000128),  # no values: 10**8 empty strings in 10**7 + 2 lists
     (b"\x08\x09" + _dims(2**20, 2**20), 8796093022208),  # int64 zeros
     (b"\x08\x0e" + _dims(2**30), 2147483648),  # bfloat16
@@ -299,7 +287,7 @@ def test_tensor_bombs_stay_small(data, size):
 
 
 def test_bool_tensor_content_bytes_other_than_0_and_1_are_true():
-    data = b"\x08\x0a" + _dims(3) + ld(0x22, b"\x02\x00\xff")
+    data = b"\x08\x0a" + _dims(3) + ld(4, b"\x02\x00\xff")
     tensor = tfr_torch.parse_tensor(data)
     assert tensor.tolist() == [True, False, True]
     assert tensor.view(torch.uint8).tolist() == [1, 0, 1]
@@ -320,10 +308,10 @@ def test_tensor_content_is_never_refused():
     (bytes.fromhex("0801121a1200120a08808080808080808040120a08808080808080808040"),
      "TensorProto has shape [0, 4611686018427387904, 4611686018427387904], too large for an array of float32 (even "
      "with no elements, numpy and torch need the product of its dimensions to fit in 63 bits)"),
-    (b"\x08\x01" + ld(0x12, ld(0x12, b"\x08" + encode_varint(2**64 - 1))),
+    (b"\x08\x01" + ld(2, ld(2, b"\x08" + varint(2**64 - 1))),
      "TensorProto has a negative dimension in its shape [-1]"),
-    (b"\x08\x01" + ld(0x12, b"\x18\x01"), "TensorProto has an unknown rank: a serialized tensor must have a known shape"),
-    (b"\x08\x01" + _dims(3) + ld(0x22, b"\x00" * 8),
+    (b"\x08\x01" + ld(2, b"\x18\x01"), "TensorProto has an unknown rank: a serialized tensor must have a known shape"),
+    (b"\x08\x01" + _dims(3) + ld(4, b"\x00" * 8),
      "TensorProto of dtype float32 and shape [3] needs 12 bytes of tensor_content, found 8"),
     (b"\x08\x15", "TensorProto has dtype DT_VARIANT, which tfr_torch cannot read (expected one of float32, "),
     (b"\x08\x08" + _dims(1) + b"\x4d\x00\x00\x80\x3f",
@@ -366,7 +354,7 @@ def test_issue16_4_many_features_decode_in_linear_steps():
 
 
 def _nested_groups(field: int, depth: int) -> bytes:
-    return bytes([field << 3 | 3]) * depth + bytes([field << 3 | 4]) * depth
+    return tag(field, SGROUP) * depth + tag(field, EGROUP) * depth
 
 
 @pytest.mark.parametrize("depth", [1, 100, 1000])
@@ -376,15 +364,15 @@ def test_issue16_5_groups_are_refused_at_any_depth(where, depth, backend, batch_
     shallow ones and rejects deep ones. One answer: a group anywhere is a DecodeError naming where it starts."""
     groups = _nested_groups(4, depth)
     if where == "feature":
-        record, at = example_of(entry(b"x", ld(0x12, F1 + groups))), "feature 'x': its tf.train.Feature"
+        record, at = example_of(entry(b"x", ld(2, F1 + groups))), "feature 'x': its tf.train.Feature"
     elif where == "int64_list":
-        record, at = example_of(entry(b"x", ld(0x12, ld(0x1A, b"\x0a\x01\x01" + groups)))), "feature 'x'"
+        record, at = example_of(entry(b"x", ld(2, ld(3, b"\x0a\x01\x01" + groups)))), "feature 'x'"
     elif where == "example":
-        record, at = example_of(entry(b"x", ld(0x12, F1))) + groups, "tf.train.Example: byte 14"
+        record, at = example_of(entry(b"x", ld(2, F1))) + groups, "tf.train.Example: byte 14"
     elif where == "features":
-        record, at = ld(0x0A, ld(0x0A, entry(b"x", ld(0x12, F1))) + groups), "tf.train.Example"
+        record, at = ld(1, ld(1, entry(b"x", ld(2, F1))) + groups), "tf.train.Example"
     else:
-        record, at = example_of(entry(b"x", ld(0x12, F1)) + groups), "tf.train.Example"
+        record, at = example_of(entry(b"x", ld(2, F1)) + groups), "tf.train.Example"
     message = "has a group (field 4, wire type 3): groups are not part of tf.train.Example"
     with pytest.raises(DecodeError) as info:
         tfr_torch.decode_example(record)

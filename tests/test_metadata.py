@@ -39,12 +39,14 @@ def write_set(out_dir, counts, *, image=None):
     return writer.paths
 
 
-def rewrite(path, ids):
-    """Replace a shard with one holding `ids` and drop its index, as a user regenerating one file would."""
-    os.remove(path + ".idx")
-    with tfr_torch.TFRecordWriter(path) as writer:
-        for i in ids:
-            writer.write(tfr_torch.encode_example({"id": i}))
+@pytest.fixture
+def rewrite(write_records):
+    """rewrite(path, ids): replace a shard with one holding `ids` and drop its index, as a user regenerating one
+    file would."""
+    def rewrite(path, ids):
+        os.remove(path + ".idx")
+        write_records(path, [{"id": i} for i in ids])
+    return rewrite
 
 
 def ids_of(dataset, loader_kwargs=None):
@@ -73,7 +75,7 @@ def test_fresh_sidecar_gives_counts_without_reading(shards):
 
 
 @pytest.mark.parametrize("new_count", [7, 14])  # a shard that shrank, one that grew
-def test_stale_sidecar_is_not_trusted(shards, new_count):
+def test_stale_sidecar_is_not_trusted(shards, new_count, rewrite):
     rewrite(shards[1], range(100, 100 + new_count))
     expected = sorted(list(range(10)) + list(range(100, 100 + new_count)) + list(range(20, 30)))
     with pytest.warns(UserWarning) as caught:
@@ -93,7 +95,7 @@ def test_stale_sidecar_is_not_trusted(shards, new_count):
 
 
 @pytest.mark.parametrize("new_count", [7, 14])
-def test_stale_sidecar_ranks_stay_equal(shards, new_count):
+def test_stale_sidecar_ranks_stay_equal(shards, new_count, rewrite):
     rewrite(shards[1], range(100, 100 + new_count))
     total = 20 + new_count
     seen = []
@@ -109,7 +111,7 @@ def test_stale_sidecar_ranks_stay_equal(shards, new_count):
     assert len(set(seen)) == len(seen) == 2 * (total // 2)
 
 
-def test_sidecar_count_contradicting_index_uses_index(shards):
+def test_sidecar_count_contradicting_index_uses_index(shards, rewrite):
     rewrite(shards[0], range(100, 104))
     tfr_torch.build_index(shards[0])
     with pytest.warns(UserWarning, match="ds-train.tfrecord-00000-of-00003: the sidecar says 10 records, but its "
@@ -147,18 +149,6 @@ def test_file_grown_after_build_raises(shards):
 
 # ----- counting once --------------------------------------------------------------------------------------------
 
-def plain_files(tmp_path, counts):
-    paths = []
-    ids = iter(range(sum(counts)))
-    for f, count in enumerate(counts):
-        path = str(tmp_path / f"part-{f}.tfrecord")
-        with tfr_torch.TFRecordWriter(path) as writer:
-            for _ in range(count):
-                writer.write(tfr_torch.encode_example({"id": next(ids)}))
-        paths.append(path)
-    return paths
-
-
 def run_script(tmp_path, body):
     """Run `body` as a user's script in a fresh interpreter (DataLoader workers' warnings reach its stderr, as
     for a user; under pytest they would be recorded inside the workers and lost); return (script, stderr)."""
@@ -171,10 +161,10 @@ def run_script(tmp_path, body):
     return str(script), done.stdout, done.stderr
 
 
-def test_workers_count_once_warn_once_and_len_uses_the_counts(tmp_path):
+def test_workers_count_once_warn_once_and_len_uses_the_counts(tmp_path, write_corpus):
     """One file for 2 workers is split by record ranges, which needs its count: the workers count it together at
     the first epoch, warn once at the user's line, and later epochs, fresh workers and len() reuse the count."""
-    paths = plain_files(tmp_path, [9])
+    paths = write_corpus(tmp_path, [9]).paths
     script, out, err = run_script(tmp_path, f"""
         ds = tfr_torch.TFRecordDataset({paths!r}, SPEC)
         try:
@@ -198,8 +188,8 @@ def test_workers_count_once_warn_once_and_len_uses_the_counts(tmp_path):
                           "counts;"), err
 
 
-def test_counting_warning_points_at_user_line_in_main_process(tmp_path):
-    paths = plain_files(tmp_path, [5, 4])
+def test_counting_warning_points_at_user_line_in_main_process(tmp_path, write_corpus):
+    paths = write_corpus(tmp_path, [5, 4]).paths
     with pytest.warns(UserWarning, match=r"counting the records of 2 file\(s\) without an index") as caught:
         ds = TFRecordDataset(paths, SPEC, rank=1, world_size=2)
     assert [w.filename for w in caught] == [__file__]
@@ -213,8 +203,8 @@ def test_counting_warning_points_at_user_line_in_main_process(tmp_path):
 
 # ----- missing files and empty readers -------------------------------------------------------------------------
 
-def test_missing_file_is_found_when_the_dataset_is_built(tmp_path):
-    paths = plain_files(tmp_path, [3])
+def test_missing_file_is_found_when_the_dataset_is_built(tmp_path, write_corpus):
+    paths = write_corpus(tmp_path, [3]).paths
     missing = str(tmp_path / "nope.tfrecord")
     message = f"1 of the dataset's 2 file(s) do not exist (or are folders): {missing}"
     with pytest.raises(FileNotFoundError) as err:
@@ -225,8 +215,8 @@ def test_missing_file_is_found_when_the_dataset_is_built(tmp_path):
     assert str(err.value) == message
 
 
-def test_warns_when_every_rank_gets_nothing(tmp_path):
-    paths = plain_files(tmp_path, [3])
+def test_warns_when_every_rank_gets_nothing(tmp_path, write_corpus):
+    paths = write_corpus(tmp_path, [3]).paths
     tfr_torch.build_index(paths[0])
     with pytest.warns(UserWarning) as caught:
         ds = TFRecordDataset(paths, SPEC, index="auto", rank=0, world_size=4)
@@ -236,8 +226,8 @@ def test_warns_when_every_rank_gets_nothing(tmp_path):
     assert list(ds) == []
 
 
-def test_warns_when_drop_last_leaves_no_batch(tmp_path):
-    paths = plain_files(tmp_path, [5])
+def test_warns_when_drop_last_leaves_no_batch(tmp_path, write_corpus):
+    paths = write_corpus(tmp_path, [5]).paths
     tfr_torch.build_index(paths[0])
     with pytest.warns(UserWarning) as caught:
         TFRecordDataset(paths, SPEC, index="auto", batch_size=8, drop_last=True)
@@ -245,8 +235,8 @@ def test_warns_when_drop_last_leaves_no_batch(tmp_path):
                                       "drop_last=True (use a smaller batch_size or drop_last=False)")
 
 
-def test_no_warning_when_every_reader_has_work(tmp_path):
-    paths = plain_files(tmp_path, [6])
+def test_no_warning_when_every_reader_has_work(tmp_path, write_corpus):
+    paths = write_corpus(tmp_path, [6]).paths
     tfr_torch.build_index(paths[0])
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -254,8 +244,8 @@ def test_no_warning_when_every_reader_has_work(tmp_path):
         assert len(list(ds)) == 1
 
 
-def test_warns_when_dataloader_workers_get_nothing(tmp_path):
-    paths = plain_files(tmp_path, [2])
+def test_warns_when_dataloader_workers_get_nothing(tmp_path, write_corpus):
+    paths = write_corpus(tmp_path, [2]).paths
     tfr_torch.build_index(paths[0])
     script, out, err = run_script(tmp_path, f"""
         ds = tfr_torch.TFRecordDataset({paths!r}, SPEC, index="auto")
@@ -283,8 +273,8 @@ def test_datasets_expose_metadata_and_classes(tmp_path):
     assert IndexedTFRecordDataset(paths, "auto")[5]["id"].item() == 5
 
 
-def test_no_sidecar_no_metadata(tmp_path):
-    paths = plain_files(tmp_path, [2])
+def test_no_sidecar_no_metadata(tmp_path, write_corpus):
+    paths = write_corpus(tmp_path, [2]).paths
     ds = TFRecordDataset(paths, SPEC)
     assert ds.metadata is None and ds.classes is None
     with pytest.raises(ValueError, match="features='auto' needs the sidecar ShardedWriter writes"):
@@ -298,8 +288,8 @@ def test_sidecar_json_is_what_metadata_returns(shards):
     assert Counter(s["records"] for s in on_disk["shards"]) == {10: 3}
 
 
-def test_indexed_dataset_scanning_warning_points_at_the_user_line(tmp_path):
-    paths = plain_files(tmp_path, [3, 2])
+def test_indexed_dataset_scanning_warning_points_at_the_user_line(tmp_path, write_corpus):
+    paths = write_corpus(tmp_path, [3, 2]).paths
     with pytest.warns(UserWarning) as caught:
         ds = IndexedTFRecordDataset(paths, SPEC)
     assert [w.filename for w in caught] == [__file__]

@@ -26,15 +26,10 @@ from tfr_torch import _native
 from tfr_torch.errors import TFRecordError
 from tfr_torch.format.crc import crc32c as reference_crc32c
 from tfr_torch.format.crc import masked_crc32c as reference_masked
+from wirebytes import frame, header  # records framed as the format says: what the kernels are checked against
 
 core = _native.core if _native.available() else None
 needs_core = pytest.mark.skipif(not _native.available(), reason=f"the compiled core is not built: {_native.import_error}")
-
-
-def frame(data: bytes) -> bytes:
-    """One record framed as the format says (the reference the kernels are checked against)."""
-    length = struct.pack("<Q", len(data))
-    return length + struct.pack("<I", reference_masked(length)) + data + struct.pack("<I", reference_masked(data))
 
 
 # ---------------------------------------------------------------------------------------------- backend switch
@@ -180,8 +175,7 @@ def test_scan_records_stops_at_max_records_and_at_the_limit():
 
 @needs_core
 def test_scan_records_never_trusts_a_lying_length():
-    length = struct.pack("<Q", 2**62)
-    buf = length + struct.pack("<I", reference_masked(length)) + b"x" * 100
+    buf = header(2**62) + b"x" * 100
     found, stop, status = core.scan_records(buf, 0, len(buf), len(buf), True, 10)
     assert (found, stop, status) == ([], 0, core.SCAN_MORE)  # the caller reads on and reports the truncation
 
@@ -268,6 +262,8 @@ def _plain(value):
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
     if isinstance(value, torch.Tensor):
+        if value.is_nested:
+            return ("nested", [_plain(t) for t in value.unbind()])
         if value.is_sparse:
             value = value.coalesce()
             return ("sparse", value.indices().tolist(), _plain(value.values()), list(value.shape))
@@ -278,6 +274,8 @@ def _plain(value):
         return [_plain(v) for v in value]
     if hasattr(value, "values") and hasattr(value, "offsets"):  # a ragged result
         return ("ragged", _plain(value.values()), _plain(value.offsets()))
+    if isinstance(value, tfr_torch.RaggedTensor):
+        return ("RaggedTensor", _plain(value.values), _plain(list(value.nested_row_splits)))
     return value
 
 
@@ -317,6 +315,74 @@ def test_both_backends_give_the_same_values_or_the_same_error(batch, seed):
             assert compiled == reference, (recs, spec)
             reference, compiled = _both(lambda: tfr_torch.parse_single_example(recs[0], spec))
             assert compiled == reference, (recs[0], spec)
+
+
+step_lists = st.one_of(
+    st.lists(st.lists(st.integers(-(2**63), 2**63 - 1), max_size=3), max_size=4).map(
+        lambda steps: ("int64", [np.array(v, dtype=np.int64) for v in steps])),
+    st.lists(st.lists(st.floats(width=32, allow_nan=False), min_size=2, max_size=2), max_size=4).map(
+        lambda steps: ("float", [np.array(v, dtype=np.float32) for v in steps])),
+    st.lists(st.lists(st.binary(max_size=20), min_size=1, max_size=3), max_size=4).map(lambda steps: ("bytes", steps)),
+)
+sequence_examples = st.tuples(examples, st.dictionaries(st.sampled_from(["s", "t", "long/list", "ü"]), step_lists,
+                                                        max_size=3))
+
+
+def _sequence_specs(batch: list) -> list[tuple[dict, dict]]:
+    """(context, sequence) specs over the batch's keys: VarLen lists, FixedLenSequence where a float list has two
+    values per step, Ragged, two lists read together (equal step counts or an error), a required missing list, a
+    wrong kind."""
+    context = {key: tfr_torch.VarLenFeature(KINDS[kind]) for ex, _ in batch for key, (kind, _) in ex.items()}
+    lists = {key: kind for _, ls in batch for key, (kind, _) in ls.items()}
+    var = {key: tfr_torch.VarLenFeature(KINDS[kind]) for key, kind in lists.items()}
+    dense = {key: tfr_torch.FixedLenSequenceFeature([2], torch.float32, allow_missing=True)
+             for key, kind in lists.items() if kind == "float"}
+    ragged = {key: tfr_torch.RaggedFeature(KINDS[kind]) for key, kind in lists.items()}
+    ints = [key for key, kind in lists.items() if kind == "int64"]
+    if ints and len(lists) > 1:
+        other = next(key for key in lists if key != ints[0])
+        ragged["pair"] = tfr_torch.RaggedFeature(KINDS[lists[other]], value_key=other,
+                                                 partitions=[tfr_torch.RowLengths(ints[0])])
+    required = {"absent": tfr_torch.FixedLenSequenceFeature([], torch.int64)}
+    wrong = {key: tfr_torch.VarLenFeature(torch.int64 if kind != "int64" else torch.float32)
+             for key, kind in lists.items()}
+    return [(context, var), ({}, dense), ({}, ragged), (context, required), ({}, wrong)]
+
+
+@needs_core
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(batch=st.lists(sequence_examples, min_size=1, max_size=4), seed=st.integers(0, 2**32 - 1))
+def test_both_backends_give_the_same_sequence_values_or_the_same_error(batch, seed):
+    """The SequenceExample kernels (context by the Example decoder, feature lists in one pass) against the
+    reference, on valid and mutated records."""
+    rnd = random.Random(seed)
+    records = [tfr_torch.encode_sequence_example({k: v for k, (_, v) in ctx.items()},
+                                                 {k: v for k, (_, v) in ls.items()}) for ctx, ls in batch]
+    specs = [(c, s) for c, s in _sequence_specs(batch) if c or s]
+    candidates = [records] + [[m] + records[1:] for m in _mutations(records[0], rnd)]
+    for recs in candidates:
+        for context, sequence in specs:
+            reference, compiled = _both(lambda: tfr_torch.parse_sequence_example(recs, context, sequence))
+            assert compiled == reference, (recs, context, sequence)
+            reference, compiled = _both(lambda: tfr_torch.parse_single_sequence_example(recs[0], context, sequence))
+            assert compiled == reference, (recs[0], context, sequence)
+
+
+@needs_core
+def test_sequence_examples_take_the_kernels():
+    """Writers' SequenceExamples are decoded by the kernels (not handed back to the reference)."""
+    from tfr_torch.decode.plan import SequenceExamplePlan
+    from tfr_torch.decode.units import Locator
+
+    records = [tfr_torch.encode_sequence_example({"id": i}, {"tok": [[1, 2], [3]] * i, "w": [[b"a"]] * i})
+               for i in range(5)]
+    plan = SequenceExamplePlan({"id": tfr_torch.FixedLenFeature([], torch.int64)},
+                               {"tok": tfr_torch.VarLenFeature(torch.int64), "w": tfr_torch.RaggedFeature(tfr_torch.string)})
+    parsed = plan._native_parse(core, records, Locator(None), False)
+    assert parsed is not None
+    context, lists, _ = parsed
+    assert context["id"].tolist() == [0, 1, 2, 3, 4]
+    assert lists["tok"].to_dense()[2, :5].tolist() == [[1, 2], [3, 0], [1, 2], [3, 0], [0, 0]]
 
 
 @needs_core

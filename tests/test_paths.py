@@ -10,12 +10,6 @@ import tfr_torch
 fsspec = pytest.importorskip("fsspec")
 
 
-def _write(path, records, compression=None):
-    with tfr_torch.TFRecordWriter(path, compression=compression) as w:
-        for r in records:
-            w.write(r)
-
-
 def test_glob_patterns_expand_sorted(tmp_path):
     for name in ["b.tfrecord", "a.tfrecord", "c.txt"]:
         (tmp_path / name).write_bytes(b"")
@@ -40,18 +34,18 @@ def test_missing_local_file():
         tfr_torch.read_records("/nonexistent/file.tfrecord")
 
 
-def test_file_url_is_a_local_path(tmp_path):
+def test_file_url_is_a_local_path(tmp_path, write_records):
     path = tmp_path / "f.tfrecord"
-    _write(path, [b"a"])
+    write_records(path, [b"a"])
     assert list(tfr_torch.read_records(f"file://{path}")) == [b"a"]
 
 
 @pytest.mark.parametrize("compression", [None, "gzip", "zlib"])
-def test_memory_filesystem_write_read_index(compression):
+def test_memory_filesystem_write_read_index(compression, write_records):
     root = f"memory://tfr-{uuid.uuid4().hex}"
     url = f"{root}/data.tfrecord"
     records = [bytes([i]) * (i * 1000) for i in range(20)]
-    _write(url, records, compression)
+    write_records(url, records, compression)
     fs = fsspec.filesystem("memory")
     assert [p.rsplit("/", 1)[-1] for p in fs.ls(root, detail=False)] == ["data.tfrecord"]  # no temp file left
     reader = tfr_torch.read_records(url)

@@ -64,13 +64,12 @@ def example(i: int) -> dict:
             "s": f"row {i}".encode()}
 
 
-def write_file(path: str, n: int, index: bool = True, compression: str | None = None) -> str:
-    with tfr_torch.TFRecordWriter(path, compression) as writer:
-        for i in range(n):
-            writer.write_example(example(i))
-    if index:
-        tfr_torch.build_index(path)
-    return path
+@pytest.fixture
+def write_file(write_records):
+    """write_file(path, n, index=True, compression=None) -> path: n rows made by example(i), indexed by default."""
+    def write(path: str, n: int, index: bool = True, compression: str | None = None) -> str:
+        return write_records(path, [example(i) for i in range(n)], compression, index=index)
+    return write
 
 
 def rows_of(ds) -> list[dict]:
@@ -108,7 +107,7 @@ def test_raw_records_of_tensorflow_files_equal_read_records():
     assert ds.schema().names == ["bytes"]
 
 
-def test_raw_records_of_one_file_split_into_record_ranges(tmp_path):
+def test_raw_records_of_one_file_split_into_record_ranges(tmp_path, write_file):
     path = write_file(str(tmp_path / "big.tfrecord"), 5000)
     source = tray.TFRecordDatasource(path)
     tasks = source.get_read_tasks(4)
@@ -118,7 +117,7 @@ def test_raw_records_of_one_file_split_into_record_ranges(tmp_path):
     assert [row["bytes"] for row in rows_of(ds)] == list(tfr_torch.read_records(path))
 
 
-def test_four_blocks_read_each_record_exactly_once(tmp_path):
+def test_four_blocks_read_each_record_exactly_once(tmp_path, write_file):
     path = write_file(str(tmp_path / "big.tfrecord"), 20000)
     ds = tray.read_tfrecords(path, {"id": SPEC["id"]}, override_num_blocks=4).materialize()
     assert "ReadTFRecordTorch: 4 tasks executed" in ds.stats()
@@ -127,7 +126,7 @@ def test_four_blocks_read_each_record_exactly_once(tmp_path):
     assert ds.count() == 20000
 
 
-def test_counts_come_from_the_index_without_reading(tmp_path):
+def test_counts_come_from_the_index_without_reading(tmp_path, write_file):
     path = write_file(str(tmp_path / "c.tfrecord"), 500)
     spec = {"id": SPEC["id"], "absent": FixedLenFeature([], torch.int64)}  # would fail if any record were decoded
     assert tray.read_tfrecords(path, spec).count() == 500
@@ -135,7 +134,7 @@ def test_counts_come_from_the_index_without_reading(tmp_path):
         rows_of(tray.read_tfrecords(path, spec))
 
 
-def test_unindexed_and_compressed_files_are_read_whole(tmp_path):
+def test_unindexed_and_compressed_files_are_read_whole(tmp_path, write_file):
     plain = write_file(str(tmp_path / "plain.tfrecord"), 300, index=False)
     gz = write_file(str(tmp_path / "c.tfrecord.gz"), 200, index=True, compression="gzip")
     source = tray.TFRecordDatasource([plain, gz])
@@ -149,7 +148,7 @@ def test_unindexed_and_compressed_files_are_read_whole(tmp_path):
 # ----- reading: decoded columns -----------------------------------------------------------------------------------
 
 
-def test_decoded_columns_equal_parse_example(tmp_path):
+def test_decoded_columns_equal_parse_example(tmp_path, write_file):
     path = write_file(str(tmp_path / "d.tfrecord"), 1000)
     records = list(tfr_torch.read_records(path))
     want = tfr_torch.parse_example(records, SPEC)
@@ -231,7 +230,7 @@ def test_bad_utf8_names_the_file_and_offset(tmp_path):
     assert f"{path}:{offset}: feature 'name' in example 1 is not valid UTF-8 text" in str(info.value)
 
 
-def test_iter_torch_batches_for_training(tmp_path):
+def test_iter_torch_batches_for_training(tmp_path, write_file):
     path = write_file(str(tmp_path / "t.tfrecord"), 256)
     ds = tray.read_tfrecords(path, {"id": SPEC["id"], "x": SPEC["x"]})
     batches = list(ds.iter_torch_batches(batch_size=64))
@@ -240,7 +239,7 @@ def test_iter_torch_batches_for_training(tmp_path):
     assert torch.equal(torch.cat([b["id"] for b in batches]), torch.arange(256))
 
 
-def test_no_tensorflow_in_the_tasks(tmp_path):
+def test_no_tensorflow_in_the_tasks(tmp_path, write_file):
     path = write_file(str(tmp_path / "n.tfrecord"), 100)
 
     def modules(batch):
@@ -366,21 +365,25 @@ def test_argument_errors_are_named():
 # ----- reading: failures ------------------------------------------------------------------------------------------
 
 
-def corrupt_copy(tmp_path, n: int = 30, record: int = 7) -> tuple[str, int]:
-    """A file of n examples whose record `record` has a flipped payload byte; returns it and that record's offset."""
-    path = write_file(str(tmp_path / "bad.tfrecord"), n, index=False)
-    offsets = tfr_torch.format.index.scan_index(path)
-    offset = int(offsets[record, 0])
-    with open(path, "r+b") as f:
-        f.seek(offset + 12 + 3)
-        byte = f.read(1)
-        f.seek(offset + 12 + 3)
-        f.write(bytes([byte[0] ^ 0xFF]))
-    return path, offset
+@pytest.fixture
+def corrupt_copy(tmp_path, write_file):
+    """corrupt_copy(n=30, record=7): a file of n examples whose record `record` has a flipped payload byte; returns
+    it and that record's offset."""
+    def make(n: int = 30, record: int = 7) -> tuple[str, int]:
+        path = write_file(str(tmp_path / "bad.tfrecord"), n, index=False)
+        offsets = tfr_torch.format.index.scan_index(path)
+        offset = int(offsets[record, 0])
+        with open(path, "r+b") as f:
+            f.seek(offset + 12 + 3)
+            byte = f.read(1)
+            f.seek(offset + 12 + 3)
+            f.write(bytes([byte[0] ^ 0xFF]))
+        return path, offset
+    return make
 
 
-def test_a_corrupt_record_raises_with_the_file_and_offset(tmp_path):
-    path, offset = corrupt_copy(tmp_path)
+def test_a_corrupt_record_raises_with_the_file_and_offset(tmp_path, write_file, corrupt_copy):
+    path, offset = corrupt_copy()
     good = write_file(str(tmp_path / "good.tfrecord"), 10)
     with pytest.raises(tfr_torch.CorruptRecordError) as info:
         rows_of(tray.read_tfrecords([good, path], SPEC))
@@ -388,8 +391,8 @@ def test_a_corrupt_record_raises_with_the_file_and_offset(tmp_path):
     assert "CRC" in str(info.value)
 
 
-def test_on_error_skip_counts_what_it_skipped(tmp_path):
-    path, offset = corrupt_copy(tmp_path)
+def test_on_error_skip_counts_what_it_skipped(tmp_path, corrupt_copy):
+    path, offset = corrupt_copy()
     source = tray.TFRecordDatasource(path, SPEC, on_error="skip")
     ids = [row["id"] for row in rows_of(ray.data.read_datasource(source))]  # the warnings stay in the tasks
     assert ids == [i for i in range(30) if i != 7]
@@ -411,35 +414,39 @@ def local_set_split(folder: str, split: str, rows, **kwargs) -> list[str]:
     return writer.paths
 
 
-def source_dataset(tmp_path, n: int = 500, blocks: int = 3):
-    path = str(tmp_path / "src.tfrecord")
-    if not os.path.exists(path):
-        write_file(path, n)
-    return tray.read_tfrecords(path, SPEC, override_num_blocks=blocks)
+@pytest.fixture
+def source_dataset(tmp_path, write_file):
+    """source_dataset(n=500, blocks=3): a Ray dataset read from one file of n rows (written once per test)."""
+    def make(n: int = 500, blocks: int = 3):
+        path = str(tmp_path / "src.tfrecord")
+        if not os.path.exists(path):
+            write_file(path, n)
+        return tray.read_tfrecords(path, SPEC, override_num_blocks=blocks)
+    return make
 
 
-def test_write_gives_sharded_writers_bytes_whatever_the_blocks(tmp_path):
+def test_write_gives_sharded_writers_bytes_whatever_the_blocks(tmp_path, source_dataset):
     ref = local_set(str(tmp_path / "ref"), (example(i) for i in range(500)), shard_size="8KB")
     assert len(ref) > 3
     for blocks in (1, 7):
-        ds = source_dataset(tmp_path, blocks=blocks).repartition(blocks)
+        ds = source_dataset(blocks=blocks).repartition(blocks)
         out = str(tmp_path / f"ray{blocks}")
         paths = tray.write_tfrecords(ds, out, "toy", "train", shard_size="8KB")
         assert [os.path.basename(p) for p in paths] == [os.path.basename(p) for p in ref]
         assert dir_bytes(out) == dir_bytes(str(tmp_path / "ref")), blocks
 
 
-def test_write_gzip_and_records_per_shard(tmp_path):
+def test_write_gzip_and_records_per_shard(tmp_path, source_dataset):
     local_set(str(tmp_path / "ref"), (example(i) for i in range(500)), records_per_shard=150, compression="gzip")
-    paths = tray.write_tfrecords(source_dataset(tmp_path), str(tmp_path / "out"), "toy", records_per_shard=150,
+    paths = tray.write_tfrecords(source_dataset(), str(tmp_path / "out"), "toy", records_per_shard=150,
                                  compression="gzip")
     assert len(paths) == 4
     assert dir_bytes(str(tmp_path / "out")) == dir_bytes(str(tmp_path / "ref"))
 
 
-def test_written_set_reads_back_and_verifies(tmp_path, capsys):
+def test_written_set_reads_back_and_verifies(tmp_path, capsys, source_dataset):
     out = str(tmp_path / "out")
-    paths = tray.write_tfrecords(source_dataset(tmp_path), out, "toy", shard_size="16KB")
+    paths = tray.write_tfrecords(source_dataset(), out, "toy", shard_size="16KB")
     data = tfr_torch.TFRecordDataset(paths, features="auto", batch_size=500)
     batch = next(iter(data))
     want = tfr_torch.parse_example([tfr_torch.encode_example(example(i)) for i in range(500)], SPEC)
@@ -466,13 +473,13 @@ def test_write_python_rows(tmp_path):
         {"blob": b"\x00", "n": 0, "text": "t0", "vals": np.array([0.0, 0.5], np.float32)})
 
 
-def test_write_with_tfds_metadata_as_sharded_writer_does(tmp_path):
+def test_write_with_tfds_metadata_as_sharded_writer_does(tmp_path, source_dataset):
     options = {"version": "1.2.0", "description": "toy rows"}
     ref = str(tmp_path / "ref" / "toy" / "1.2.0")
     local_set(ref, (example(i) for i in range(500)), records_per_shard=200, tfds=options)
     out = str(tmp_path / "ray" / "toy" / "1.2.0")
     for split in ("train", "test"):  # a second split updates dataset_info.json, as ShardedWriter does
-        tray.write_tfrecords(source_dataset(tmp_path), out, "toy", split, records_per_shard=200, tfds=options)
+        tray.write_tfrecords(source_dataset(), out, "toy", split, records_per_shard=200, tfds=options)
         if split == "test":
             local_set_split(ref, "test", (example(i) for i in range(500)), records_per_shard=200, tfds=options)
     assert "dataset_info.json" in os.listdir(out) and "toy-train.tfr_torch.json" not in os.listdir(out)
@@ -480,12 +487,12 @@ def test_write_with_tfds_metadata_as_sharded_writer_does(tmp_path):
     ids = [row["id"] for row in rows_of(tray.read_tfrecords(str(tmp_path / "ray" / "toy"), "auto", split="test[:10]"))]
     assert ids == list(range(10))
     with pytest.raises(ValueError, match="TensorFlow Datasets reads uncompressed shards only"):
-        tray.write_tfrecords(source_dataset(tmp_path), out, "toy", compression="gzip", tfds=options)
+        tray.write_tfrecords(source_dataset(), out, "toy", compression="gzip", tfds=options)
     with pytest.raises(ValueError, match="tfds options: unknown key"):
-        tray.write_tfrecords(source_dataset(tmp_path), out, "toy", tfds={"versoin": "1.0.0"})
+        tray.write_tfrecords(source_dataset(), out, "toy", tfds={"versoin": "1.0.0"})
 
 
-def test_a_failed_write_leaves_no_final_shard_and_a_rerun_completes(tmp_path):
+def test_a_failed_write_leaves_no_final_shard_and_a_rerun_completes(tmp_path, source_dataset):
     out = str(tmp_path / "out")
 
     def explode(batch):
@@ -494,18 +501,18 @@ def test_a_failed_write_leaves_no_final_shard_and_a_rerun_completes(tmp_path):
         return batch
 
     with pytest.raises(Exception, match="boom at row 321"):
-        tray.write_tfrecords(source_dataset(tmp_path).map_batches(explode), out, "toy", shard_size="8KB")
+        tray.write_tfrecords(source_dataset().map_batches(explode), out, "toy", shard_size="8KB")
     assert os.listdir(out) == []  # no shard, index or sidecar under a final name; the staging folder is gone
     # a run killed harder (its driver gone) leaves its staging folder: the next run of the name and split removes it
     os.makedirs(f"{out}/.toy-train.ray-0123456789ab")
     with open(f"{out}/.toy-train.ray-0123456789ab/part-00000000", "wb") as f:
         f.write(b"half")
-    tray.write_tfrecords(source_dataset(tmp_path), out, "toy", shard_size="8KB")
+    tray.write_tfrecords(source_dataset(), out, "toy", shard_size="8KB")
     local_set(str(tmp_path / "ref"), (example(i) for i in range(500)), shard_size="8KB")
     assert dir_bytes(out) == dir_bytes(str(tmp_path / "ref"))
 
 
-def test_a_write_task_whose_worker_dies_is_retried_into_the_same_set(tmp_path):
+def test_a_write_task_whose_worker_dies_is_retried_into_the_same_set(tmp_path, source_dataset):
     """A worker process killed in the middle of a write task: Ray runs the task again; its part file, written
     atomically, is written whole by the retry, and the set is the one an undisturbed run writes."""
     marker = str(tmp_path / "died")
@@ -517,23 +524,23 @@ def test_a_write_task_whose_worker_dies_is_retried_into_the_same_set(tmp_path):
         return batch
 
     out = str(tmp_path / "out")
-    tray.write_tfrecords(source_dataset(tmp_path).map_batches(die_once), out, "toy", shard_size="8KB")
+    tray.write_tfrecords(source_dataset().map_batches(die_once), out, "toy", shard_size="8KB")
     assert os.path.exists(marker)
     local_set(str(tmp_path / "ref"), (example(i) for i in range(500)), shard_size="8KB")
     assert dir_bytes(out) == dir_bytes(str(tmp_path / "ref"))
 
 
-def test_rewrite_with_other_sharding_removes_the_old_shards(tmp_path):
+def test_rewrite_with_other_sharding_removes_the_old_shards(tmp_path, source_dataset):
     out = str(tmp_path / "out")
-    tray.write_tfrecords(source_dataset(tmp_path), out, "toy", records_per_shard=100)
+    tray.write_tfrecords(source_dataset(), out, "toy", records_per_shard=100)
     assert len([n for n in os.listdir(out) if n.endswith(".idx")]) == 5
-    paths = tray.write_tfrecords(source_dataset(tmp_path), out, "toy", records_per_shard=250)
+    paths = tray.write_tfrecords(source_dataset(), out, "toy", records_per_shard=250)
     assert sorted(os.listdir(out)) == sorted([os.path.basename(p) for p in paths] +
                                              [os.path.basename(p) + ".idx" for p in paths] + ["toy-train.tfr_torch.json"])
 
 
-def test_empty_dataset_writes_an_empty_set(tmp_path):
-    ds = source_dataset(tmp_path).filter(lambda row: row["id"] < 0)
+def test_empty_dataset_writes_an_empty_set(tmp_path, source_dataset):
+    ds = source_dataset().filter(lambda row: row["id"] < 0)
     assert tray.write_tfrecords(ds, str(tmp_path / "e"), "toy") == []
     with open(tmp_path / "e" / "toy-train.tfr_torch.json") as f:
         assert json.load(f)["records"] == 0

@@ -29,8 +29,6 @@ from pathlib import Path
 
 import pytest
 
-import tfr_torch
-
 REPO = Path(__file__).resolve().parents[1]
 WORKER = REPO / "tests" / "helpers" / "resume_worker.py"
 COUNTS = [23, 0, 17, 31, 9]  # records per file (one empty): 80 in all
@@ -62,24 +60,12 @@ CHAINS = [(config, k2) for config in ["record-index-w2", "batch-noindex-w2", "re
           for k2 in [0, 1, 6]]  # A takes 7, B takes k2 and saves again, C finishes
 
 
-def write_corpus(folder: Path) -> tuple[dict[str, str], list[int]]:
+def write_both_corpora(write_corpus, folder: Path) -> tuple[dict[str, str], list[int]]:
     """Plain files with indexes and GZIP files with indexes, holding the same records; return the patterns."""
-    ids: list[int] = []
-    next_id = 500
-    for n, count in enumerate(COUNTS):
-        records = []
-        for _ in range(count):
-            records.append(tfr_torch.encode_example({"id": next_id, "blob": b"r" * (next_id % 17)}))
-            ids.append(next_id)
-            next_id += 3
-        for kind, name, compression in [("plain", f"train-{n:02d}.tfrecord", None),
-                                        ("gzip", f"train-{n:02d}.tfrecord.gz", "gzip")]:
-            (folder / kind).mkdir(exist_ok=True)
-            path = folder / kind / name
-            with tfr_torch.TFRecordWriter(path, compression=compression) as writer:
-                for record in records:
-                    writer.write(record)
-            tfr_torch.build_index(path)
+    for kind, name, compression in [("plain", "train-{:02d}.tfrecord", None),
+                                    ("gzip", "train-{:02d}.tfrecord.gz", "gzip")]:
+        _, ids = write_corpus(folder / kind, COUNTS, lambda i: {"id": i, "blob": b"r" * (i % 17)}, name=name,
+                              first=500, step=3, compression=compression, index=True)
     patterns = {"plain": str(folder / "plain" / "train-*.tfrecord"),
                 "gzip": str(folder / "gzip" / "train-*.tfrecord.gz")}
     return patterns, ids
@@ -117,10 +103,10 @@ def cut(label: str, n: int) -> int:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
+def runs(tmp_path_factory, write_corpus):
     """Every process of every scenario, run once for the module: reference epochs, then stages A, B and C."""
     folder = tmp_path_factory.mktemp("resume")
-    patterns, ids = write_corpus(folder)
+    patterns, ids = write_both_corpora(write_corpus, folder)
 
     reference_jobs = [job(f"ref-{c}-e0", c, patterns) for c in CONFIGS]
     reference_jobs += [job(f"ref-{c}-e1", c, patterns, epoch=1) for c in {c for c, _ in EPOCH_CASES}]

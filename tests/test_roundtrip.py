@@ -248,17 +248,11 @@ def test_string_tensor_roundtrip(case):
 COMPRESSIONS = st.sampled_from([None, "gzip", "zlib"])
 
 
-def _write(path, records, compression):
-    with tfr_torch.TFRecordWriter(path, compression=compression) as writer:
-        for record in records:
-            writer.write(record)
-
-
 @FILES
 @given(st.lists(st.binary(max_size=300), max_size=20), COMPRESSIONS)
-def test_records_roundtrip(tmp_path, records, compression):
+def test_records_roundtrip(tmp_path, write_records, records, compression):
     path = tmp_path / "records.tfrecord"
-    _write(path, records, compression)
+    write_records(path, records, compression)
     reader = tfr_torch.read_records(path)
     assert list(reader) == records
     assert reader.compression == (compression or "none")
@@ -267,9 +261,9 @@ def test_records_roundtrip(tmp_path, records, compression):
 
 @FILES
 @given(st.lists(st.binary(max_size=200), max_size=12), COMPRESSIONS)
-def test_index_gives_each_record_its_byte_range(tmp_path, records, compression):
+def test_index_gives_each_record_its_byte_range(tmp_path, write_records, records, compression):
     path = tmp_path / "indexed.tfrecord"
-    _write(path, records, compression)
+    write_records(path, records, compression)
     index_path = tfr_torch.build_index(path)
     index = tfr_torch.read_index(index_path, path)
     assert index.shape == (len(records), 2)
@@ -289,17 +283,17 @@ _SIZES = [0, 1, 11, 12, (1 << 20) - 17, (1 << 20) - 16, (1 << 20) - 5, 1 << 20, 
 @settings(max_examples=10, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(st.lists(st.tuples(st.sampled_from(_SIZES), st.integers(0, 255)), min_size=1, max_size=3), COMPRESSIONS)
-def test_records_straddling_the_read_buffer(tmp_path, specs, compression):
+def test_records_straddling_the_read_buffer(tmp_path, write_records, specs, compression):
     pattern = bytes(range(256)) * ((max(_SIZES) >> 8) + 2)
     records = [pattern[seed : seed + size] for size, seed in specs]
     path = tmp_path / "big.tfrecord"
-    _write(path, records, compression)
+    write_records(path, records, compression)
     assert list(tfr_torch.read_records(path)) == records
 
 
 @pytest.mark.parametrize("compression", [None, "gzip", "zlib"])
-def test_empty_file_roundtrip(tmp_path, compression):
+def test_empty_file_roundtrip(tmp_path, compression, write_records):
     path = tmp_path / "empty.tfrecord"
-    _write(path, [], compression)
+    write_records(path, [], compression)
     assert list(tfr_torch.read_records(path)) == []
     assert tfr_torch.read_index(tfr_torch.build_index(path), path).shape == (0, 2)

@@ -85,12 +85,6 @@ def example_records(first: int, count: int) -> list[bytes]:
     return [tfr_torch.encode_example({"id": first + i, "blob": b"s" * ((first + i) % 23)}) for i in range(count)]
 
 
-def put(url: str, records: list[bytes], compression: str | None = None) -> None:
-    with tfr_torch.TFRecordWriter(url, compression=compression) as writer:
-        for record in records:
-            writer.write(record)
-
-
 def test_endpoint_comes_from_fsspec_configuration(s3):
     fs = fsspec.filesystem("s3")
     assert fs.endpoint_url == s3["endpoint"]
@@ -122,13 +116,13 @@ def test_fresh_process_configured_by_environment_only(s3):
 
 @pytest.mark.parametrize("compression,name", [(None, "data.tfrecord"), ("gzip", "data.tfrecord.gz"),
                                               ("gzip", "data-gzip.tfrecord")])
-def test_writer_and_reader_round_trip(s3, tmp_path, compression, name):
+def test_writer_and_reader_round_trip(s3, tmp_path, compression, name, write_records):
     prefix = f"{BUCKET}/roundtrip-{compression}-{name}"
     url = f"s3://{prefix}/{name}"
     records = example_records(0, 40) + [b"", b"\x00" * 70_000]  # an empty record and one longer than a block
-    put(url, records, compression)
+    write_records(url, records, compression)
     local = tmp_path / name
-    put(str(local), records, compression)
+    write_records(str(local), records, compression)
 
     fs = s3["fs"]
     assert fs.ls(prefix) == [f"{prefix}/{name}"]  # atomic write: no temporary object left behind
@@ -151,12 +145,12 @@ def test_writer_abort_leaves_nothing(s3):
 
 
 @pytest.mark.parametrize("compression,name", [(None, "x.tfrecord"), ("gzip", "x.tfrecord.gz")])
-def test_build_index_on_s3(s3, tmp_path, compression, name):
+def test_build_index_on_s3(s3, tmp_path, compression, name, write_records):
     url = f"s3://{BUCKET}/index-{compression}/{name}"
     records = example_records(100, 25)
-    put(url, records, compression)
+    write_records(url, records, compression)
     local = tmp_path / name
-    put(str(local), records, compression)
+    write_records(str(local), records, compression)
 
     index_url = tfr_torch.build_index(url)
     assert index_url == url + ".idx"
@@ -177,7 +171,7 @@ def _worker_pid(item):
 
 @pytest.mark.parametrize("variant", ["index-shuffle", "index-batches", "noindex-batches", "gzip-index-shuffle",
                                      "gzip-noindex-shuffle"])
-def test_dataset_glob_with_dataloader_workers(s3, variant):
+def test_dataset_glob_with_dataloader_workers(s3, variant, write_records):
     counts = [13, 0, 7, 21, 5]  # one empty object
     gzip = variant.startswith("gzip")
     suffix = ".tfrecord.gz" if gzip else ".tfrecord"
@@ -186,12 +180,13 @@ def test_dataset_glob_with_dataloader_workers(s3, variant):
     first = 1
     for n, count in enumerate(counts):
         url = f"{prefix}/train-{n:02d}{suffix}"
-        put(url, example_records(first, count), "gzip" if gzip else None)
+        write_records(url, example_records(first, count), "gzip" if gzip else None)
         all_ids += list(range(first, first + count))
         first += count
         if "noindex" not in variant:
             tfr_torch.build_index(url)
-    put(f"{prefix}/other{suffix}", example_records(10_000, 3), "gzip" if gzip else None)  # not matched by the glob
+    write_records(f"{prefix}/other{suffix}", example_records(10_000, 3),  # not matched by the glob
+                  "gzip" if gzip else None)
 
     index = None if "noindex" in variant else "auto"
     batch_size = 4 if "batches" in variant else None
@@ -219,7 +214,7 @@ def test_dataset_glob_with_dataloader_workers(s3, variant):
         assert seen != sorted(seen)
 
 
-def test_missing_object_raises_file_not_found_naming_the_url(s3):
+def test_missing_object_raises_file_not_found_naming_the_url(s3, write_records):
     url = f"s3://{BUCKET}/missing/nope.tfrecord"
     with pytest.raises(FileNotFoundError, match=re.escape(url)):
         list(tfr_torch.read_records(url))
@@ -234,7 +229,7 @@ def test_missing_object_raises_file_not_found_naming_the_url(s3):
         tfr_torch.TFRecordDataset(pattern)
     # a file that exists with an index that does not
     url = f"s3://{BUCKET}/missing/present.tfrecord"
-    put(url, example_records(0, 3))
+    write_records(url, example_records(0, 3))
     with pytest.raises(FileNotFoundError, match=re.escape(url + ".idx")):
         tfr_torch.TFRecordDataset(url, index=[url + ".idx"])
     # a bucket that does not exist
@@ -243,9 +238,9 @@ def test_missing_object_raises_file_not_found_naming_the_url(s3):
         list(tfr_torch.read_records(url))
 
 
-def test_missing_object_in_dataloader_worker(s3):
+def test_missing_object_in_dataloader_worker(s3, write_records):
     url = f"s3://{BUCKET}/missing-in-worker/a.tfrecord"
-    put(url, example_records(0, 4))
+    write_records(url, example_records(0, 4))
     dataset = tfr_torch.TFRecordDataset([url], features=SPEC)
     s3["fs"].rm(url)  # deleted between building the dataset and reading it
     loader = DataLoader(dataset, batch_size=None, num_workers=2)

@@ -113,11 +113,11 @@ def test_without_shared_memory_batches_go_inline(monkeypatch):
     assert _send(RecordBatch([b"a", b"bc"])) == [b"a", b"bc"]
 
 
-def _write(path, n):
-    with tfr_torch.TFRecordWriter(path) as writer:
-        for i in range(n):
-            writer.write(tfr_torch.encode_example({"id": i, "data": bytes([i % 251]) * (i * 37 % 5000)}))
-    tfr_torch.build_index(path)
+@pytest.fixture
+def write(write_records):
+    """write(path, n): n Examples (ids 0..n-1, payloads of varied sizes) and the file's index."""
+    return lambda path, n: write_records(
+        path, [{"id": i, "data": bytes([i % 251]) * (i * 37 % 5000)} for i in range(n)], index=True)
 
 
 SPEC = {"id": tfr_torch.FixedLenFeature([], torch.int64), "data": tfr_torch.FixedLenFeature([], tfr_torch.string)}
@@ -125,9 +125,9 @@ SPEC = {"id": tfr_torch.FixedLenFeature([], torch.int64), "data": tfr_torch.Fixe
 
 @pytest.mark.parametrize("shared_memory", [True, False])
 @pytest.mark.parametrize("features", [SPEC, None])
-def test_dataloader_batches_equal_the_in_process_ones(tmp_path, shared_memory, features):
+def test_dataloader_batches_equal_the_in_process_ones(tmp_path, shared_memory, features, write):
     path = str(tmp_path / "d.tfrecord")
-    _write(path, 203)
+    write(path, 203)
     dataset = tfr_torch.TFRecordDataset(path, features, index="auto", batch_size=16, shared_memory=shared_memory)
     want = list(dataset)
     loader = DataLoader(dataset, batch_size=None, num_workers=2)
@@ -142,9 +142,9 @@ def test_dataloader_batches_equal_the_in_process_ones(tmp_path, shared_memory, f
             assert batch["data"] == [bytes([i % 251]) * (i * 37 % 5000) for i in batch["id"].tolist()]
 
 
-def test_dataloader_per_record_items_collated_in_workers(tmp_path):
+def test_dataloader_per_record_items_collated_in_workers(tmp_path, write):
     path = str(tmp_path / "d.tfrecord")
-    _write(path, 40)
+    write(path, 40)
     dataset = tfr_torch.TFRecordDataset(path, SPEC, index="auto")
     got = list(DataLoader(dataset, batch_size=8, num_workers=2))
     ids = sorted(i for batch in got for i in batch["id"].tolist())
@@ -152,9 +152,9 @@ def test_dataloader_per_record_items_collated_in_workers(tmp_path):
     assert all(type(batch) is dict for batch in got)
 
 
-def test_transform_output_that_is_not_a_dict_passes_through(tmp_path):
+def test_transform_output_that_is_not_a_dict_passes_through(tmp_path, write):
     path = str(tmp_path / "d.tfrecord")
-    _write(path, 20)
+    write(path, 20)
     dataset = tfr_torch.TFRecordDataset(path, SPEC, index="auto", batch_size=5,
                                         transform=lambda b: (b["id"], b["data"]))
     got = list(DataLoader(dataset, batch_size=None, num_workers=2))
@@ -162,9 +162,9 @@ def test_transform_output_that_is_not_a_dict_passes_through(tmp_path):
 
 
 @needs_shm
-def test_spawned_workers_and_mappings_of_finished_workers_are_dropped(tmp_path):
+def test_spawned_workers_and_mappings_of_finished_workers_are_dropped(tmp_path, write):
     path = str(tmp_path / "d.tfrecord")
-    _write(path, 64)
+    write(path, 64)
     dataset = tfr_torch.TFRecordDataset(path, SPEC, index="auto", batch_size=8)
     loader = DataLoader(dataset, batch_size=None, num_workers=2, multiprocessing_context="spawn")
     for _ in range(2):
@@ -177,9 +177,9 @@ def test_spawned_workers_and_mappings_of_finished_workers_are_dropped(tmp_path):
 
 
 @pytest.mark.parametrize("shared_memory", [True, False])
-def test_indexed_dataset_batches_collated_in_workers(tmp_path, shared_memory):
+def test_indexed_dataset_batches_collated_in_workers(tmp_path, shared_memory, write):
     path = str(tmp_path / "d.tfrecord")
-    _write(path, 50)
+    write(path, 50)
     dataset = tfr_torch.IndexedTFRecordDataset(path, SPEC, shared_memory=shared_memory)
     assert type(dataset[3]) is dict  # not in a worker: a plain dict
     got = list(DataLoader(dataset, batch_size=8, num_workers=2))

@@ -37,18 +37,11 @@ MESSAGE = ("was built as rank 0 of 1 (from default) but is read as rank {rank} o
            "rank= and world_size= explicitly")
 
 
-def write_files(folder: Path, with_index: bool) -> list[int]:
-    ids, next_id = [], 1000
-    for n, count in enumerate(COUNTS):
-        path = folder / f"train-{n:02d}.tfrecord"
-        with tfr_torch.TFRecordWriter(path) as writer:
-            for _ in range(count):
-                writer.write_example({"id": next_id})
-                ids.append(next_id)
-                next_id += 1
-        if with_index:
-            tfr_torch.build_index(path)
-    return ids
+@pytest.fixture(scope="module")
+def write_files(write_corpus):
+    """write_files(folder, with_index) -> ids: train-NN.tfrecord files of COUNTS Examples {"id": 1000, 1001, ...}."""
+    return lambda folder, with_index: write_corpus(folder, COUNTS, name="train-{:02d}.tfrecord", first=1000,
+                                                   index=with_index).ids
 
 
 def xla_env(devices: int | None, **extra: str) -> dict:
@@ -89,7 +82,8 @@ def assert_parent_untouched(parent: dict) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("index, drop_last, batch_size, workers", [("auto", True, 4, 2), (None, False, 5, 0)],
                          ids=["index-drop_last-2-workers", "no-index-0-workers"])
-def test_four_replicas_detect_their_rank_and_read_each_record_once(tmp_path, index, drop_last, batch_size, workers):
+def test_four_replicas_detect_their_rank_and_read_each_record_once(tmp_path, index, drop_last, batch_size, workers,
+                                                                   write_files):
     all_ids = write_files(tmp_path, with_index=index == "auto")
     config = {"mode": "inside", "paths": str(tmp_path / "train-*.tfrecord"), "index": index, "drop_last": drop_last,
               "batch_size": batch_size, "num_workers": workers, "epochs": 2}
@@ -123,7 +117,7 @@ def test_four_replicas_detect_their_rank_and_read_each_record_once(tmp_path, ind
 
 
 @pytest.mark.slow
-def test_one_device_reads_everything(tmp_path):
+def test_one_device_reads_everything(tmp_path, write_files):
     all_ids = write_files(tmp_path, with_index=True)
     config = {"mode": "inside", "paths": str(tmp_path / "train-*.tfrecord"), "index": "auto", "batch_size": 7,
               "num_workers": 1, "epochs": 1}
@@ -136,7 +130,7 @@ def test_one_device_reads_everything(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def built_before_launch(tmp_path_factory):
+def built_before_launch(tmp_path_factory, write_files):
     tmp_path = tmp_path_factory.mktemp("parent")
     write_files(tmp_path, with_index=True)
     config = {"mode": "parent", "paths": str(tmp_path / "train-*.tfrecord"), "index": "auto", "batch_size": 4,
@@ -166,7 +160,7 @@ def test_dataset_built_before_launch_refuses_to_read(built_before_launch):
 
 @pytest.mark.parametrize("env", [{"PJRT_DEVICE": "TPU"}, {"RANK": "1", "WORLD_SIZE": "2"}],
                          ids=["PJRT_DEVICE=TPU-no-TPU", "RANK-WORLD_SIZE-no-PJRT_DEVICE"])
-def test_imported_torch_xla_with_no_running_runtime(tmp_path, env):
+def test_imported_torch_xla_with_no_running_runtime(tmp_path, env, write_files):
     """torch_xla imported but never started (no TPU here, or no PJRT_DEVICE): detection neither fails nor starts
     it nor writes the environment; RANK/WORLD_SIZE answer when set."""
     write_files(tmp_path, with_index=True)

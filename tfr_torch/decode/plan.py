@@ -116,6 +116,34 @@ def _features_of(record: Any, locator: Locator, i: int) -> Any:
         raise _located(exc, locator, i) from None
 
 
+def _example_kernel(core: Any, wire_kinds: Mapping[str, str]) -> Any:
+    """The compiled core's decoder of these keys' Features (of Examples, or SequenceExamples' context)."""
+    return core.ExampleDecoder([key.encode() for key in wire_kinds], bytes(_KERNEL_KINDS[kind] for kind in
+                                                                           wire_kinds.values()))
+
+
+def _kernel_units(kernel: Any, wire_kinds: Mapping[str, str], records: Sequence[bytes],
+                  what: str = "feature") -> Units | None:
+    """Units with every column of `wire_kinds` decoded by the compiled kernel in one pass over the records; None
+    when a record needs the reference parser (malformed, uncommon, or not bytes), which then defines the answer."""
+    status, columns = kernel.decode(records)
+    if status:
+        return None
+    units = Units(_NO_FEATURES * len(records), Locator(None), what=what)
+    raws = {}
+    for (key, kind), (present, counts, values, uniform) in zip(wire_kinds.items(), columns):
+        if present is None:  # an uncommon encoding in this column: the reference decodes its raw Features
+            raws[key] = values
+            continue
+        if kind != "bytes":
+            values = np.frombuffer(values, dtype=_NUMPY_OF_KIND[kind])
+        units.preset(key, kind, Column(np.frombuffer(present, dtype=np.bool_),
+                                       np.frombuffer(counts, dtype=np.int64), values, uniform))
+    if raws:
+        units.raw_columns = raws
+    return units
+
+
 class ExamplePlan:
     """The decoding plan of one `features` spec for tf.train.Example records (see `parse_example`)."""
 
@@ -132,26 +160,9 @@ class ExamplePlan:
         """Units with every column decoded by the compiled kernel in one pass over the records; None when a record
         needs the reference parser (malformed, uncommon, or not bytes), which then defines the answer or error."""
         if self._kernel_of is not core:
-            keys = list(self._wire_kinds)
-            self._kernel = core.ExampleDecoder([key.encode() for key in keys],
-                                               bytes(_KERNEL_KINDS[self._wire_kinds[key]] for key in keys))
+            self._kernel = _example_kernel(core, self._wire_kinds)
             self._kernel_of = core
-        status, columns = self._kernel.decode(records)
-        if status:
-            return None
-        units = Units(_NO_FEATURES * len(records), Locator(None))
-        raws = {}
-        for (key, kind), (present, counts, values, uniform) in zip(self._wire_kinds.items(), columns):
-            if present is None:  # an uncommon encoding in this column: the reference decodes its raw Features
-                raws[key] = values
-                continue
-            if kind != "bytes":
-                values = np.frombuffer(values, dtype=_NUMPY_OF_KIND[kind])
-            units.preset(key, kind, Column(np.frombuffer(present, dtype=np.bool_),
-                                           np.frombuffer(counts, dtype=np.int64), values, uniform))
-        if raws:
-            units.raw_columns = raws
-        return units
+        return _kernel_units(self._kernel, self._wire_kinds, records)
 
     def parse(self, serialized: Sequence[bytes], example_names: Sequence[ExampleName] | None = None,
               single: bool = False) -> dict[str, Any]:
@@ -238,6 +249,14 @@ class SequenceExamplePlan:
             raise ValueError("parse_sequence_example needs context_features or sequence_features (both are empty)")
         _check_wire_kinds(self.context, "context_features")
         self._list_keys = {key: self._keys_of(key, d) for key, d in self.sequence.items()}
+        self._context_kinds = {k: kind for d in self.context.values() for k, kind in d.wire_keys().items()}
+        self._list_kinds: dict[str, str] = {}  # every feature list read, and its kind
+        self._native_ok = True  # False when one list is read as two kinds: the reference reports it
+        for d in self.sequence.values():
+            for k, kind in (d.wire_keys() if not isinstance(d, StepSequenceDecoder) else {d.key: d.kind}).items():
+                self._native_ok &= self._list_kinds.setdefault(k, kind) == kind
+        self._kernel: Any = None  # the compiled core's context decoder, made on first use
+        self._kernel_of: Any = None
 
     @staticmethod
     def _keys_of(key: str, decoder: Any) -> list[str]:
@@ -248,6 +267,11 @@ class SequenceExamplePlan:
     def parse(self, serialized: Sequence[bytes], example_names: Sequence[ExampleName] | None = None, single: bool = False):
         records = _records(serialized, example_names, "parse_sequence_example")
         locator = Locator(example_names, single)
+        core = _native.core
+        if core is not None and self._native_ok:
+            parsed = self._native_parse(core, records, locator, single)
+            if parsed is not None:
+                return parsed
         contexts, lists = [], []
         for i, record in enumerate(records):
             data = _record_bytes(record, locator, i)
@@ -268,6 +292,68 @@ class SequenceExamplePlan:
             else:
                 feature_lists[key] = decoder(steps, single, steps_per_example=per_example)
         return context, feature_lists, lengths
+
+    def _native_parse(self, core: Any, records: Sequence[bytes], locator: Locator, single: bool):
+        """parse() by the compiled kernels: the context by the Example decoder (SequenceExample.context has
+        Example.features' field number), every feature list in one pass. None when a record needs the reference
+        parser, which then defines the answer or the error."""
+        status, columns = core.decode_feature_lists([k.encode() for k in self._list_kinds],
+                                                    bytes(_KERNEL_KINDS[kind] for kind in self._list_kinds.values()),
+                                                    records)
+        if status:
+            return None
+        context_units = None
+        if self._context_kinds:
+            if self._kernel_of is not core:
+                self._kernel = _example_kernel(core, self._context_kinds)
+                self._kernel_of = core
+            context_units = _kernel_units(self._kernel, self._context_kinds, records, what="context feature")
+            if context_units is None:
+                return None
+            context_units.locator = locator
+        lists = {key: column for key, column in zip(self._list_kinds, columns)}
+        context = {key: decoder(context_units, single) for key, decoder in self.context.items()}
+        feature_lists, lengths = {}, {}
+        for key, decoder in self.sequence.items():
+            steps, per_example = self._native_steps(key, decoder, lists, len(records), locator, core)
+            if isinstance(decoder, StepSequenceDecoder):
+                feature_lists[key] = decoder(steps, per_example, single)
+                lengths[key] = torch.from_numpy(per_example)
+            else:
+                feature_lists[key] = decoder(steps, single, steps_per_example=per_example)
+        return context, feature_lists, lengths
+
+    def _native_steps(self, key: str, decoder: Any, lists: dict, n: int, locator: Locator,
+                      core: Any) -> tuple[Units, np.ndarray]:
+        """_steps from the kernel's columns: the same units, and the same first error."""
+        keys = self._list_keys[key]
+        has = np.stack([np.frombuffer(lists[k][0], dtype=np.bool_) for k in keys]) if n else np.zeros((len(keys), 0), bool)
+        steps = np.stack([np.frombuffer(lists[k][1], dtype=np.int64) for k in keys]) if n else np.zeros((len(keys), 0),
+                                                                                                        np.int64)
+        found = has.any(axis=0)
+        required = isinstance(decoder, StepSequenceDecoder) and not decoder.spec.allow_missing
+        uneven = found & (~has.all(axis=0) | (steps != steps[:1]).any(axis=0))
+        bad = np.flatnonzero(uneven | (~found if required else np.zeros(n, dtype=bool)))
+        if len(bad):
+            i = int(bad[0])
+            if not found[i]:
+                raise locator.error(key, i, "is required but missing (FixedLenSequenceFeature with "
+                                            "allow_missing=False)", what="feature list")
+            shown = ", ".join(f"{k!r}: {int(steps[j, i]) if has[j, i] else 'missing'}" for j, k in enumerate(keys))
+            raise locator.error(key, i, f"its feature lists have different numbers of steps ({shown})",
+                                what="feature list")
+        per_example = np.where(found, steps[0], 0).astype(np.int64) if n else np.zeros(0, dtype=np.int64)
+        total = int(per_example.sum())
+        where = np.frombuffer(core.sparse_indices(per_example), dtype=np.int64).reshape(2, total)
+        units = Units(_NO_FEATURES * total, locator, where[0], where[1], what="feature list")
+        for k in keys:
+            _, _, step_present, step_counts, values, uniform = lists[k]
+            kind = self._list_kinds[k]
+            if kind != "bytes":
+                values = np.frombuffer(values, dtype=_NUMPY_OF_KIND[kind])
+            units.preset(k, kind, Column(np.frombuffer(step_present, dtype=np.bool_),
+                                         np.frombuffer(step_counts, dtype=np.int64), values, uniform))
+        return units, per_example
 
     def _steps(self, key: str, decoder: Any, lists: list, locator: Locator) -> tuple[Units, np.ndarray]:
         """Units for one sequence feature: every step of every example, with the step's Feature of each key it

@@ -284,3 +284,80 @@ size_t tfr_fill_bytes(tfr_slice feature, tfr_slice *out_slices) {
     }
     return n;
 }
+
+/* ---- SequenceExample feature lists ---------------------------------------------------------------------------- */
+
+#define TAG_SEQ_CONTEXT 0x0A       /* SequenceExample.context, LEN */
+#define TAG_SEQ_FEATURE_LISTS 0x12 /* SequenceExample.feature_lists, LEN */
+#define TAG_LIST_FEATURE 0x0A      /* FeatureList.feature, LEN */
+
+/* A Features message in the layout writers emit (map entries key-then-value, UTF-8 keys), whatever its keys. */
+static int check_features(const uint8_t *p, const uint8_t *end) {
+    while (p < end) {
+        const uint8_t *entry, *key, *value;
+        size_t len, key_len, value_len;
+        if (*p++ != TAG_MAP_ENTRY || !wire_bytes(&p, end, &entry, &len)) return -1;
+        const uint8_t *e = entry, *e_end = entry + len;
+        if (e >= e_end || *e++ != TAG_ENTRY_KEY || !wire_bytes(&e, e_end, &key, &key_len)) return -1;
+        if (e >= e_end || *e++ != TAG_ENTRY_VALUE || !wire_bytes(&e, e_end, &value, &value_len)) return -1;
+        if (e != e_end || !valid_utf8(key, key_len)) return -1;
+    }
+    return 0;
+}
+
+int tfr_scan_sequence(const tfr_plan *plan, const uint8_t *rec, size_t n, tfr_slice *lists) {
+    const uint8_t *p = rec, *end = rec + n;
+    int seen_context = 0, seen_lists = 0;
+    while (p < end) {
+        const uint8_t *field;
+        size_t len;
+        uint8_t tag = *p++;
+        if (tag == TAG_SEQ_CONTEXT && !seen_context && !seen_lists) {
+            if (!wire_bytes(&p, end, &field, &len) || check_features(field, field + len) < 0) return -1;
+            seen_context = 1;
+        } else if (tag == TAG_SEQ_FEATURE_LISTS && !seen_lists) {
+            if (!wire_bytes(&p, end, &field, &len)) return -1;
+            seen_lists = 1;
+            const uint8_t *q = field, *q_end = field + len;
+            while (q < q_end) {
+                const uint8_t *entry, *key, *value;
+                size_t entry_len, key_len, value_len;
+                if (*q++ != TAG_MAP_ENTRY || !wire_bytes(&q, q_end, &entry, &entry_len)) return -1;
+                const uint8_t *e = entry, *e_end = entry + entry_len;
+                if (e >= e_end || *e++ != TAG_ENTRY_KEY || !wire_bytes(&e, e_end, &key, &key_len)) return -1;
+                if (e >= e_end || *e++ != TAG_ENTRY_VALUE || !wire_bytes(&e, e_end, &value, &value_len)) return -1;
+                if (e != e_end) return -1;
+                long k = find_key(plan, key, key_len);
+                if (k >= 0) {
+                    if (lists[k].ptr) return -1; /* a key twice: the reference says which one counts */
+                    lists[k].ptr = value;
+                    lists[k].len = value_len;
+                } else {
+                    tfr_slice list = {value, value_len};
+                    uint64_t steps;
+                    if (!valid_utf8(key, key_len) || tfr_list_steps(list, NULL, &steps) < 0) return -1;
+                }
+            }
+        } else {
+            return -1; /* another field, or one of these twice / out of order: the reference decides */
+        }
+    }
+    return 0;
+}
+
+int tfr_list_steps(tfr_slice list, tfr_slice *steps, uint64_t *count) {
+    const uint8_t *p = list.ptr, *end = list.ptr + list.len;
+    uint64_t n = 0;
+    while (p < end) {
+        const uint8_t *feature;
+        size_t len;
+        if (*p++ != TAG_LIST_FEATURE || !wire_bytes(&p, end, &feature, &len)) return -1;
+        if (steps) {
+            steps[n].ptr = feature;
+            steps[n].len = len;
+        }
+        n++;
+    }
+    *count = n;
+    return 0;
+}

@@ -54,4 +54,17 @@ int tfr_count_feature(int kind, tfr_slice feature, uint64_t *count, int *present
 size_t tfr_fill_numeric(int kind, tfr_slice feature, void *out);
 size_t tfr_fill_bytes(tfr_slice feature, tfr_slice *out_slices);
 
+/* SequenceExample { Features context = 1; FeatureLists feature_lists = 2; }
+ * FeatureLists { map<string, FeatureList> feature_list = 1; }   FeatureList { repeated Feature feature = 1; }
+ *
+ * Find each planned key's FeatureList in one serialized SequenceExample (the context is read by the Example kernel:
+ * its field number is Example.features'). Only the layout writers emit is taken: at most one context then at most
+ * one feature_lists, no other fields, map entries key-then-value, no planned key twice, every FeatureList (planned
+ * or not) only Features, the context's Features well formed. Returns 0, or -1 for anything else (malformed or uncommon): the caller then takes the reference parser, which defines the answer. */
+int tfr_scan_sequence(const tfr_plan *plan, const uint8_t *rec, size_t n, tfr_slice *lists);
+
+/* The steps (Features) of one FeatureList: their number at *count and, when `steps` is not NULL, their slices.
+ * Returns 0, or -1 when the list holds anything but its Features. */
+int tfr_list_steps(tfr_slice list, tfr_slice *steps, uint64_t *count);
+
 #endif

@@ -136,18 +136,16 @@ typedef struct {
     tfr_plan plan;
 } ExampleDecoder;
 
-static int decoder_init(ExampleDecoder *self, PyObject *args, PyObject *kwds) {
-    PyObject *keys_arg;
-    Py_buffer kinds;
-    if (!PyArg_ParseTuple(args, "Oy*:ExampleDecoder", &keys_arg, &kinds)) return -1;
+/* A plan from Python keys (a sequence of bytes) and kinds (one byte each: 0 bytes, 1 float, 2 int64). */
+static int plan_from_python(tfr_plan *plan, PyObject *keys_arg, const Py_buffer *kinds, const char *who) {
     PyObject *keys = PySequence_Fast(keys_arg, "keys must be a sequence of bytes");
     int result = -1;
     const uint8_t **ptrs = NULL;
     size_t *lens = NULL;
     if (!keys) goto done;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(keys);
-    if (n != kinds.len || n > (1 << 20)) {
-        PyErr_SetString(PyExc_ValueError, "ExampleDecoder: one kind per key, at most 2**20 keys");
+    if (n != kinds->len || n > (1 << 20)) {
+        PyErr_Format(PyExc_ValueError, "%s: one kind per key, at most 2**20 keys", who);
         goto done;
     }
     ptrs = malloc((n ? (size_t)n : 1) * sizeof(*ptrs));
@@ -158,16 +156,16 @@ static int decoder_init(ExampleDecoder *self, PyObject *args, PyObject *kwds) {
     }
     for (Py_ssize_t k = 0; k < n; k++) {
         PyObject *key = PySequence_Fast_GET_ITEM(keys, k);
-        uint8_t kind = ((uint8_t *)kinds.buf)[k];
+        uint8_t kind = ((const uint8_t *)kinds->buf)[k];
         if (!PyBytes_Check(key) || kind > TFR_INT64) {
-            PyErr_SetString(PyExc_TypeError, "ExampleDecoder: keys must be bytes, kinds 0 (bytes), 1 (float), 2 (int64)");
+            PyErr_Format(PyExc_TypeError, "%s: keys must be bytes, kinds 0 (bytes), 1 (float), 2 (int64)", who);
             goto done;
         }
         ptrs[k] = (const uint8_t *)PyBytes_AS_STRING(key);
         lens[k] = (size_t)PyBytes_GET_SIZE(key);
     }
-    tfr_plan_free(&self->plan);
-    if (tfr_plan_init(&self->plan, (size_t)n, ptrs, lens, kinds.buf) < 0) {
+    tfr_plan_free(plan);
+    if (tfr_plan_init(plan, (size_t)n, ptrs, lens, kinds->buf) < 0) {
         PyErr_NoMemory();
         goto done;
     }
@@ -176,6 +174,14 @@ done:
     free(ptrs);
     free(lens);
     Py_XDECREF(keys);
+    return result;
+}
+
+static int decoder_init(ExampleDecoder *self, PyObject *args, PyObject *kwds) {
+    PyObject *keys_arg;
+    Py_buffer kinds;
+    if (!PyArg_ParseTuple(args, "Oy*:ExampleDecoder", &keys_arg, &kinds)) return -1;
+    int result = plan_from_python(&self->plan, keys_arg, &kinds, "ExampleDecoder");
     PyBuffer_Release(&kinds);
     return result;
 }
@@ -413,6 +419,197 @@ static PyTypeObject ExampleDecoderType = {
     .tp_new = PyType_GenericNew,
 };
 
+/* ---- SequenceExample feature lists ---------------------------------------------------------------------------- */
+
+/* decode_feature_lists(keys, kinds, records) -> (0, columns) | (1, i) | (2, i) | (3, i)
+ *   columns[k]: (present: bytearray[b] 0/1 (record i has the list), steps: bytearray of b int64 (its step count),
+ *   step_present: bytearray[s] 0/1 (the step's Feature has a kind set), step_counts: bytearray of s int64,
+ *   values: bytearray of float32/int64 or list of bytes, uniform: every step's count when all are present with
+ *   one count, else -1), s = all records' steps of that key;
+ *   1: record i is malformed or uncommon, 2: a step's Feature in record i is malformed, uncommon or of another
+ *   kind, 3: record i is not bytes. For 1-3 the caller decodes the batch with the reference parser. */
+static PyObject *py_decode_feature_lists(PyObject *self, PyObject *args) {
+    PyObject *keys_arg, *records_arg;
+    Py_buffer kinds;
+    if (!PyArg_ParseTuple(args, "Oy*O:decode_feature_lists", &keys_arg, &kinds, &records_arg)) return NULL;
+    tfr_plan plan;
+    memset(&plan, 0, sizeof(plan));
+    int planned = plan_from_python(&plan, keys_arg, &kinds, "decode_feature_lists");
+    PyBuffer_Release(&kinds);
+    if (planned < 0) return NULL;
+    PyObject *seq = PySequence_Tuple(records_arg);
+    if (!seq) {
+        tfr_plan_free(&plan);
+        return NULL;
+    }
+    size_t b = (size_t)PyTuple_GET_SIZE(seq), k = plan.nkeys, bb = b ? b : 1, kk = k ? k : 1;
+    PyObject *result = NULL, *columns = NULL;
+    const uint8_t **data = malloc(bb * sizeof(*data));
+    size_t *size = malloc(bb * sizeof(*size));
+    tfr_slice *lists = bb <= SIZE_MAX / kk / sizeof(tfr_slice) ? calloc(bb * kk, sizeof(tfr_slice)) : NULL;
+    uint64_t *steps = bb <= SIZE_MAX / kk / sizeof(uint64_t) ? calloc(bb * kk, sizeof(uint64_t)) : NULL;
+    uint64_t *total_steps = calloc(kk, sizeof(uint64_t)), *total_values = calloc(kk, sizeof(uint64_t));
+    tfr_slice **step_slices = calloc(kk, sizeof(tfr_slice *));
+    uint64_t **step_counts = calloc(kk, sizeof(uint64_t *));
+    uint8_t **step_present = calloc(kk, sizeof(uint8_t *));
+    void **numeric_out = calloc(kk, sizeof(void *));
+    if (!data || !size || !lists || !steps || !total_steps || !total_values || !step_slices || !step_counts ||
+        !step_present || !numeric_out) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (size_t i = 0; i < b; i++) {
+        PyObject *item = PyTuple_GET_ITEM(seq, (Py_ssize_t)i);
+        if (!PyBytes_CheckExact(item)) {
+            result = Py_BuildValue("(in)", 3, (Py_ssize_t)i);
+            goto done;
+        }
+        data[i] = (const uint8_t *)PyBytes_AS_STRING(item);
+        size[i] = (size_t)PyBytes_GET_SIZE(item);
+    }
+    Py_ssize_t bad = -1;
+    int why = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (size_t i = 0; bad < 0 && i < b; i++)
+        if (tfr_scan_sequence(&plan, data[i], size[i], lists + i * k) < 0) bad = (Py_ssize_t)i, why = 1;
+    for (size_t key = 0; bad < 0 && key < k; key++)
+        for (size_t i = 0; bad < 0 && i < b; i++) {
+            tfr_slice list = lists[i * k + key];
+            if (list.ptr && tfr_list_steps(list, NULL, &steps[key * b + i]) < 0) bad = (Py_ssize_t)i, why = 1;
+            total_steps[key] += steps[key * b + i]; /* each step takes 2+ bytes of a record: cannot overflow */
+        }
+    Py_END_ALLOW_THREADS
+    if (bad >= 0) {
+        result = Py_BuildValue("(in)", why, bad);
+        goto done;
+    }
+    for (size_t key = 0; key < k; key++) {
+        size_t n = total_steps[key] ? (size_t)total_steps[key] : 1;
+        step_slices[key] = malloc(n * sizeof(tfr_slice));
+        step_counts[key] = calloc(n, sizeof(uint64_t));
+        step_present[key] = calloc(n, 1);
+        if (!step_slices[key] || !step_counts[key] || !step_present[key]) {
+            PyErr_NoMemory();
+            goto done;
+        }
+    }
+    Py_BEGIN_ALLOW_THREADS
+    for (size_t key = 0; bad < 0 && key < k; key++) {
+        size_t at = 0;
+        for (size_t i = 0; bad < 0 && i < b; i++) {
+            tfr_slice list = lists[i * k + key];
+            uint64_t n = 0;
+            if (!list.ptr) continue;
+            tfr_list_steps(list, step_slices[key] + at, &n); /* walked before: succeeds */
+            for (uint64_t j = 0; j < n; j++, at++) {
+                int present = 0;
+                if (tfr_count_feature(plan.kinds[key], step_slices[key][at], &step_counts[key][at], &present)
+                    != TFR_F_OK) {
+                    bad = (Py_ssize_t)i, why = 2;
+                    break;
+                }
+                step_present[key][at] = (uint8_t)present;
+                total_values[key] += step_counts[key][at];
+            }
+        }
+    }
+    Py_END_ALLOW_THREADS
+    if (bad >= 0) {
+        result = Py_BuildValue("(in)", why, bad);
+        goto done;
+    }
+    columns = PyList_New((Py_ssize_t)k);
+    for (size_t key = 0; columns && key < k; key++) {
+        size_t n = (size_t)total_steps[key];
+        int kind = plan.kinds[key];
+        uint8_t *has = malloc(bb);
+        Py_ssize_t uniform = -1;
+        if (!has) {
+            PyErr_NoMemory();
+            Py_CLEAR(columns);
+            break;
+        }
+        for (size_t i = 0; i < b; i++) has[i] = lists[i * k + key].ptr != NULL;
+        if (n && step_counts[key][0] <= (uint64_t)PY_SSIZE_T_MAX) {
+            uniform = (Py_ssize_t)step_counts[key][0];
+            for (size_t j = 0; j < n; j++)
+                if (!step_present[key][j] || step_counts[key][j] != step_counts[key][0]) {
+                    uniform = -1;
+                    break;
+                }
+        }
+        PyObject *present = new_bytearray(has, b);
+        free(has);
+        PyObject *list_steps = new_bytearray(steps + key * b, b * sizeof(uint64_t));
+        PyObject *sp = new_bytearray(step_present[key], n);
+        PyObject *sc = new_bytearray(step_counts[key], n * sizeof(uint64_t));
+        PyObject *values = NULL;
+        if (kind == TFR_BYTES) {
+            uint64_t total = total_values[key];
+            tfr_slice *slices = total <= SIZE_MAX / sizeof(tfr_slice) ? malloc((total ? total : 1) * sizeof(tfr_slice))
+                                                                      : NULL;
+            values = slices ? PyList_New((Py_ssize_t)total) : PyErr_NoMemory();
+            size_t at = 0;
+            for (size_t j = 0; values && j < n; j++) at += tfr_fill_bytes(step_slices[key][j], slices + at);
+            for (size_t j = 0; values && j < at; j++) {
+                PyObject *item = PyBytes_FromStringAndSize((const char *)slices[j].ptr, (Py_ssize_t)slices[j].len);
+                if (!item) Py_CLEAR(values);
+                else PyList_SET_ITEM(values, (Py_ssize_t)j, item);
+            }
+            free(slices);
+        } else if (total_values[key] > (uint64_t)PY_SSIZE_T_MAX / 8) {
+            values = PyErr_NoMemory();
+        } else {
+            values = new_bytearray(NULL, (size_t)total_values[key] * (kind == TFR_FLOAT ? 4 : 8));
+            if (values) numeric_out[key] = PyByteArray_AS_STRING(values);
+        }
+        PyObject *column = NULL;
+        if (present && list_steps && sp && sc && values) {
+            column = Py_BuildValue("(NNNNNn)", present, list_steps, sp, sc, values, uniform);
+        } else {
+            Py_XDECREF(present);
+            Py_XDECREF(list_steps);
+            Py_XDECREF(sp);
+            Py_XDECREF(sc);
+            Py_XDECREF(values);
+        }
+        if (!column) {
+            Py_CLEAR(columns);
+            break;
+        }
+        PyList_SET_ITEM(columns, (Py_ssize_t)key, column);
+    }
+    if (!columns) goto done;
+    Py_BEGIN_ALLOW_THREADS
+    for (size_t key = 0; key < k; key++) {
+        if (!numeric_out[key]) continue;
+        size_t at = 0, width = plan.kinds[key] == TFR_FLOAT ? 4 : 8;
+        for (size_t j = 0; j < (size_t)total_steps[key]; j++)
+            at += tfr_fill_numeric(plan.kinds[key], step_slices[key][j], (char *)numeric_out[key] + at * width);
+    }
+    Py_END_ALLOW_THREADS
+    result = Py_BuildValue("(iN)", 0, columns);
+done:
+    for (size_t key = 0; key < k; key++) {
+        if (step_slices) free(step_slices[key]);
+        if (step_counts) free(step_counts[key]);
+        if (step_present) free(step_present[key]);
+    }
+    free(data);
+    free(size);
+    free(lists);
+    free(steps);
+    free(total_steps);
+    free(total_values);
+    free(step_slices);
+    free(step_counts);
+    free(step_present);
+    free(numeric_out);
+    tfr_plan_free(&plan);
+    Py_DECREF(seq);
+    return result;
+}
+
 /* ---- sparse indices ----------------------------------------------------------------------------------------- */
 
 /* sparse_indices(counts) -> bytearray: for per-row value counts (int64, each >= 0) the [2, nnz] int64 COO indices
@@ -581,6 +778,8 @@ static PyMethodDef module_methods[] = {
     {"frame_records", py_frame_records, METH_O, "frame_records(records) -> bytes: the records framed back to back"},
     {"sparse_indices", py_sparse_indices, METH_O,
      "sparse_indices(counts) -> bytearray: [2, sum(counts)] int64 COO indices (row, position) of per-row counts"},
+    {"decode_feature_lists", py_decode_feature_lists, METH_VARARGS,
+     "decode_feature_lists(keys, kinds, records) -> (status, columns or record index): SequenceExample lists"},
     {"bytes_total", py_bytes_total, METH_O, "bytes_total(values) -> total length of a list of bytes, else -1"},
     {"pack_bytes", py_pack_bytes, METH_VARARGS,
      "pack_bytes(values, buffer, offset) -> lengths: a list of bytes written back to back into a writable buffer"},
