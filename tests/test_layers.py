@@ -20,6 +20,26 @@ def test_format_layer_does_not_import_torch():
     assert _run(code) == "False"
 
 
+def test_shard_set_layout_does_not_import_torch():
+    code = (
+        "import sys, tfr_torch.format.shardset, tfr_torch.tfds.metadata\n"
+        "tfr_torch.format.shardset.shard_name('a', 'train', 0, 1)\n"
+        "print('torch' in sys.modules)"
+    )
+    assert _run(code) == "False"
+
+
+def test_lower_layers_do_not_import_tools_or_integrations():
+    """format -> decode -> data -> tools: importing the datasets and decoders loads no converter, CLI, image codec,
+    TFDS or Ray module."""
+    code = (
+        "import sys, tfr_torch.tensors, tfr_torch.decode.plan, tfr_torch.decode.sidecar, tfr_torch.decode.dtypes, "
+        "tfr_torch.data.dataset, tfr_torch.data.indexed, tfr_torch.data.indexes, tfr_torch.data.cache\n"
+        "print(sorted({m.split('.')[1] for m in sys.modules if m.startswith('tfr_torch.') and m.count('.') > 1}))"
+    )
+    assert _run(code) == "['_native', 'data', 'decode', 'format']"
+
+
 def test_cli_does_not_import_torch_for_format_commands():
     assert _run("import sys, tfr_torch.tools.cli; print('torch' in sys.modules)") == "False"
 

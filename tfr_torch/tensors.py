@@ -7,31 +7,18 @@ from typing import Any, Union
 import numpy as np
 import torch
 
+from tfr_torch.decode.dtypes import ALIASES, TORCH_OF_NAME, string
 from tfr_torch.errors import DecodeError
 from tfr_torch.format.tensor import DTYPES, MAX_TENSOR_BYTES, DataType, decode_tensor_proto, encode_tensor_proto
 
 __all__ = ["serialize_tensor", "parse_tensor"]
 
-_TORCH_OF_CODE: dict[int, torch.dtype] = {
-    DataType.FLOAT: torch.float32,
-    DataType.DOUBLE: torch.float64,
-    DataType.INT32: torch.int32,
-    DataType.UINT8: torch.uint8,
-    DataType.INT16: torch.int16,
-    DataType.INT8: torch.int8,
-    DataType.COMPLEX64: torch.complex64,
-    DataType.INT64: torch.int64,
-    DataType.BOOL: torch.bool,
-    DataType.BFLOAT16: torch.bfloat16,
-    DataType.UINT16: torch.uint16,
-    DataType.COMPLEX128: torch.complex128,
-    DataType.HALF: torch.float16,
-    DataType.UINT32: torch.uint32,
-    DataType.UINT64: torch.uint64,
-}
+# DataType codes <-> torch dtypes and names, from the one table of names (tfr_torch.decode.dtypes)
+_TORCH_OF_CODE: dict[int, torch.dtype] = {code: TORCH_OF_NAME[name] for code, (name, _, _) in DTYPES.items()
+                                          if name != string}
 _CODE_OF_TORCH = {v: k for k, v in _TORCH_OF_CODE.items()}
 _CODE_OF_NAME = {name: code for code, (name, _, _) in DTYPES.items()}
-_CODE_OF_NAME.update({"float": DataType.FLOAT, "double": DataType.DOUBLE, "half": DataType.HALF, "bytes": DataType.STRING})
+_CODE_OF_NAME.update({alias: _CODE_OF_NAME[name] for alias, name in ALIASES.items()})
 
 
 def serialize_tensor(x: torch.Tensor | np.ndarray) -> bytes:

@@ -9,12 +9,12 @@ import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Literal
 
-import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from tfr_torch.data.counting import SharedCounts, user_site
 from tfr_torch.data.distributed import check_rank_world, rank_world
+from tfr_torch.data.indexes import resolve_indexes
 from tfr_torch.data.reading import Located, Source, interleave, iter_random, iter_run, shuffle_buffer
 from tfr_torch.data.transport import shared_memory_available, wrap_for_transport
 from tfr_torch.data.sharding import (
@@ -30,14 +30,16 @@ from tfr_torch.data.sharding import (
 )
 from tfr_torch.decode.plan import compile_features
 from tfr_torch.decode.hints import check_features_argument, check_spec
-from tfr_torch.decode.sidecar import class_names, find_sidecar, spec_from_json, trusted_counts
+from tfr_torch.decode.sidecar import spec_from_json
 from tfr_torch.format.compression import normalize_compression
-from tfr_torch.format.index import index_path_for, read_index, scan_index
+from tfr_torch.format.index import scan_index
 from tfr_torch.format.location import RecordLocation
-from tfr_torch.format.paths import PathLike, exists, expand_paths, file_sizes
+from tfr_torch.format.options import CompressionOrAuto, OnError, check_on_error, check_positive_int
+from tfr_torch.format.paths import PathLike, expand_paths, file_sizes
 from tfr_torch.format.reader import RecordReader
+from tfr_torch.format.shardset import Sidecar, class_names, find_sidecar, trusted_counts
 
-__all__ = ["TFRecordDataset", "resolve_indexes"]
+__all__ = ["TFRecordDataset"]
 
 _STATE_VERSION = 1
 _ROW_CHUNK = 32  # records decoded together in per-record mode (see TFRecordDataset._rows)
@@ -48,23 +50,6 @@ def _compressed(path: str, compression: str | None) -> bool:
         return normalize_compression(compression) != "none"
     with RecordReader(path, compression, verify=False) as reader:
         return reader.compression != "none"
-
-
-def resolve_indexes(paths: Sequence[str], index: Any, compression: str | None) -> list[np.ndarray | None]:
-    """Per file, its index as an (n, 2) array, or None. `index`: None (no indexes), "auto" (`<file>.idx` where it
-    exists), or a list of index paths (one per file, None allowed). Every index is checked against its file."""
-    if index is None:
-        return [None] * len(paths)
-    if index == "auto":
-        found = [index_path_for(p) for p in paths]
-        chosen = [p if exists(p) else None for p in found]
-    elif isinstance(index, (str, os.PathLike)):
-        raise ValueError('index must be None, "auto" or a list of index paths (one per file)')
-    else:
-        chosen = [None if i is None else os.fspath(i) for i in index]
-        if len(chosen) != len(paths):
-            raise ValueError(f"index lists {len(chosen)} index files for {len(paths)} TFRecord files")
-    return [None if i is None else read_index(i, p, compression) for i, p in zip(chosen, paths)]
 
 
 class TFRecordDataset(IterableDataset):
@@ -101,7 +86,7 @@ class TFRecordDataset(IterableDataset):
         features: Mapping[str, Any] | Literal["auto"] | None = None,
         *,
         index: Any = None,
-        compression: str | None = "auto",
+        compression: CompressionOrAuto = "auto",
         shuffle: bool = False,
         seed: int = 0,
         batch_size: int | None = None,
@@ -113,7 +98,7 @@ class TFRecordDataset(IterableDataset):
         shuffle_buffer: int = 10_000,
         interleave: int = 4,
         verify: bool = True,
-        on_error: Any = "raise",
+        on_error: OnError = "raise",
         shared_memory: bool = True,
         split: str | None = None,
         as_supervised: bool = False,
@@ -138,6 +123,7 @@ class TFRecordDataset(IterableDataset):
             raise ValueError(f"batch_size must be None or a positive int, got {batch_size!r}")
         if not isinstance(shuffle_buffer, int) or shuffle_buffer < 0:
             raise ValueError(f"shuffle_buffer must be a non-negative int (records), got {shuffle_buffer!r}")
+        normalize_compression(compression, allow_auto=True)  # a bad value raises here, naming it, not in a worker
         self.features = features
         self.compression = compression
         self.shuffle = bool(shuffle)
@@ -147,9 +133,9 @@ class TFRecordDataset(IterableDataset):
         self.transform = transform
         self.pad = bool(pad)
         self.shuffle_buffer = shuffle_buffer
-        self.interleave = max(int(interleave), 1)
+        self.interleave = check_positive_int(interleave, "interleave", "files read at once")
         self.verify = verify
-        self.on_error = on_error
+        self.on_error = check_on_error(on_error)
         self.shared_memory = bool(shared_memory)
         self._rank_world = rank_world(rank, world_size)  # checked again where the records are read
         self.rank, self.world_size = self._rank_world.rank, self._rank_world.world_size
@@ -412,13 +398,13 @@ class TFRecordDataset(IterableDataset):
         return shuffle_buffer(interleave(streams, self.interleave), self.shuffle_buffer, rng)
 
 
-def auto_features(sidecar: Any) -> dict[str, Any]:
+def auto_features(sidecar: Sidecar | None) -> dict[str, Any]:
     """The spec of features="auto": the one in the sidecar ShardedWriter writes beside its shards."""
-    if sidecar is None or not sidecar.data.get("features"):
+    if sidecar is None or not sidecar.features:
         raise ValueError("features='auto' needs the sidecar ShardedWriter writes beside its shards "
                          "(<name>-<split>.tfr_torch.json) and none describes these files; pass a spec "
                          "(tfr_torch.infer_features(paths) proposes one)")
-    return spec_from_json(sidecar.data["features"])
+    return spec_from_json(sidecar.features)
 
 
 def existing_sizes(paths: Sequence[str]) -> list[int | None]:

@@ -10,14 +10,15 @@ import numpy as np
 from torch.utils.data import Dataset, get_worker_info
 
 from tfr_torch.data.counting import user_site
-from tfr_torch.data.dataset import _is_tfds, auto_features, existing_sizes, plan_of, resolve_indexes
+from tfr_torch.data.dataset import _is_tfds, auto_features, existing_sizes, plan_of
+from tfr_torch.data.indexes import resolve_indexes
 from tfr_torch.decode.hints import check_features_argument
-from tfr_torch.decode.sidecar import class_names, find_sidecar
 from tfr_torch.data.transport import Batch, shared_memory_available
 from tfr_torch.format.index import scan_index
 from tfr_torch.format.location import RecordLocation
 from tfr_torch.format.paths import PathLike, expand_paths
 from tfr_torch.format.reader import RecordFile
+from tfr_torch.format.shardset import class_names, find_sidecar
 
 __all__ = ["IndexedTFRecordDataset"]
 

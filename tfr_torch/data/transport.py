@@ -27,7 +27,7 @@ import struct
 import threading
 import warnings
 from multiprocessing.reduction import ForkingPickler
-from typing import Any, Callable
+from typing import Any, Callable, Literal, NamedTuple, Union
 
 import torch
 
@@ -40,6 +40,41 @@ _ALIGN = 64
 _MIN_SLAB = 1 << 20
 _MAX_SLABS = 8  # per worker: more batches in flight means nobody releases them, so send the next ones inline
 _RELEASED = struct.Struct("<Q")
+
+
+Container = Literal["dict", "list"]  # what a batch is: a Batch (dict) or a RecordBatch (list of bytes)
+
+
+class TensorEntry(NamedTuple):
+    """A dense CPU tensor written into a slab: `nbytes` bytes at `pos`, rebuilt as torch dtype `dtype` (its name,
+    e.g. "float32") and `shape`; `key` is its key in the batch (None for a RecordBatch)."""
+
+    key: Any
+    pos: int
+    nbytes: int
+    dtype: str
+    shape: tuple[int, ...]
+
+
+class BytesEntry(NamedTuple):
+    """A list of byte strings written end to end into a slab from `pos` (`nbytes` in all), one per `lengths`."""
+
+    key: Any
+    pos: int
+    nbytes: int
+    lengths: list[int]
+
+
+Entry = Union[TensorEntry, BytesEntry]
+
+
+class SlabRef(NamedTuple):
+    """Where the receiver finds a slab: worker `pid`'s memfd `fd` (through /proc), slab `serial`, `size` bytes."""
+
+    pid: int
+    fd: int
+    serial: int
+    size: int
 
 
 class Batch(dict):
@@ -65,10 +100,10 @@ def shared_memory_available() -> bool:
 
 def wrap_for_transport(item: Any) -> Any:
     """In a worker: a batch as the type that travels through shared memory (exact dicts and lists only)."""
-    kind = type(item)
-    if kind is dict:
+    cls = type(item)
+    if cls is dict:
         return Batch(item)
-    if kind is list:
+    if cls is list:
         return RecordBatch(item)
     return item
 
@@ -192,7 +227,8 @@ def _pad(n: int) -> int:
     return -(-n // _ALIGN) * _ALIGN
 
 
-def _reduce(batch: Any, items: list[tuple[Any, Any]], kind: str) -> tuple[Callable[..., Any], tuple]:
+def _reduce(batch: Any, items: list[tuple[Any, Any]],
+            container: Container) -> tuple[Callable[..., Any], tuple[Any, ...]]:
     """What ForkingPickler calls for Batch and RecordBatch: the values written into a slab plus what is left."""
     plan, inline, size = [], [], 0
     for key, value in items:
@@ -208,8 +244,9 @@ def _reduce(batch: Any, items: list[tuple[Any, Any]], kind: str) -> tuple[Callab
     with pool.lock:
         slab = pool.take(size) if plan else None
         if slab is None:
-            return _rebuild_inline, (kind, list(items))
-        entries, pos = [], _HEADER
+            return _rebuild_inline, (container, list(items))
+        entries: list[Entry] = []
+        pos = _HEADER
         mm = slab.mm
         for key, what, value in plan:
             if what == "t":
@@ -218,16 +255,17 @@ def _reduce(batch: Any, items: list[tuple[Any, Any]], kind: str) -> tuple[Callab
                     dst = torch.frombuffer(mm, dtype=torch.uint8, count=nbytes, offset=pos)
                     dst.copy_(value.contiguous().reshape(-1).view(torch.uint8))
                     del dst
-                entries.append((key, "t", pos, nbytes, str(value.dtype).rpartition(".")[2], tuple(value.shape)))
+                entries.append(TensorEntry(key, pos, nbytes, str(value.dtype).rpartition(".")[2], tuple(value.shape)))
             else:
                 lengths = _pack_bytes(value, mm, pos)
                 nbytes = sum(lengths)
-                entries.append((key, "b", pos, nbytes, lengths))
+                entries.append(BytesEntry(key, pos, nbytes, lengths))
             pos += _pad(nbytes)
         slab.sent += 1
         retired, pool.retired = pool.retired, []
     keys = [key for key, _ in items]
-    return _rebuild, (kind, pool.pid, slab.fd, slab.serial, _HEADER + slab.size, keys, entries, inline, retired)
+    return _rebuild, (container, SlabRef(pool.pid, slab.fd, slab.serial, _HEADER + slab.size), keys, entries, inline,
+                      retired)
 
 
 def _reduce_batch(batch: Batch) -> tuple[Callable[..., Any], tuple]:
@@ -258,7 +296,8 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _mapping(pid: int, fd: int, serial: int, size: int, retired: list[int]) -> mmap.mmap:
+def _mapping(slab: SlabRef, retired: list[int]) -> mmap.mmap:
+    pid, fd, serial, size = slab
     with _MAPS_LOCK:
         for old in retired:
             gone = _MAPS.pop((pid, old), None)
@@ -285,25 +324,24 @@ def _mapping(pid: int, fd: int, serial: int, size: int, retired: list[int]) -> m
         return mm
 
 
-def _rebuild(kind: str, pid: int, fd: int, serial: int, size: int, keys: list, entries: list, inline: list,
-             retired: list) -> Any:
-    mm = _mapping(pid, fd, serial, size, retired)
+def _rebuild(container: Container, slab: SlabRef, keys: list[Any], entries: list[Entry],
+             inline: list[tuple[Any, Any]], retired: list[int]) -> Any:
+    mm = _mapping(slab, retired)
     values: dict[Any, Any] = dict(inline)
     for entry in entries:
-        key, what, pos = entry[:3]
-        if what == "t":
-            _, _, _, nbytes, dtype_name, shape = entry
-            dtype = getattr(torch, dtype_name)
+        key, pos, nbytes = entry.key, entry.pos, entry.nbytes
+        if isinstance(entry, TensorEntry):
+            dtype = getattr(torch, entry.dtype)
             if nbytes:
                 flat = torch.frombuffer(mm, dtype=torch.uint8, count=nbytes, offset=pos).clone()
-                values[key] = flat.view(dtype).reshape(shape)
+                values[key] = flat.view(dtype).reshape(entry.shape)
             else:
-                values[key] = torch.empty(shape, dtype=dtype)
+                values[key] = torch.empty(entry.shape, dtype=dtype)
         else:
-            values[key] = _unpack_bytes(mm, pos, entry[4])
+            values[key] = _unpack_bytes(mm, pos, entry.lengths)
     _RELEASED.pack_into(mm, 0, _RELEASED.unpack_from(mm, 0)[0] + 1)  # the worker may reuse the slab now
-    return _rebuild_inline(kind, [(key, values[key]) for key in keys])
+    return _rebuild_inline(container, [(key, values[key]) for key in keys])
 
 
-def _rebuild_inline(kind: str, items: list[tuple[Any, Any]]) -> Any:
-    return items[0][1] if kind == "list" else dict(items)
+def _rebuild_inline(container: Container, items: list[tuple[Any, Any]]) -> Any:
+    return items[0][1] if container == "list" else dict(items)

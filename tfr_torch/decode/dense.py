@@ -10,6 +10,7 @@ import numpy as np
 from tfr_torch.decode.convert import NUMPY_OF_WIRE, nest, wire_default
 from tfr_torch.decode.specs import FixedLenFeature, FixedLenSequenceFeature, string, wire_kind
 from tfr_torch.decode.units import Units
+from tfr_torch.format.options import FeatureKind
 
 __all__ = ["FixedLenDecoder", "FixedLenSequenceDecoder", "StepSequenceDecoder"]
 
@@ -34,7 +35,7 @@ class FixedLenDecoder:
         self.default = None if spec.default_value is None else wire_default(
             spec.default_value, spec.dtype, self.count, key, "FixedLenFeature")
 
-    def wire_keys(self) -> dict[str, str]:
+    def wire_keys(self) -> dict[str, FeatureKind]:
         return {self.key: self.kind}
 
     def __call__(self, units: Units, single: bool = False) -> Any:
@@ -100,7 +101,7 @@ class FixedLenSequenceDecoder:
         self.pad = (b"" if spec.dtype == string else 0) if spec.default_value is None else wire_default(
             spec.default_value, spec.dtype, 1, key, "FixedLenSequenceFeature (a scalar default_value pads rows)")[0]
 
-    def wire_keys(self) -> dict[str, str]:
+    def wire_keys(self) -> dict[str, FeatureKind]:
         return {self.key: self.kind}
 
     def __call__(self, units: Units, single: bool = False) -> Any:

@@ -6,26 +6,30 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import Any, Final
 
 import torch
 from google.protobuf.message import DecodeError as _ProtoDecodeError
 
-from tfr_torch.decode.specs import FixedLenFeature, VarLenFeature, string
+from tfr_torch.decode.specs import DType, FixedLenFeature, VarLenFeature, string
 from tfr_torch.errors import DecodeError, TFRecordError
 from tfr_torch.format._proto import raw_example_pb2
 from tfr_torch.format.columns import decode_column, kind_of
+from tfr_torch.format.options import FeatureKind, RecordKind
 from tfr_torch.format.paths import expand_paths
 from tfr_torch.format.reader import read_records
 from tfr_torch.format.tensor import DTYPES, TensorData, decode_tensor_proto
 
 __all__ = ["InferredFeatures", "infer_features", "format_features", "record_kind", "classify_record"]
 
-_DTYPE = {"float": torch.float32, "int64": torch.int64, "bytes": string}
+_DTYPE: dict[FeatureKind, DType] = {"float": torch.float32, "int64": torch.int64, "bytes": string}
 _parse_raw_example = raw_example_pb2.RawExample.FromString
 _parse_raw_sequence = raw_example_pb2.RawSequenceExample.FromString
 
-EXAMPLE, SEQUENCE_EXAMPLE, TENSOR, RAW = "example", "sequence_example", "tensor", "raw"
+EXAMPLE: Final = "example"
+SEQUENCE_EXAMPLE: Final = "sequence_example"
+TENSOR: Final = "tensor"
+RAW: Final = "raw"
 
 
 def _tensor(record: bytes) -> TensorData | None:
@@ -35,7 +39,7 @@ def _tensor(record: bytes) -> TensorData | None:
         return None
 
 
-def classify_record(record: bytes) -> tuple[str, Any]:
+def classify_record(record: bytes) -> tuple[RecordKind, Any]:
     """`record_kind` and what it parsed: ("example", {key: raw Feature bytes}), ("sequence_example", (context
     {key: raw Feature bytes}, {key: [raw Feature bytes of each step]})), ("tensor", TensorData) or ("raw", None)."""
     record = bytes(record)
@@ -61,7 +65,7 @@ def classify_record(record: bytes) -> tuple[str, Any]:
     return (EXAMPLE, dict(example.features.feature)) if example.HasField("features") else (RAW, None)
 
 
-def record_kind(record: bytes) -> str:
+def record_kind(record: bytes) -> RecordKind:
     """What a serialized record holds: "example" (a tf.train.Example, also the empty record), "sequence_example"
     (a SequenceExample with feature lists), "tensor" (a `tf.io.serialize_tensor` payload) or "raw" (none of them).
 
@@ -167,15 +171,15 @@ def infer_features(paths_or_records: Any, max_records: int = 1000,
         sample = itertools.islice(((record, None, None) for record in paths_or_records), max_records)
     maps = []
     for i, (record, path, offset) in enumerate(sample):
-        kind, parsed = classify_record(record)
-        if kind == EXAMPLE:
+        what, parsed = classify_record(record)
+        if what == EXAMPLE:
             maps.append(parsed)
-        elif kind == SEQUENCE_EXAMPLE:
+        elif what == SEQUENCE_EXAMPLE:
             raise DecodeError(f"record {i} is a tf.train.SequenceExample (feature lists "
                               f"{', '.join(map(repr, sorted(parsed[1])))}): infer_features proposes specs for "
                               "tf.train.Example records only; write the context and sequence specs for "
                               "parse_sequence_example by hand", path, offset)
-        elif kind == TENSOR:
+        elif what == TENSOR:
             dtype = DTYPES[parsed.dtype][0]
             raise DecodeError(f"record {i} is a serialize_tensor payload ({dtype} {list(parsed.shape)}), not a "
                               f"tf.train.Example: no feature spec to propose; read such records with "

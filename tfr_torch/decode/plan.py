@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -24,9 +24,24 @@ from tfr_torch.decode.units import Locator, Units, _without_key
 from tfr_torch.errors import DecodeError
 from tfr_torch.format.columns import Column
 from tfr_torch.format.location import ExampleName
+from tfr_torch.format.options import FeatureKind
 from tfr_torch.format.strict import decode_feature, example_features, sequence_example_features
 
-__all__ = ["ExamplePlan", "SequenceExamplePlan", "compile_features"]
+__all__ = ["Decoder", "ExamplePlan", "SequenceExamplePlan", "compile_features"]
+
+
+class Decoder(Protocol):
+    """What a plan asks of the decoder of one feature (FixedLenDecoder, VarLenDecoder, SparseDecoder, ...): the
+    wire keys it reads with the kind each must hold, and a call that turns a batch's columns (`units`) into the
+    feature's result (`single`: one example, as parse_single_example). Feature lists' FixedLenSequenceFeature
+    (StepSequenceDecoder) is called per step instead and is not one of these."""
+
+    key: str
+    spec: Any
+
+    def wire_keys(self) -> dict[str, FeatureKind]: ...
+
+    def __call__(self, units: Units, single: bool = False) -> Any: ...
 
 _EXAMPLE_DECODERS = {
     FixedLenFeature: FixedLenDecoder,
@@ -67,9 +82,9 @@ def _decoders(features: Mapping[str, Any] | None, table: dict, what: str) -> dic
     return out
 
 
-def _check_wire_kinds(decoders: dict[str, Any], what: str) -> None:
+def _check_wire_kinds(decoders: dict[str, Decoder], what: str) -> None:
     """Two specs that read the same wire key must agree on its kind (float, int64 or bytes)."""
-    seen: dict[str, tuple[str, str]] = {}
+    seen: dict[str, tuple[FeatureKind, str]] = {}
     for name, decoder in decoders.items():
         for wire_key, kind in decoder.wire_keys().items():
             if wire_key in seen and seen[wire_key][0] != kind:
@@ -149,9 +164,10 @@ class ExamplePlan:
 
     def __init__(self, features: Mapping[str, Any]) -> None:
         self.features = dict(features)
-        self.decoders = _decoders(features, _EXAMPLE_DECODERS, "features")
+        self.decoders: dict[str, Decoder] = _decoders(features, _EXAMPLE_DECODERS, "features")
         _check_wire_kinds(self.decoders, "features")
-        self._wire_kinds = {key: kind for decoder in self.decoders.values() for key, kind in decoder.wire_keys().items()}
+        self._wire_kinds: dict[str, FeatureKind] = {
+            key: kind for decoder in self.decoders.values() for key, kind in decoder.wire_keys().items()}
         self._dense = all(type(spec) is FixedLenFeature for spec in self.features.values())  # rows split cleanly
         self._kernel: Any = None  # the compiled core's decoder for these keys, made on first use
         self._kernel_of: Any = None  # the core module it was made by
@@ -242,7 +258,7 @@ class SequenceExamplePlan:
     """The decoding plan for tf.train.SequenceExample records (see `parse_sequence_example`)."""
 
     def __init__(self, context_features: Mapping[str, Any] | None, sequence_features: Mapping[str, Any] | None) -> None:
-        self.context = _decoders(context_features, {k: v for k, v in _EXAMPLE_DECODERS.items()
+        self.context: dict[str, Decoder] = _decoders(context_features, {k: v for k, v in _EXAMPLE_DECODERS.items()
                                                     if k is not FixedLenSequenceFeature}, "context_features")
         self.sequence = _decoders(sequence_features, _SEQUENCE_DECODERS, "sequence_features")
         if not self.context and not self.sequence:

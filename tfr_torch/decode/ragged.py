@@ -22,6 +22,7 @@ from tfr_torch.decode.specs import (
     wire_kind,
 )
 from tfr_torch.decode.units import Units
+from tfr_torch.format.options import FeatureKind
 
 __all__ = ["RaggedDecoder", "MAX_EMPTY_ROWS"]
 
@@ -62,7 +63,7 @@ class RaggedDecoder:
         self.inner_shape = tuple(tail)
         self.row_partitions = spec.partitions[: len(spec.partitions) - len(tail)]
 
-    def wire_keys(self) -> dict[str, str]:
+    def wire_keys(self) -> dict[str, FeatureKind]:
         keys = {p.key: "int64" for p in self.spec.partitions if not isinstance(p, UniformRowLength)}
         keys[self.value_key] = self.kind
         return keys

@@ -11,6 +11,7 @@ from tfr_torch import _native
 from tfr_torch.decode.results import SparseBytes
 from tfr_torch.decode.specs import SparseFeature, VarLenFeature, string, wire_kind
 from tfr_torch.decode.units import Units
+from tfr_torch.format.options import FeatureKind
 
 __all__ = ["VarLenDecoder", "SparseDecoder"]
 
@@ -45,7 +46,7 @@ class VarLenDecoder:
         self.key, self.spec = key, spec
         self.kind = wire_kind(spec.dtype)
 
-    def wire_keys(self) -> dict[str, str]:
+    def wire_keys(self) -> dict[str, FeatureKind]:
         return {self.key: self.kind}
 
     def __call__(self, units: Units, single: bool = False, steps_per_example: np.ndarray | None = None) -> Any:
@@ -93,7 +94,7 @@ class SparseFeatureDecoder:
         self.key, self.spec = key, spec
         self.kind = wire_kind(spec.dtype)
 
-    def wire_keys(self) -> dict[str, str]:
+    def wire_keys(self) -> dict[str, FeatureKind]:
         keys = {k: "int64" for k in self.spec.index_keys}
         keys[self.spec.value_key] = self.kind
         return keys

@@ -15,6 +15,9 @@ from typing import Any, Union
 import numpy as np
 import torch
 
+from tfr_torch.decode.dtypes import DTYPE_NAMES, DType, string
+from tfr_torch.format.options import FeatureKind
+
 __all__ = [
     "string",
     "FixedLenFeature",
@@ -33,18 +36,11 @@ __all__ = [
     "wire_kind",
 ]
 
-string = "string"  # TensorFlow's tf.string: bytes features decode to (nested) lists of bytes
-
-_DTYPE_NAMES = {
-    "float32": torch.float32, "float": torch.float32, "float16": torch.float16, "half": torch.float16,
-    "bfloat16": torch.bfloat16, "float64": torch.float64, "double": torch.float64,
-    "int64": torch.int64, "int32": torch.int32, "int16": torch.int16, "int8": torch.int8, "uint8": torch.uint8,
-    "bool": torch.bool, "string": string, "bytes": string,
-}
 _FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 _INT_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool)
-
-DType = Union[torch.dtype, str]
+# the names of the dtypes a tf.train.Feature can be read into (tfr_torch.decode.dtypes: the one table of names)
+_DTYPE_NAMES = {name: dtype for name, dtype in DTYPE_NAMES.items()
+                if dtype == string or dtype in _FLOAT_DTYPES or dtype in _INT_DTYPES}
 
 
 def normalize_dtype(dtype: Any) -> DType:
@@ -68,7 +64,7 @@ def normalize_dtype(dtype: Any) -> DType:
                      "tfr_torch.string, or TensorFlow's names 'float32', 'int64', 'string'")
 
 
-def wire_kind(dtype: DType) -> str:
+def wire_kind(dtype: DType) -> FeatureKind:
     """The feature kind a dtype is read from: 'float', 'int64' or 'bytes'."""
     if dtype == string:
         return "bytes"

@@ -16,6 +16,7 @@ from typing import NamedTuple, Union
 import numpy as np
 
 from tfr_torch.errors import DecodeError
+from tfr_torch.format.options import FeatureKind
 from tfr_torch.format.strict import decode_feature
 from tfr_torch.format.wire import (
     VARINT_CUT,
@@ -30,7 +31,7 @@ __all__ = ["KINDS", "Column", "ColumnKindError", "decode_column", "decode_varint
 
 # Feature.kind field tags (field number << 3 | length-delimited) and their names
 _TAG_BYTES, _TAG_FLOAT, _TAG_INT64 = 0x0A, 0x12, 0x1A
-KINDS = {_TAG_BYTES: "bytes", _TAG_FLOAT: "float", _TAG_INT64: "int64"}
+KINDS: dict[int, FeatureKind] = {_TAG_BYTES: "bytes", _TAG_FLOAT: "float", _TAG_INT64: "int64"}
 _TAG_OF = {v: k for k, v in KINDS.items()}
 
 Values = Union[np.ndarray, list]
@@ -101,7 +102,7 @@ def _slow(raw: bytes, key: str) -> tuple[str | None, Values]:
     return decode_feature(raw, key)
 
 
-def kind_of(raw: bytes | None, key: str = "?") -> str | None:
+def kind_of(raw: bytes | None, key: str = "?") -> FeatureKind | None:
     """The kind of one raw Feature ('bytes', 'float', 'int64'), or None when absent or kind-less."""
     if raw is None:
         return None
@@ -124,7 +125,7 @@ def decode_varints(buf: np.ndarray) -> np.ndarray:
         raise ValueError(_VARINT_ERRORS[err.message]) from None
 
 
-def decode_column(raws: Sequence[bytes | None], kind: str, key: str) -> Column:
+def decode_column(raws: Sequence[bytes | None], kind: FeatureKind, key: str) -> Column:
     """Decode one feature of every record. `kind` is the kind expected ('float', 'int64' or 'bytes'); a record
     whose feature has another kind raises ColumnKindError; absent or kind-less features count as not present."""
     if kind == "bytes":

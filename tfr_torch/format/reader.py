@@ -11,7 +11,7 @@ import operator
 import os
 import warnings
 from collections.abc import Callable, Iterator
-from typing import IO, Union
+from typing import IO
 
 from tfr_torch import _native
 from tfr_torch.errors import CorruptRecordError, DecodeError, SkippedRecordWarning, TFRecordError, TruncatedRecordError
@@ -34,6 +34,7 @@ from tfr_torch.format.framing import (
     unpack_crc,
     unpack_header,
 )
+from tfr_torch.format.options import OnError
 from tfr_torch.format.paths import PathLike, as_path, is_url, open_input
 from tfr_torch.format.sniff import header_message, not_a_tfrecord
 
@@ -42,8 +43,6 @@ __all__ = ["HEADER_SIZE", "FOOTER_SIZE", "RecordReader", "RecordFile", "read_rec
 _BUFFER = 1 << 20
 _SCAN_BATCH = 4096  # records the compiled kernel frames per call
 _NO_END = float("inf")
-
-OnError = Union[str, Callable[[TFRecordError], None]]
 
 
 def _resolve_policy(on_error: OnError) -> Callable[[TFRecordError], None] | None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import uuid
 from collections.abc import Iterable, Mapping
@@ -25,7 +24,6 @@ import ray
 from ray.data.block import BlockAccessor
 from ray.data.datasource import Datasink
 
-from tfr_torch._version import __version__
 from tfr_torch.format.compression import normalize_compression
 from tfr_torch.format.framing import OVERHEAD
 from tfr_torch.format.paths import PathLike, as_path, atomic_output
@@ -102,10 +100,6 @@ def spec_from_schema(schema: Any) -> dict[str, Any]:
     and fixed-shape tensors as FixedLenFeature (of the column's dtype), lists as VarLenFeature, bytes and str as
     string features."""
     return {name: _arrow_spec(name, schema.field(name).type) for name in schema.names}
-
-
-def _old_shard(name: str, split: str) -> re.Pattern:
-    return re.compile(re.escape(f"{name}-{split}.tfrecord-") + r"\d+-of-\d+(\.idx)?")
 
 
 @ray.remote
@@ -253,27 +247,23 @@ class TFRecordDatasink(Datasink):
 
     def _finish(self, bounds: list[tuple[int, int]], partials: list[str], sizes: list[int],
                 framed: np.ndarray) -> None:
-        from tfr_torch.decode.sidecar import SIDECAR_FORMAT, sidecar_path, spec_to_json
-        from tfr_torch.tools.shards import shard_name
+        from tfr_torch.decode.sidecar import spec_to_json
+        from tfr_torch.format.shardset import shard_name, sidecar_data, sidecar_path, stale_shards
 
         count = len(bounds)
         finals = [shard_name(self.name, self.split, i, count) for i in range(count)]
         shards = [{"file": final, "records": b - a, "bytes": int(size)}
                   for final, (a, b), size in zip(finals, bounds, sizes)]
         features = self.features if isinstance(self.features, Mapping) else None
-        sidecar = {"format": SIDECAR_FORMAT, "name": self.name, "split": self.split,
-                   "compression": None if self.compression == "none" else self.compression,
-                   "records": sum(s["records"] for s in shards), "shards": shards,
-                   "features": spec_to_json(features) if features is not None else None,
-                   "image": self.image, "tfr_torch_version": __version__}
+        sidecar = sidecar_data(self.name, self.split, self.compression, shards,
+                               spec_to_json(features) if features is not None else None, self.image)
         text = json.dumps(sidecar, indent=1)
         for (a, b), partial in zip(bounds, partials):
             positions = np.zeros(b - a, dtype=np.int64)
             np.cumsum(framed[a : b - 1], out=positions[1:]) if b - a > 1 else None
             with atomic_output(partial + ".idx") as f:
                 f.write("".join(f"{o} {s}\n" for o, s in zip(positions.tolist(), framed[a:b].tolist())).encode())
-        stale = [f for f in os.listdir(self.out_dir) if _old_shard(self.name, self.split).fullmatch(f)
-                 and f.removesuffix(".idx") not in finals]
+        stale = stale_shards(self.out_dir, self.name, self.split, finals)
         for f in stale:  # shards of an earlier, differently sharded set of this name and split
             os.remove(f"{self.out_dir}/{f}")
         for final, partial in zip(finals, partials):

@@ -18,6 +18,7 @@ from tfr_torch.format.compression import compression_from_name, normalize_compre
 from tfr_torch.format.index import index_path_for, read_index
 from tfr_torch.format.location import RecordLocation
 from tfr_torch.format.paths import PathLike, as_path, exists, expand_paths, file_size
+from tfr_torch.format.options import check_on_error
 from tfr_torch.format.reader import RecordReader
 from tfr_torch.ray.planning import FileInfo, Piece, group_pieces, plan_pieces
 
@@ -189,25 +190,25 @@ class TFRecordDatasource(Datasource):
             self.paths = list(self.tfds.paths)
         else:
             self.paths = _resolve_paths(paths, split)
-        if not (on_error in ("raise", "skip") or callable(on_error)):
-            raise ValueError(f'on_error must be "raise", "skip" or a callable taking the error, got {on_error!r}')
+        check_on_error(on_error)
         if batch_rows is not None and (not isinstance(batch_rows, int) or isinstance(batch_rows, bool)
                                        or batch_rows < 1):
             raise ValueError(f"batch_rows must be None or a positive int, got {batch_rows!r}")
-        from tfr_torch.decode.sidecar import sidecar_for, spec_from_json
+        from tfr_torch.decode.sidecar import spec_from_json
+        from tfr_torch.format.shardset import find_sidecar
 
-        sidecar = sidecar_for(self.paths) if self.tfds is None else None
+        sidecar = find_sidecar(self.paths) if self.tfds is None else None
         if isinstance(features, str):
             if features != "auto":
                 raise ValueError(f'features must be None, a spec dict or "auto", got {features!r}')
             if self.tfds is not None:
                 features = _tfds_wire_spec(self.tfds.info)
-            elif sidecar is None or not sidecar[0].get("features"):
+            elif sidecar is None or not sidecar.features:
                 raise ValueError("features='auto' needs the sidecar that ShardedWriter / write_tfrecords write beside "
                                  "their shards (<name>-<split>.tfr_torch.json) and none describes these files; pass "
                                  "a spec (tfr_torch.infer_features(paths) proposes one)")
             else:
-                features = spec_from_json(sidecar[0]["features"])
+                features = spec_from_json(sidecar.features)
         if features is not None:
             from tfr_torch.ray.arrow import BlockMaker
 
@@ -219,7 +220,7 @@ class TFRecordDatasource(Datasource):
         self.verify = bool(verify)
         self.on_error = on_error
         self.batch_rows = batch_rows
-        counts = sidecar[1] if sidecar is not None else {}
+        counts = sidecar.counts if sidecar is not None else {}
         self._files = [self._file_info(p, index, i, counts) for i, p in enumerate(self.paths)]
         if self.tfds is not None:  # counts from dataset_info.json; split slices as record windows
             self._files = [self._tfds_slice(f, skip, take, expected) for f, skip, take, expected in

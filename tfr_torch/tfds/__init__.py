@@ -26,7 +26,7 @@ _EXPORTS = {
     "SplitSlice": "tfr_torch.tfds.splits",
     "TFDSDecoder": "tfr_torch.tfds.features",
     "parse_features": "tfr_torch.tfds.features",
-    "describe": "tfr_torch.tfds.inspect",
+    "describe": "tfr_torch.tfds.inspection",
     "write_metadata": "tfr_torch.tfds.write",
     "features_from_spec": "tfr_torch.tfds.write",
     "image_features": "tfr_torch.tfds.write",

@@ -384,10 +384,10 @@ def _cmd_schema(args: argparse.Namespace) -> int:
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
     from tfr_torch.tfds.metadata import is_tfds_dir
-    from tfr_torch.tools.inspect import inspect_files
+    from tfr_torch.tools.inspection import inspect_files
 
     if all(is_tfds_dir(f) for f in args.files):  # TensorFlow Datasets folders: splits, counts, feature tree
-        from tfr_torch.tfds.inspect import inspect_main
+        from tfr_torch.tfds.inspection import inspect_main
 
         return inspect_main(args.files)
     try:

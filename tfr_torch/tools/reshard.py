@@ -8,10 +8,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from tfr_torch.decode.infer import infer_features
-from tfr_torch.decode.sidecar import sidecar_for, spec_from_json
+from tfr_torch.decode.sidecar import spec_from_json
 from tfr_torch.errors import DecodeError
 from tfr_torch.format.paths import as_path, file_size, is_url
 from tfr_torch.format.reader import RecordReader
+from tfr_torch.format.shardset import find_sidecar
 from tfr_torch.tools.progress import Progress
 from tfr_torch.tools.shards import ShardedWriter
 
@@ -63,9 +64,9 @@ def reshard_names(paths: Sequence[str], name: str | None = None, split: str | No
     >>> reshard_names(["mnist-test.tfrecord-00000-of-00001"])
     ('mnist', 'test')
     """
-    found = sidecar_for(paths) if paths else None
+    found = find_sidecar(paths) if paths else None
     if found is not None:
-        return name or found[0]["name"], split or found[0]["split"]
+        return name or found.data["name"], split or found.data["split"]
     guesses = [_name_split(path) for path in paths]
     names = {n for n, _ in guesses}
     splits = {s for _, s in guesses}
@@ -102,12 +103,11 @@ def reshard(paths: Sequence[str], out_dir: str, *, shard_size: Any = "128MB", co
     name, split = reshard_names(paths, name, split)
     out = as_path(out_dir).rstrip("/") or "."
     check_output(paths, out, name, split)
-    found = sidecar_for(paths)
+    found = find_sidecar(paths)
     features, image = None, None
     if found is not None:
-        sidecar = found[0]
-        features = spec_from_json(sidecar["features"]) if sidecar.get("features") else None
-        image = sidecar.get("image")
+        features = spec_from_json(found.features) if found.features else None
+        image = found.image
     if features is None:
         try:
             features = dict(infer_features(paths, max_records=1000))

@@ -8,10 +8,10 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from tfr_torch._version import __version__
-from tfr_torch.decode.sidecar import SIDECAR_FORMAT, sidecar_path, spec_to_json
+from tfr_torch.decode.sidecar import spec_to_json
 from tfr_torch.format.compression import normalize_compression
 from tfr_torch.format.paths import PathLike, as_path, atomic_output
+from tfr_torch.format.shardset import shard_name, sidecar_data, sidecar_path, stale_shards
 from tfr_torch.format.writer import TFRecordWriter
 
 __all__ = ["ShardedWriter", "parse_size", "shard_name"]
@@ -31,16 +31,6 @@ def parse_size(size: int | str) -> int:
     if value < 1:
         raise ValueError(f"shard size must be positive, got {size!r}")
     return value
-
-
-def _OLD_SHARD(name: str, split: str) -> re.Pattern:
-    return re.compile(re.escape(f"{name}-{split}.tfrecord-") + r"\d+-of-\d+(\.idx)?")
-
-
-def shard_name(name: str, split: str, index: int, count: int) -> str:
-    """TFDS's shard name: `{name}-{split}.tfrecord-{index:05d}-of-{count:05d}` (more digits past 99999)."""
-    digits = max(5, len(str(count)))
-    return f"{name}-{split}.tfrecord-{index:0{digits}d}-of-{count:0{digits}d}"
 
 
 class ShardedWriter:
@@ -186,14 +176,10 @@ class ShardedWriter:
         finals = [shard_name(self.name, self.split, i, count) for i in range(count)]
         shards = [{"file": final, "records": shard["records"], "bytes": shard["bytes"]}
                   for final, shard in zip(finals, self._done)]
-        sidecar = {"format": SIDECAR_FORMAT, "name": self.name, "split": self.split,
-                   "compression": None if self.compression == "none" else self.compression,
-                   "records": sum(s["records"] for s in shards), "shards": shards,
-                   "features": spec_to_json(self.features) if self.features is not None else None,
-                   "image": self.image, "tfr_torch_version": __version__}
+        sidecar = sidecar_data(self.name, self.split, self.compression, shards,
+                               spec_to_json(self.features) if self.features is not None else None, self.image)
         text = json.dumps(sidecar, indent=1)  # before renaming anything: a spec that cannot be stored fails here
-        stale = [f for f in os.listdir(self.out_dir) if _OLD_SHARD(self.name, self.split).fullmatch(f)
-                 and f.removesuffix(".idx") not in finals]
+        stale = stale_shards(self.out_dir, self.name, self.split, finals)
         for f in stale:  # shards of an earlier, differently sharded run of this name and split
             os.remove(f"{self.out_dir}/{f}")
         for final, shard in zip(finals, self._done):

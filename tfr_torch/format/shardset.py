@@ -1,0 +1,184 @@
+"""The files of a shard set, as ShardedWriter, `reshard` and Ray's `write_tfrecords` lay them out and the datasets
+find them again: shards named the TFDS way (`{name}-{split}.tfrecord-00000-of-00004`), an index beside each shard
+(`<shard>.idx`), and one JSON sidecar `{name}-{split}.tfr_torch.json` holding the features spec (in the JSON form
+of tfr_torch.decode.sidecar), every shard's record count and byte size, the image encoding and the version.
+
+Torch-free, like the rest of the format layer. The sidecar's spec is kept here as JSON: tfr_torch.decode.sidecar
+turns it into feature specs and back. A TensorFlow Datasets folder's own metadata (dataset_info.json,
+features.json) is read by tfr_torch.tfds.metadata, also torch-free.
+
+>>> shard_name("mnist", "train", 3, 4)
+'mnist-train.tfrecord-00003-of-00004'
+>>> sidecar_path("out", "mnist", "train")
+'out/mnist-train.tfr_torch.json'
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tfr_torch._version import __version__
+from tfr_torch.format.paths import as_path, exists, open_input
+
+__all__ = ["SIDECAR_FORMAT", "SHARD_PATTERN", "Sidecar", "shard_name", "shard_files", "stale_shards", "sidecar_path",
+           "sidecar_data", "read_sidecar", "find_sidecar", "trusted_counts", "class_names"]
+
+SIDECAR_FORMAT = "tfr_torch.shards/1"
+# a shard's path as TFDS names it: {prefix}.tfrecord-00003-of-00004 (prefix: folder/name-split)
+SHARD_PATTERN = re.compile(r"^(?P<prefix>.+)\.tfrecord-(?P<index>\d+)-of-(?P<count>\d+)$")
+
+
+def shard_name(name: str, split: str, index: int, count: int) -> str:
+    """TFDS's shard name: `{name}-{split}.tfrecord-{index:05d}-of-{count:05d}` (more digits past 99999)."""
+    digits = max(5, len(str(count)))
+    return f"{name}-{split}.tfrecord-{index:0{digits}d}-of-{count:0{digits}d}"
+
+
+def shard_files(name: str, split: str) -> re.Pattern[str]:
+    """The file names of any shard set of `name` and `split`, whatever its shard count, and their indexes."""
+    return re.compile(re.escape(f"{name}-{split}.tfrecord-") + r"\d+-of-\d+(\.idx)?")
+
+
+def stale_shards(out_dir: str, name: str, split: str, finals: Sequence[str]) -> list[str]:
+    """The files in `out_dir` of an earlier set of `name` and `split` with another shard count (shards and their
+    indexes) that the new set, whose shard names are `finals`, does not overwrite: remove them once it is written."""
+    pattern = shard_files(name, split)
+    return [f for f in os.listdir(out_dir) if pattern.fullmatch(f) and f.removesuffix(".idx") not in finals]
+
+
+def sidecar_path(out_dir: str, name: str, split: str) -> str:
+    """`{out_dir}/{name}-{split}.tfr_torch.json`."""
+    return f"{out_dir.rstrip('/')}/{name}-{split}.tfr_torch.json"
+
+
+def sidecar_data(name: str, split: str, compression: str, shards: Sequence[Mapping[str, Any]],
+                 features: Mapping[str, Any] | None, image: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The sidecar's JSON content for finished `shards` (each `{"file", "records", "bytes"}`); `features` is the
+    spec's JSON form (tfr_torch.decode.sidecar.spec_to_json) or None, `compression` "none", "gzip" or "zlib"."""
+    shards = [dict(shard) for shard in shards]
+    return {"format": SIDECAR_FORMAT, "name": name, "split": split,
+            "compression": None if compression == "none" else compression,
+            "records": sum(s["records"] for s in shards), "shards": shards,
+            "features": dict(features) if features is not None else None,
+            "image": dict(image) if image is not None else None, "tfr_torch_version": __version__}
+
+
+def read_sidecar(path: str) -> dict[str, Any]:
+    """A sidecar's JSON content; ValueError naming the file when it is not a tfr_torch sidecar."""
+    with open_input(path) as f:
+        data: dict[str, Any] = json.loads(f.read())
+    if data.get("format") != SIDECAR_FORMAT:
+        raise ValueError(f"{path} is not a tfr_torch shard sidecar (format {data.get('format')!r}, expected "
+                         f"{SIDECAR_FORMAT!r})")
+    return data
+
+
+@dataclass(frozen=True)
+class Sidecar:
+    """A sidecar that describes a list of shards: its `path`, its JSON `data`, and per shard (in the list's order)
+    its entry `{"file", "records", "bytes"}`. Its counts are what the sidecar says: check them with
+    `trusted_counts` before using them."""
+
+    path: str
+    data: dict[str, Any]
+    shards: list[dict[str, Any]]
+
+    @property
+    def name(self) -> str | None:
+        return self.data.get("name")
+
+    @property
+    def split(self) -> str | None:
+        return self.data.get("split")
+
+    @property
+    def features(self) -> dict[str, Any] | None:
+        """The features spec in its JSON form (tfr_torch.decode.sidecar.spec_from_json reads it), or None."""
+        return self.data.get("features") or None
+
+    @property
+    def image(self) -> dict[str, Any] | None:
+        return self.data.get("image")
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """{shard file name: record count as the sidecar says}, for the shards described."""
+        return {shard["file"]: int(shard["records"]) for shard in self.shards}
+
+
+def find_sidecar(paths: Sequence[str]) -> Sidecar | None:
+    """The sidecar beside `paths` when every path is a shard named the TFDS way and one sidecar lists them all;
+    else None. Its counts are what the sidecar says: check them with `trusted_counts` before using them."""
+    prefixes = set()
+    for path in paths:
+        match = SHARD_PATTERN.match(as_path(path))
+        if match is None:
+            return None
+        prefixes.add(match.group("prefix"))
+    if len(prefixes) != 1:
+        return None
+    prefix = prefixes.pop()
+    candidate = f"{prefix}.tfr_torch.json"
+    if not exists(candidate):
+        return None
+    data = read_sidecar(candidate)
+    entries = {shard["file"]: shard for shard in data.get("shards", [])}
+    names = [as_path(p).rsplit("/", 1)[-1] for p in paths]
+    if any(n not in entries for n in names):
+        return None
+    return Sidecar(candidate, data, [entries[n] for n in names])
+
+
+def trusted_counts(sidecar: Sidecar | None, sizes: Sequence[int | None],
+                   indexed: Sequence[int | None]) -> tuple[list[int | None], list[str]]:
+    """Per shard, the record count that can be trusted, and what contradicts the sidecar.
+
+    A count from an index (`indexed`, already checked against its file) always wins. A sidecar's count is used
+    only when the shard still has the byte size the sidecar recorded (`sizes`: the files' sizes now); a shard
+    that was rewritten since gets None (count it). Each problem names the shard and both numbers.
+
+    >>> car = Sidecar("ds.tfr_torch.json", {}, [{"file": "a", "records": 5, "bytes": 100}])
+    >>> trusted_counts(car, [120], [None])
+    ([None], ['a: the sidecar says 5 records in 100 bytes, but the file has 120 bytes'])
+    """
+    counts: list[int | None] = []
+    problems: list[str] = []
+    for i, (size, from_index) in enumerate(zip(sizes, indexed)):
+        entry = sidecar.shards[i] if sidecar is not None else None
+        if entry is None:
+            counts.append(from_index)
+            continue
+        records, recorded = int(entry["records"]), entry.get("bytes")
+        if from_index is not None:
+            counts.append(from_index)
+            if from_index != records:
+                problems.append(f"{entry['file']}: the sidecar says {records} records, but its index (checked "
+                                f"against the file) lists {from_index}")
+        elif recorded is None:
+            counts.append(None)
+            problems.append(f"{entry['file']}: the sidecar records no byte size to check its count of {records} "
+                            "against")
+        elif size != int(recorded):
+            counts.append(None)
+            problems.append(f"{entry['file']}: the sidecar says {records} records in {recorded} bytes, but the file "
+                            f"has {size} bytes")
+        else:
+            counts.append(records)
+    return counts, problems
+
+
+def class_names(data: Mapping[str, Any] | None) -> list[str] | None:
+    """The class names a sidecar records (ImageFolder's sorted order, label i is `names[i]`), or None."""
+    if not data:
+        return None
+    for holder in (data.get("image") or {}, data):
+        for key in ("classes", "class_names", "labels"):
+            names = holder.get(key) if isinstance(holder, Mapping) else None
+            if isinstance(names, list) and all(isinstance(n, str) for n in names):
+                return list(names)
+    return None
