@@ -576,7 +576,7 @@ def test_per_record_items_equal_single_parses_and_stop_at_a_bad_record(tmp_path)
         assert item["v"].dtype == torch.int16 and item["v"].tolist() == one["v"].tolist() == [i, i + 1]
     assert (info.value.path, info.value.offset) == (path, offset_45)
     with pytest.raises(tfr_torch.DecodeError) as alone:
-        tfr_torch.parse_single_example(records[45], spec, f"{path}:{offset_45}")
+        tfr_torch.parse_single_example(records[45], spec, tfr_torch.RecordLocation(path, offset_45))
     assert str(info.value) == str(alone.value)
     assert "feature 'v' in the example holds 3 int64 values, expected 2" in str(info.value)
 

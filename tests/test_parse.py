@@ -1,5 +1,5 @@
 """The decode layer's data errors, as users meet them in parse_example and friends: every error names the feature
-key and the example ("example 3", "step 1") and, when `example_names` are "path:offset" strings (as the datasets
+key and the example ("example 3", "step 1") and, when `example_names` are RecordLocations (as the datasets
 pass them), carries `.path` / `.offset` and starts with "path:offset: "; integers that do not fit the spec's dtype
 are data errors too.
 
@@ -53,17 +53,17 @@ pytestmark = pytest.mark.usefixtures("backend")  # every test on the reference a
 # ----------------------------------------------------------------------------------------------- helpers
 
 
-def located_names(n: int, index: int) -> list[str]:
-    """Example names as the datasets pass them: "path:offset"; example `index` is file.tfrecord at 1234."""
-    names = [f"other.tfrecord:{100 + 10 * i}" for i in range(n)]
-    names[index] = "file.tfrecord:1234"
+def located_names(n: int, index: int) -> list[tfr_torch.RecordLocation]:
+    """Example names as the datasets pass them: RecordLocations; example `index` is file.tfrecord at 1234."""
+    names = [tfr_torch.RecordLocation("other.tfrecord", 100 + 10 * i) for i in range(n)]
+    names[index] = tfr_torch.RecordLocation("file.tfrecord", 1234)
     return names
 
 
 def assert_located_error(parse, n: int, index: int, key: str | None, *fragments: str, what: str = "feature",
                          step: int | None = None) -> DecodeError:
     """`parse(example_names)` raises DecodeError for example `index` of `n`: without names, the message names the
-    key, the example (and step) and holds each fragment, with no path; with "path:offset" names, the same message
+    key, the example (and step) and holds each fragment, with no path; with RecordLocation names, the same message
     is prefixed by "file.tfrecord:1234: " and `.path` / `.offset` are set."""
     with pytest.raises(DecodeError) as plain:
         parse(None)
@@ -230,7 +230,7 @@ def test_single_example_errors_say_the_example():
         parse_single_example(record, spec)
     assert str(raised.value) == "feature 'a' in the example holds 3 int64 values, expected 2 (shape [2])"
     with pytest.raises(DecodeError) as raised:
-        parse_single_example(record, spec, example_names="file.tfrecord:1234")
+        parse_single_example(record, spec, example_names=tfr_torch.RecordLocation("file.tfrecord", 1234))
     assert str(raised.value) == ("file.tfrecord:1234: feature 'a' in the example holds 3 int64 values, expected 2 "
                                  "(shape [2])")
     assert (raised.value.path, raised.value.offset) == ("file.tfrecord", 1234)
@@ -295,7 +295,7 @@ def test_single_sequence_example_error_has_location():
     record = encode_sequence_example({"c": 1}, {"f": [[1, 2], [3]]})
     with pytest.raises(DecodeError) as raised:
         parse_single_sequence_example(record, sequence_features={"f": FixedLenSequenceFeature([2], torch.int64)},
-                                      example_name="file.tfrecord:1234")
+                                      example_name=tfr_torch.RecordLocation("file.tfrecord", 1234))
     assert str(raised.value) == ("file.tfrecord:1234: feature list 'f' in the example, step 1 holds 1 int64 values, "
                                  "expected 2 per step (shape [2])")
     assert (raised.value.path, raised.value.offset) == ("file.tfrecord", 1234)

@@ -281,7 +281,8 @@ def test_compiled_plan_parses_like_parse_example():
     assert got["r"] == want["r"] == [[b"a"], []]
     # and with example names, errors are the same
     with pytest.raises(DecodeError, match=r"^f\.tfrecord:8: feature 'x' in example 1 is required"):
-        plan.parse([records[0], encode_example({})], example_names=["f.tfrecord:0", "f.tfrecord:8"])
+        plan.parse([records[0], encode_example({})], example_names=[tfr_torch.RecordLocation("f.tfrecord", 0),
+                                                                     tfr_torch.RecordLocation("f.tfrecord", 8)])
 
 
 def test_compile_features_caches_plans_of_hashable_specs():

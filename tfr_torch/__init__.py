@@ -37,6 +37,7 @@ _EXPORTS = {
     "DecodeError": "tfr_torch.errors",
     "IndexMismatchError": "tfr_torch.errors",
     "SkippedRecordWarning": "tfr_torch.errors",
+    "RecordLocation": "tfr_torch.format.location",
     # torch edge
     "serialize_tensor": "tfr_torch.tensors",
     "parse_tensor": "tfr_torch.tensors",
@@ -79,7 +80,7 @@ _EXPORTS = {
 # written out (not computed) so that type checkers see the re-exports; a test keeps it equal to _EXPORTS
 __all__ = ["__version__", "CachedDataset", "CorruptRecordError", "DecodeError", "ExamplePlan", "FixedLenFeature",
     "FixedLenSequenceFeature", "IndexMismatchError", "IndexedTFRecordDataset", "RaggedFeature", "RaggedTensor",
-    "RecordReader", "RowLengths", "RowLimits", "RowSplits", "RowStarts", "ShardedWriter", "SkippedRecordWarning",
+    "RecordLocation", "RecordReader", "RowLengths", "RowLimits", "RowSplits", "RowStarts", "ShardedWriter", "SkippedRecordWarning",
     "SparseBytes", "SparseFeature", "TFRecordDataset", "TFRecordError", "TFRecordWriter", "TruncatedRecordError",
     "UniformRowLength", "ValueRowIds", "VarLenFeature", "backend", "build_index", "check_index", "compile_features",
     "convert_dataset", "convert_image_folder", "decode_example", "decode_image", "decode_raw",
@@ -104,6 +105,7 @@ if TYPE_CHECKING:  # pragma: no cover
         encode_sequence_example,
     )
     from tfr_torch.format.index import build_index, check_index, read_index
+    from tfr_torch.format.location import RecordLocation
     from tfr_torch.format.paths import expand_paths
     from tfr_torch._native import backend, set_backend
     from tfr_torch.format.reader import RecordReader, read_records

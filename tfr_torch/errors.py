@@ -62,7 +62,23 @@ class TruncatedRecordError(TFRecordError):
 
 class DecodeError(TFRecordError, ValueError):
     """Bytes that are not a valid tf.train.Example, SequenceExample or TensorProto, or a value that does not
-    fit what was asked for."""
+    fit what was asked for.
+
+    Besides `path` and `offset` (the record's file and byte offset, when known), an error about a feature says
+    which: `key` (the feature key), `index` (the example's position in the batch), `step` (the step of a
+    SequenceExample feature list) and `position` (the byte offset of the problem inside the serialized record or
+    Feature). Each is None when it does not apply or is not known.
+    """
+
+    key: str | None = None
+    index: int | None = None
+    step: int | None = None
+    position: int | None = None
+
+    def __init__(self, message: str, path: str | None = None, offset: int | None = None, *, key: str | None = None,
+                 index: int | None = None, step: int | None = None, position: int | None = None) -> None:
+        self.key, self.index, self.step, self.position = key, index, step, position
+        super().__init__(message, path, offset)
 
 
 class IndexMismatchError(TFRecordError):

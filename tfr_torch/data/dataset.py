@@ -32,6 +32,7 @@ from tfr_torch.decode.hints import check_features_argument, check_spec
 from tfr_torch.decode.sidecar import spec_from_json
 from tfr_torch.format.compression import normalize_compression
 from tfr_torch.format.index import scan_index  # noqa: F401  (a test patches scan_index here)
+from tfr_torch.format.location import RecordLocation
 from tfr_torch.format.options import CompressionOrAuto, OnError, check_on_error, check_positive_int
 from tfr_torch.format.paths import PathLike, expand_paths, file_sizes
 from tfr_torch.format.reader import RecordReader
@@ -450,8 +451,8 @@ def _refuse_rebatching(dataset: TFRecordDataset, caller: Any) -> None:
                          "the DataLoader batch records")
 
 
-class _Names(Sequence[str]):
-    """The "path:offset" name of each record of a batch, made only when an error message needs one."""
+class _Names(Sequence[RecordLocation]):
+    """The RecordLocation of each record of a batch (its example name), made only when an error message needs one."""
 
     def __init__(self, chunk: list[Located]) -> None:
         self._chunk = chunk
@@ -460,16 +461,16 @@ class _Names(Sequence[str]):
         return len(self._chunk)
 
     @overload
-    def __getitem__(self, i: int) -> str: ...
+    def __getitem__(self, i: int) -> RecordLocation: ...
 
     @overload
-    def __getitem__(self, i: slice) -> list[str]: ...
+    def __getitem__(self, i: slice) -> list[RecordLocation]: ...
 
-    def __getitem__(self, i: int | slice) -> str | list[str]:
+    def __getitem__(self, i: int | slice) -> RecordLocation | list[RecordLocation]:
         if isinstance(i, slice):
-            return [f"{r.path}:{r.offset}" for r in self._chunk[i]]
+            return [RecordLocation(r.path, r.offset) for r in self._chunk[i]]
         record = self._chunk[i]
-        return f"{record.path}:{record.offset}"
+        return RecordLocation(record.path, record.offset)
 
 
 def _chain(streams: Iterable[Iterable[Located]]) -> Iterator[Located]:

@@ -15,6 +15,7 @@ from tfr_torch.data.indexes import resolve_indexes
 from tfr_torch.decode.hints import check_features_argument
 from tfr_torch.data.transport import Batch, shared_memory_available
 from tfr_torch.format.index import scan_index
+from tfr_torch.format.location import RecordLocation
 from tfr_torch.format.paths import PathLike, expand_paths
 from tfr_torch.format.reader import RecordFile
 from tfr_torch.format.shardset import class_names, find_sidecar
@@ -102,8 +103,8 @@ class IndexedTFRecordDataset(Dataset[Any]):
         offset, size = (int(v) for v in self.offsets[f][i])
         return f, offset, size
 
-    def _read(self, index: int) -> tuple[bytes, str]:
-        """Record `index` and its "path:offset" name."""
+    def _read(self, index: int) -> tuple[bytes, RecordLocation]:
+        """Record `index` and its location (its example name)."""
         f, offset, size = self._where(index)
         path = self.paths[f]
         if self._pid != os.getpid():  # forked into a DataLoader worker: never share the parent's file handles
@@ -111,7 +112,7 @@ class IndexedTFRecordDataset(Dataset[Any]):
         handle = self._files.get(f)
         if handle is None:
             handle = self._files[f] = RecordFile(path, verify=self.verify)
-        return handle.read(offset, size), f"{path}:{offset}"
+        return handle.read(offset, size), RecordLocation(path, offset)
 
     def _plan_here(self) -> Any:
         if self._plan is None:

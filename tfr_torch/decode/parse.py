@@ -8,18 +8,20 @@ from typing import Any
 import torch
 
 from tfr_torch.decode.plan import SequenceExamplePlan, compile_features
+from tfr_torch.format.location import ExampleName
 
 __all__ = ["parse_example", "parse_single_example", "parse_sequence_example", "parse_single_sequence_example"]
 
 
 def parse_example(serialized: Sequence[bytes], features: Mapping[str, Any],
-                  example_names: Sequence[str] | None = None) -> dict[str, Any]:
+                  example_names: Sequence[ExampleName] | None = None) -> dict[str, Any]:
     """Parse a batch of serialized tf.train.Example records, as tf.io.parse_example does, into torch tensors.
 
     Results per spec: FixedLenFeature -> dense `[B, *shape]`; VarLenFeature -> sparse COO `[B, max_len]`
     (`to_padded` gives padded values and lengths); SparseFeature -> sparse COO `[B, size]`; RaggedFeature ->
     nested (jagged) tensor or RaggedTensor; FixedLenSequenceFeature -> dense `[B, T, *shape]`. Bytes features
-    come back as lists of bytes nested like the shape. `example_names` (e.g. "file:offset") label errors.
+    come back as lists of bytes nested like the shape. `example_names` label errors: strings are shown as names;
+    `tfr_torch.RecordLocation(path, offset)`s (what the datasets pass) also set the error's `.path` / `.offset`.
 
     >>> import torch, tfr_torch
     >>> records = [tfr_torch.encode_example({"x": [1.0, 2.0], "id": 7}), tfr_torch.encode_example({"x": [3.0, 4.0]})]
@@ -32,7 +34,7 @@ def parse_example(serialized: Sequence[bytes], features: Mapping[str, Any],
     return compile_features(features).parse(serialized, example_names)
 
 
-def parse_single_example(serialized: bytes, features: Mapping[str, Any], example_names: str | None = None) -> dict[str, Any]:
+def parse_single_example(serialized: bytes, features: Mapping[str, Any], example_names: ExampleName | None = None) -> dict[str, Any]:
     """Parse one serialized tf.train.Example, as tf.io.parse_single_example: like parse_example without the batch
     dimension (a RaggedFeature without partitions gives a dense 1-D tensor, as in TensorFlow)."""
     return compile_features(features).parse([serialized], None if example_names is None else [example_names], single=True)
@@ -40,7 +42,7 @@ def parse_single_example(serialized: bytes, features: Mapping[str, Any], example
 
 def parse_sequence_example(serialized: Sequence[bytes], context_features: Mapping[str, Any] | None = None,
                            sequence_features: Mapping[str, Any] | None = None,
-                           example_names: Sequence[str] | None = None) -> tuple[dict[str, Any], dict[str, Any], dict[str, torch.Tensor]]:
+                           example_names: Sequence[ExampleName] | None = None) -> tuple[dict[str, Any], dict[str, Any], dict[str, torch.Tensor]]:
     """Parse a batch of tf.train.SequenceExample records, as tf.io.parse_sequence_example.
 
     Returns (context, feature_lists, lengths): context features as parse_example returns them;
@@ -53,7 +55,7 @@ def parse_sequence_example(serialized: Sequence[bytes], context_features: Mappin
 
 def parse_single_sequence_example(serialized: bytes, context_features: Mapping[str, Any] | None = None,
                                   sequence_features: Mapping[str, Any] | None = None,
-                                  example_name: str | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+                                  example_name: ExampleName | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """Parse one tf.train.SequenceExample, as tf.io.parse_single_sequence_example: (context, feature_lists), with
     FixedLenSequenceFeature lists as `[T, *shape]`, VarLenFeature lists as sparse `[T, max_len]` and RaggedFeature
     lists as a nested tensor over the steps."""

@@ -23,6 +23,7 @@ from tfr_torch.decode.hints import check_spec
 from tfr_torch.decode.units import Locator, Units, _without_key
 from tfr_torch.errors import DecodeError
 from tfr_torch.format.columns import Column
+from tfr_torch.format.location import ExampleName
 from tfr_torch.format.options import FeatureKind
 from tfr_torch.format.strict import decode_feature, example_features, sequence_example_features
 
@@ -93,7 +94,7 @@ def _check_wire_kinds(decoders: dict[str, Decoder], what: str) -> None:
             seen.setdefault(wire_key, (kind, name))
 
 
-def _records(serialized: Any, example_names: Sequence[str] | None, what: str) -> Sequence[bytes]:
+def _records(serialized: Any, example_names: Sequence[ExampleName] | None, what: str) -> Sequence[bytes]:
     if isinstance(serialized, (bytes, bytearray, memoryview, str)):
         raise TypeError(f"{what} expects a sequence of records (serialized bytes), got one {type(serialized).__name__} "
                         f"object; for one record use {what.replace('parse_', 'parse_single_')}")
@@ -118,10 +119,8 @@ def _size(record: Any) -> int:
 def _located(exc: DecodeError, locator: Locator, i: int) -> DecodeError:
     """A record-level DecodeError from format.strict, told against the record's name or location."""
     path, offset = locator.location(i)
-    err = DecodeError(f"{locator.describe(i)}: {exc.message}", path, offset)
-    err.key = getattr(exc, "key", None)  # type: ignore[attr-defined]
-    err.position = getattr(exc, "position", None)  # type: ignore[attr-defined]
-    return err
+    return DecodeError(f"{locator.describe(i)}: {exc.message}", path, offset, key=exc.key, index=i,
+                       position=exc.position)
 
 
 def _features_of(record: Any, locator: Locator, i: int) -> Any:
@@ -181,7 +180,7 @@ class ExamplePlan:
             self._kernel_of = core
         return _kernel_units(self._kernel, self._wire_kinds, records)
 
-    def parse(self, serialized: Sequence[bytes], example_names: Sequence[str] | None = None,
+    def parse(self, serialized: Sequence[bytes], example_names: Sequence[ExampleName] | None = None,
               single: bool = False) -> dict[str, Any]:
         records = _records(serialized, example_names, "parse_example")
         locator = Locator(example_names, single)
@@ -196,7 +195,7 @@ class ExamplePlan:
                             locator, single)
 
     def iter_rows(self, serialized: Sequence[bytes],
-                  example_names: Sequence[str] | None = None) -> Iterator[dict[str, Any]]:
+                  example_names: Sequence[ExampleName] | None = None) -> Iterator[dict[str, Any]]:
         """What parse_single_example gives for each record, in order. When every feature is a FixedLenFeature the
         records are decoded as one batch and each dict is a row of it (a third of the cost); if the batch does not
         decode they are decoded one by one, so the rows before the bad record come out and its error is the one it
@@ -284,7 +283,7 @@ class SequenceExamplePlan:
             return [key]
         return list(decoder.wire_keys())
 
-    def parse(self, serialized: Sequence[bytes], example_names: Sequence[str] | None = None,
+    def parse(self, serialized: Sequence[bytes], example_names: Sequence[ExampleName] | None = None,
               single: bool = False) -> tuple[dict[str, Any], dict[str, Any], dict[str, torch.Tensor]]:
         records = _records(serialized, example_names, "parse_sequence_example")
         locator = Locator(example_names, single)

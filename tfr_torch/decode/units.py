@@ -6,7 +6,6 @@ and the unit (example index, step) and, when the record came from a file, the fi
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -18,37 +17,31 @@ from tfr_torch.decode.convert import DoesNotFit, to_torch
 from tfr_torch.errors import DecodeError
 from tfr_torch.format.columns import Column, ColumnKindError, decode_column
 from tfr_torch.format.options import FeatureKind
+from tfr_torch.format.location import RecordLocation, location_of
 
 __all__ = ["Units", "Locator"]
 
-_LOCATION = re.compile(r"^(.*):(\d+)$")
-
-
 class Locator:
-    """Describes example `i` of a batch in messages: its index, and its file and offset when the example names
-    (TensorFlow's `example_names`) are `path:offset` strings, as the datasets pass them."""
+    """Describes example `i` of a batch in messages: its index, and its file and offset when its example name
+    (TensorFlow's `example_names`) is a RecordLocation, as the datasets pass them; any other name is shown as is."""
 
-    def __init__(self, names: Sequence[str] | None, single: bool = False) -> None:
+    def __init__(self, names: Sequence[str | RecordLocation] | None, single: bool = False) -> None:
         self.names = names if names is None or isinstance(names, Sequence) else list(names)  # read on errors only
         self.single = single
 
     def describe(self, i: int, step: int | None = None) -> str:
         where = "the example" if self.single else f"example {i}"
-        if self.names is not None and not _LOCATION.match(str(self.names[i])):
+        if self.names is not None and not isinstance(self.names[i], RecordLocation):
             where += f" ({self.names[i]})"
         return where if step is None else f"{where}, step {step}"
 
     def location(self, i: int) -> tuple[str | None, int | None]:
-        if self.names is None:
-            return None, None
-        match = _LOCATION.match(str(self.names[i]))
-        return (match.group(1), int(match.group(2))) if match else (None, None)
+        return location_of(self.names[i]) if self.names is not None else (None, None)
 
     def error(self, key: str, i: int, detail: str, step: int | None = None, what: str = "feature") -> DecodeError:
         path, offset = self.location(i)
-        err = DecodeError(f"{what} {key!r} in {self.describe(i, step)} {detail}", path, offset)
-        err.key, err.index, err.step = key, i, step  # type: ignore[attr-defined]
-        return err
+        return DecodeError(f"{what} {key!r} in {self.describe(i, step)} {detail}", path, offset, key=key, index=i,
+                           step=step)
 
 
 class Units:

@@ -18,6 +18,14 @@ import numpy as np
 from tfr_torch.errors import DecodeError
 from tfr_torch.format.options import FeatureKind
 from tfr_torch.format.strict import decode_feature
+from tfr_torch.format.wire import (
+    VARINT_CUT,
+    VARINT_LONG,
+    WireError,
+    decode_packed_varints,
+    decode_varint_list,
+    read_varint,
+)
 
 __all__ = ["KINDS", "Column", "ColumnKindError", "decode_column", "decode_varints", "kind_of"]
 
@@ -48,22 +56,20 @@ class ColumnKindError(DecodeError):
     """A record's feature has another kind than the one asked for. `.index` is the record's position in the
     batch, `.found` and `.expected` the kinds ('float', 'int64' or 'bytes')."""
 
+    index: int  # always set here (DecodeError's may be None)
+
     def __init__(self, key: str, index: int, found: str, expected: str) -> None:
-        self.key, self.index, self.found, self.expected = key, index, found, expected
-        super().__init__(f"feature {key!r} in record {index} holds {found} values, expected {expected}")
+        self.found, self.expected = found, expected
+        super().__init__(f"feature {key!r} in record {index} holds {found} values, expected {expected}", key=key,
+                         index=index)
 
 
 def _varint(buf: bytes, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        if pos >= len(buf) or shift > 63:
-            return -1, pos
-        byte = buf[pos]
-        result |= (byte & 0x7F) << shift
-        pos += 1
-        if byte < 0x80:
-            return result, pos
-        shift += 7
+    """A varint at `pos`: (value, position after it), or (-1, pos) when it is cut or too long (not canonical)."""
+    try:
+        return read_varint(buf, pos, len(buf))
+    except WireError:
+        return -1, pos
 
 
 def _split(raw: bytes) -> tuple[int, int] | None:
@@ -108,69 +114,74 @@ def kind_of(raw: bytes | None, key: str = "?") -> FeatureKind | None:
     return _slow(raw, key)[0]
 
 
+_VARINT_ERRORS = {VARINT_CUT: "the packed int64 list ends inside a varint",
+                  VARINT_LONG: "a varint in the packed int64 list is longer than 10 bytes"}
+
+
 def decode_varints(buf: np.ndarray) -> np.ndarray:
     """Decode a uint8 array of concatenated varints into int64 values (two's complement, as protobuf's int64).
     Raises ValueError if the buffer ends inside a varint or a varint is longer than 10 bytes."""
-    if buf.size == 0:
-        return np.zeros(0, dtype=np.int64)
-    ends = np.flatnonzero(buf < 0x80)
-    if ends.size == 0 or ends[-1] != buf.size - 1:
-        raise ValueError("the packed int64 list ends inside a varint")
-    starts = np.empty_like(ends)
-    starts[0] = 0
-    starts[1:] = ends[:-1] + 1
-    lengths = ends - starts + 1
-    if lengths.max() > 10:
-        raise ValueError("a varint in the packed int64 list is longer than 10 bytes")
-    if lengths.max() == 1:
-        return buf.astype(np.int64)
-    position = np.arange(buf.size) - np.repeat(starts, lengths)
-    parts = (buf & 0x7F).astype(np.uint64) << (7 * position).astype(np.uint64)
-    return np.add.reduceat(parts, starts).view(np.int64)
+    try:
+        return decode_packed_varints(buf)
+    except WireError as err:
+        raise ValueError(_VARINT_ERRORS[err.message]) from None
 
 
 def decode_column(raws: Sequence[bytes | None], kind: FeatureKind, key: str) -> Column:
     """Decode one feature of every record. `kind` is the kind expected ('float', 'int64' or 'bytes'); a record
     whose feature has another kind raises ColumnKindError; absent or kind-less features count as not present."""
-    tag = _TAG_OF[kind]
-    n = len(raws)
-    present = np.zeros(n, dtype=bool)
-    counts = np.zeros(n, dtype=np.int64)
     if kind == "bytes":
-        out: list[bytes] = []
-        for i, raw in enumerate(raws):
-            if raw is None:
-                continue
-            n = len(raw)
-            if 4 <= n < 0x80 and raw[0] == 0x0A and raw[2] == 0x0A and raw[1] == n - 2 and raw[3] == n - 4:
-                present[i] = True  # the common case, one short string: 0a L 0a l <bytes>
-                counts[i] = 1
-                out.append(raw[4:])
-                continue
-            if n >= 0x80 and raw[0] == 0x0A:  # one long string: 0a L(varint) 0a l(varint) <bytes>
-                outer, p = _varint(raw, 1)
-                if p + outer == n and p < n and raw[p] == 0x0A:
-                    inner, q = _varint(raw, p + 1)
-                    if q + inner == n:
-                        present[i] = True
-                        counts[i] = 1
-                        out.append(raw[q:])
-                        continue
-            found, values = _slow(raw, key)
-            if found is None:
-                continue
-            if found != "bytes":
-                raise ColumnKindError(key, i, found, kind)
-            present[i] = True
-            counts[i] = len(values)
-            out.extend(values)
-        return Column(present, counts, out)
-
+        return _bytes_column(raws, key)
+    tag = _TAG_OF[kind]
     fast = _few_numeric(raws, tag, kind) if len(raws) <= _FEW else None
     if fast is None:
         fast = _bulk_numeric(raws, tag, kind, key)
     if fast is not None:
         return fast
+    return _numeric_by_record(raws, tag, kind, key)
+
+
+def _bytes_column(raws: Sequence[bytes | None], key: str) -> Column:
+    """A bytes column: one short or long string per record split by byte comparisons, anything else by the rules."""
+    n = len(raws)
+    present = np.zeros(n, dtype=bool)
+    counts = np.zeros(n, dtype=np.int64)
+    out: list[bytes] = []
+    for i, raw in enumerate(raws):
+        if raw is None:
+            continue
+        n = len(raw)
+        if 4 <= n < 0x80 and raw[0] == 0x0A and raw[2] == 0x0A and raw[1] == n - 2 and raw[3] == n - 4:
+            present[i] = True  # the common case, one short string: 0a L 0a l <bytes>
+            counts[i] = 1
+            out.append(raw[4:])
+            continue
+        if n >= 0x80 and raw[0] == 0x0A:  # one long string: 0a L(varint) 0a l(varint) <bytes>
+            outer, p = _varint(raw, 1)
+            if p + outer == n and p < n and raw[p] == 0x0A:
+                inner, q = _varint(raw, p + 1)
+                if q + inner == n:
+                    present[i] = True
+                    counts[i] = 1
+                    out.append(raw[q:])
+                    continue
+        found, values = _slow(raw, key)
+        if found is None:
+            continue
+        if found != "bytes":
+            raise ColumnKindError(key, i, found, "bytes")
+        present[i] = True
+        counts[i] = len(values)
+        out.extend(values)
+    return Column(present, counts, out)
+
+
+def _numeric_by_record(raws: Sequence[bytes | None], tag: int, kind: str, key: str) -> Column:
+    """A numeric column record by record (what the array paths decline: long lists, uncommon encodings, errors):
+    canonical payloads decoded together, other encodings by the rules, kind mismatches reported."""
+    n = len(raws)
+    present = np.zeros(n, dtype=bool)
+    counts = np.zeros(n, dtype=np.int64)
     chunks: list[memoryview | None] = []  # None where `slow` holds the record's values
     slow: dict[int, np.ndarray] = {}
     for i, raw in enumerate(raws):
@@ -212,23 +223,6 @@ _FEW = 8
 _FEW_BYTES = 512
 
 
-def _py_varints(payload: bytes) -> list[int] | None:
-    """The int64 values of a packed varint payload, or None when it is malformed (the array path reports it)."""
-    out = []
-    result = shift = 0
-    for byte in payload:
-        result |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            if shift > 63:
-                return None  # longer than 10 bytes
-            result &= 0xFFFF_FFFF_FFFF_FFFF
-            out.append(result - (1 << 64) if result >> 63 else result)
-            result = shift = 0
-        else:
-            shift += 7
-    return None if shift else out
-
-
 def _few_numeric(raws: Sequence[bytes | None], tag: int, kind: str) -> Column | None:
     """A numeric column of a few canonical Features with short payloads; None sends the caller to the array path."""
     n = len(raws)
@@ -252,13 +246,17 @@ def _few_numeric(raws: Sequence[bytes | None], tag: int, kind: str) -> Column | 
     values: list[int] = []
     per = []
     for payload in payloads:
-        got = _py_varints(payload)
-        if got is None:
-            return None
+        if not payload:
+            per.append(0)
+            continue
+        try:
+            got = decode_varint_list(payload)
+        except WireError:
+            return None  # malformed: the array path reports it
         values.extend(got)
         per.append(len(got))
     counts[present] = per
-    return Column(present, counts, np.array(values, dtype=np.int64))
+    return Column(present, counts, np.array(values, dtype=np.uint64).view(np.int64))
 
 
 def _small_varint(flat: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:

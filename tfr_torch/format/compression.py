@@ -10,16 +10,15 @@ is faster still but reports the end of a stream differently, which the corruptio
 from __future__ import annotations
 
 import os
-import struct
 import zlib
 from types import ModuleType
-from typing import IO
+from typing import IO, Protocol
 
 from tfr_torch.errors import CorruptRecordError, TruncatedRecordError
-from tfr_torch.format.crc import masked_crc32c
+from tfr_torch.format.framing import HEADER_SIZE, parse_header
 
 __all__ = ["NONE", "GZIP", "ZLIB", "normalize_compression", "compression_from_name", "detect_compression",
-           "make_compressor", "Inflater"]
+           "make_compressor", "Inflater", "read_past"]
 
 NONE, GZIP, ZLIB = "none", "gzip", "zlib"
 
@@ -81,7 +80,7 @@ def detect_compression(head: bytes) -> str:
     """
     if len(head) == 0:
         return NONE
-    if len(head) >= 12 and struct.unpack_from("<I", head, 8)[0] == masked_crc32c(head[:8]):
+    if len(head) >= HEADER_SIZE and parse_header(head) is not None:
         return NONE
     if head[:3] == b"\x1f\x8b\x08":
         return GZIP
@@ -97,6 +96,14 @@ def make_compressor(compression: str, level: int | None) -> zlib._Compress:
     if not isinstance(level, int) or isinstance(level, bool) or not -1 <= level <= 9:
         raise ValueError(f"compression_level must be an int from 0 to 9 (or None for the default, 6), got {level!r}")
     return zlib.compressobj(level, zlib.DEFLATED, _WBITS[compression], _MEM_LEVEL, zlib.Z_DEFAULT_STRATEGY)
+
+
+class _Failure(Exception):
+    """Inside Inflater: the stream failed (`error`) after `filled` bytes of the caller's buffer were filled."""
+
+    def __init__(self, error: CorruptRecordError | TruncatedRecordError, filled: int) -> None:
+        super().__init__(error)
+        self.error, self.filled = error, filled
 
 
 class Inflater:
@@ -141,12 +148,12 @@ class Inflater:
         filled = 0
         try:
             filled = self._inflate(view)
-        except (CorruptRecordError, TruncatedRecordError) as err:
-            filled = err.filled  # type: ignore[union-attr]  # attached by _inflate's failure() (issue 17: declare it)
+        except _Failure as failure:
+            filled = failure.filled
             if not filled:
                 self._eof = self._failed = True
-                raise
-            self._error = err
+                raise failure.error from None
+            self._error = failure.error
         self.position += filled
         return filled
 
@@ -154,10 +161,8 @@ class Inflater:
         want = len(view)
         filled = 0
 
-        def failure(cls: type[CorruptRecordError | TruncatedRecordError], message: str) -> Exception:
-            err = cls(message, self._path, self.position + filled)
-            err.filled = filled  # type: ignore[union-attr]  # read back by readinto (issue 17: declare it)
-            return err
+        def failure(cls: type[CorruptRecordError | TruncatedRecordError], message: str) -> _Failure:
+            return _Failure(cls(message, self._path, self.position + filled), filled)
 
         while filled < want and not self._eof:
             if self._z.eof:
@@ -251,17 +256,27 @@ class Inflater:
 
     def skip(self, count: int) -> int:
         """Discard `count` decompressed bytes (one pass, no allocation beyond a chunk); return how many were skipped."""
-        scratch = bytearray(min(count, self._chunk) or 1)
-        skipped = 0
-        while skipped < count:
-            n = self.readinto(memoryview(scratch)[: min(len(scratch), count - skipped)])
-            if n == 0:
-                break
-            skipped += n
-        return skipped
+        return read_past(self, count, self._chunk)
 
     def close(self) -> None:
         self._raw.close()
+
+
+class _Readable(Protocol):
+    def readinto(self, view: memoryview, /) -> int: ...
+
+
+def read_past(stream: _Readable, count: int, chunk: int = 1 << 20) -> int:
+    """Read and discard `count` bytes of a stream with `readinto` (one scratch buffer of at most `chunk` bytes);
+    return how many there were (fewer when the stream ends first)."""
+    scratch = bytearray(min(count, chunk) or 1)
+    done = 0
+    while done < count:
+        n = stream.readinto(memoryview(scratch)[: min(len(scratch), count - done)])
+        if not n:
+            break
+        done += n
+    return done
 
 
 _GZIP_MAGIC = b"\x1f\x8b\x08"  # ID1 ID2 and CM=8 (deflate), RFC 1952 section 2.3

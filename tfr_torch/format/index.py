@@ -8,19 +8,17 @@ the offsets are positions in the decompressed stream: a reader reaches them with
 from __future__ import annotations
 
 import re
-import struct
 
 import numpy as np
 
 from tfr_torch.errors import IndexMismatchError
 from tfr_torch.format.compression import NONE
-from tfr_torch.format.crc import masked_crc32c
+from tfr_torch.format.framing import HEADER_SIZE, OVERHEAD, parse_header
 from tfr_torch.format.paths import PathLike, as_path, atomic_output, file_size, open_input
-from tfr_torch.format.reader import HEADER_SIZE, RecordReader
+from tfr_torch.format.reader import RecordReader
 
 __all__ = ["build_index", "read_index", "scan_index", "check_index", "index_path_for"]
 
-_OVERHEAD = 16
 _WELL_FORMED = re.compile(rb"(?:[ \t]*\d+[ \t]+\d+[ \t]*\r?\n)*(?:[ \t]*\d+[ \t]+\d+[ \t]*)?")
 
 
@@ -41,7 +39,7 @@ def scan_index(path: PathLike, compression: str | None = "auto", verify: bool = 
         previous = 0
         for record in reader:
             offsets.append(previous)
-            sizes.append(len(record) + _OVERHEAD)
+            sizes.append(len(record) + OVERHEAD)
             previous = reader.offset
     return np.array([offsets, sizes], dtype=np.int64).T.reshape(-1, 2)
 
@@ -111,11 +109,11 @@ def _check_layout(index: np.ndarray, path: str | None, index_path: str) -> None:
     offsets, sizes = index[:, 0], index[:, 1]
     if offsets[0] != 0:
         raise IndexMismatchError(f"the index starts at offset {offsets[0]}, expected 0", path, None, index_path)
-    small = np.flatnonzero(sizes < _OVERHEAD)
+    small = np.flatnonzero(sizes < OVERHEAD)
     if small.size:
         i = int(small[0])
         raise IndexMismatchError(f"line {i + 1} of the index gives a record size of {sizes[i]}, expected at least "
-                                 f"{_OVERHEAD}", path, int(offsets[i]), index_path)
+                                 f"{OVERHEAD}", path, int(offsets[i]), index_path)
     with np.errstate(over="ignore"):
         ends = offsets + sizes  # both non-negative: a sum that wrapped is smaller than its offset
     wrapped = np.flatnonzero(ends < offsets)
@@ -146,8 +144,8 @@ def check_index(index: np.ndarray, path: PathLike, index_path: PathLike | None =
     with RecordReader(path, compression, verify=False) as reader:
         if reader.compression != NONE:
             first = next(reader, None) if len(index) else None
-            if len(index) and (first is None or len(first) + _OVERHEAD != index[0, 1]):
-                found = "no record" if first is None else f"a record of {len(first) + _OVERHEAD} bytes"
+            if len(index) and (first is None or len(first) + OVERHEAD != index[0, 1]):
+                found = "no record" if first is None else f"a record of {len(first) + OVERHEAD} bytes"
                 raise IndexMismatchError(
                     f"line 1 of the index says a record of {index[0, 1]} bytes starts at offset 0, but the file has "
                     f"{found} there (stale index, or made for another file?)", path, 0, index_path)
@@ -170,9 +168,9 @@ def _check_header(header: bytes, row: np.ndarray, line: int, path: str, index_pa
     if len(header) < HEADER_SIZE:
         raise IndexMismatchError(f"line {line + 1} of the index points at offset {offset}, past the end of the file",
                                  path, offset, index_path)
-    length, crc = struct.unpack("<QI", header)
-    if masked_crc32c(header[:8]) != crc or length + _OVERHEAD != size:
-        found = f"a record of {length + _OVERHEAD} bytes" if masked_crc32c(header[:8]) == crc else "no valid record header"
+    length = parse_header(header)
+    if length is None or length + OVERHEAD != size:
+        found = f"a record of {length + OVERHEAD} bytes" if length is not None else "no valid record header"
         raise IndexMismatchError(
             f"line {line + 1} of the index says a record of {size} bytes starts at offset {offset}, but the file has "
             f"{found} there (stale index, or made for another file?)", path, offset, index_path)

@@ -9,25 +9,37 @@ from __future__ import annotations
 
 import operator
 import os
-import struct
 import warnings
 from collections.abc import Callable, Generator, Iterator
-from typing import IO, Protocol, cast
+from typing import IO, Any, Protocol, cast
 
 from tfr_torch import _native
 from tfr_torch.errors import CorruptRecordError, DecodeError, SkippedRecordWarning, TFRecordError, TruncatedRecordError
 from tfr_torch.format import limits
-from tfr_torch.format.compression import NONE, Inflater, compression_from_name, detect_compression, normalize_compression
-from tfr_torch.format.crc import crc32c, masked_crc32c
+from tfr_torch.format.compression import (
+    NONE,
+    Inflater,
+    compression_from_name,
+    detect_compression,
+    normalize_compression,
+    read_past,
+)
+from tfr_torch.format.framing import (
+    FOOTER_SIZE,
+    HEADER_SIZE,
+    OVERHEAD,
+    header_crc,
+    masked_crc32c,
+    parse_header,
+    unpack_crc,
+    unpack_header,
+)
 from tfr_torch.format.options import OnError
 from tfr_torch.format.paths import PathLike, as_path, is_url, open_input
 from tfr_torch.format.sniff import header_message, not_a_tfrecord
 
 __all__ = ["HEADER_SIZE", "FOOTER_SIZE", "RecordReader", "RecordFile", "read_records", "OnError"]
 
-HEADER_SIZE = 12  # uint64 length + uint32 masked CRC of the length
-FOOTER_SIZE = 4  # uint32 masked CRC of the data
-_OVERHEAD = HEADER_SIZE + FOOTER_SIZE
 _BUFFER = 1 << 20
 _SCAN_BATCH = 4096  # records the compiled kernel frames per call
 _NO_END = float("inf")
@@ -37,9 +49,6 @@ class _Stream(Protocol):
 
     def readinto(self, view: memoryview, /) -> int: ...
 
-
-_unpack_header = struct.Struct("<QI").unpack_from
-_unpack_crc = struct.Struct("<I").unpack_from
 
 
 def _resolve_policy(on_error: OnError) -> Callable[[TFRecordError], None] | None:
@@ -114,7 +123,7 @@ class RecordReader:
                     raw.seek(self.start)
                 else:  # a pipe-like stream: give back the sniffed bytes, then skip to `start`
                     stream = _Prefixed(head, raw)
-                    if self.start and _skip(stream, self.start) < self.start:
+                    if self.start and read_past(stream, self.start) < self.start:
                         raise TruncatedRecordError(f"cannot start reading at offset {self.start}: the file is shorter",
                                                    self.path, self.start)
             return NONE, stream, total
@@ -155,90 +164,23 @@ class RecordReader:
         self.skipped += 1
         self._policy(err)
 
+    def _over_limit(self, length: int, off: int) -> None:
+        """A header read from a stream that nothing else bounds declares more than the limit: report it."""
+        try:
+            limits.check_record_length(length, self.path, off, self.compression)
+        except DecodeError as err:
+            self._fail(err)
+
     def _records(self) -> Generator[bytes, None, None]:
-        """The hot loop. `buf[lo:hi]` holds unread bytes; `base` is the stream offset of `buf[0]`."""
-        readinto = self._stream.readinto
+        """The hot loop. It keeps the window's `buf`, `view`, `lo`, `hi` and `base` in locals (see `_Window`) and
+        hands `lo` to the window, and takes the five back, around each call that reads or moves data."""
         total = self._total
         end = self.end if self.end is not None else _NO_END
         verify = self.verify
         path = self.path
-        buf = bytearray(self._buffer_size)
-        view = memoryview(buf)
-        lo = hi = 0
-        base = self.start
-        eof = False
-        header_crcs: dict[int, int] = {}  # length -> its valid header CRC (it depends on the length only)
-        broken = False  # the (compressed) stream failed; what is left in the buffer is its cut-off tail
+        w = _Window(self, self._buffer_size)
+        buf, view, lo, hi, base = w.buf, w.view, w.lo, w.hi, w.base
         core = _native.core  # the compiled framing kernel, or None: the loop below is then the whole reader
-
-        def fill(want: int) -> None:
-            """Move buf[lo:hi] to the front and read until `want` bytes are buffered or the stream ends."""
-            nonlocal buf, view, lo, hi, base, eof, broken
-            if lo:
-                view[: hi - lo] = view[lo:hi]
-                base += lo
-                hi -= lo
-                lo = 0
-            while hi < want and not eof:
-                if hi == len(buf):  # full: grow step by step as data arrives, so a lying length allocates nothing
-                    view.release()
-                    buf.extend(bytes(min(want, max(2 * len(buf), len(buf) + _BUFFER)) - len(buf)))
-                    view = memoryview(buf)
-                try:
-                    n = readinto(view[hi:])
-                except TFRecordError as err:  # a corrupt or truncated compressed stream: nothing more to read
-                    eof = broken = True
-                    self._fail(err)
-                    n = 0
-                if not n:
-                    eof = True
-                hi += n
-
-        inflater = self._stream if isinstance(self._stream, Inflater) else None
-
-        def next_member() -> bool:
-            """After a corruption in a compressed stream, nothing later in that member can be trusted (a damaged
-            back-reference can copy earlier records whose CRCs pass): drop what is buffered and go on at the next
-            gzip member (or the end). True when reading goes on."""
-            nonlocal lo, hi, base, eof, broken
-            if inflater is None:
-                return False
-            inflater.abandon_member()
-            lo = hi = 0
-            base = inflater.position
-            eof = broken = False
-            return True
-
-        def resync() -> None:
-            """After a corrupt header, find the next offset where a header and its data both pass their CRCs.
-            The compiled kernel finds candidate headers at memory speed; the reference tries every byte."""
-            nonlocal lo
-            lo += 1
-            while True:
-                if hi - lo < HEADER_SIZE:
-                    fill(HEADER_SIZE)
-                    if hi - lo < HEADER_SIZE:
-                        lo = hi  # what is left is part of the corrupt region
-                        return
-                if core is not None:
-                    found = core.find_header(buf, lo, hi)
-                    if found < 0:  # none here: keep the last bytes, a header may start in them
-                        lo = hi - HEADER_SIZE + 1
-                        fill(HEADER_SIZE)
-                        continue
-                    lo = found
-                length, length_crc = _unpack_header(buf, lo)
-                if masked_crc32c(view[lo : lo + 8]) == length_crc:
-                    need = length + _OVERHEAD
-                    bound = base + lo + need <= total if total is not None else length <= limits.MAX_RECORD_BYTES
-                    if hi - lo < need and bound:
-                        fill(need)
-                    if hi - lo >= need:
-                        data_end = lo + HEADER_SIZE + length
-                        if masked_crc32c(view[lo + HEADER_SIZE : data_end]) == _unpack_crc(buf, data_end)[0]:
-                            return
-                lo += 1
-
         try:
             while True:
                 off = base + lo
@@ -251,82 +193,177 @@ class RecordReader:
                     if found:
                         lo = stop
                         for data in found:
-                            off += len(data) + _OVERHEAD
+                            off += len(data) + OVERHEAD
                             self.records += 1
                             self.offset = off
                             yield data
                         continue
                     # nothing whole and good at `lo`: the step below reads more, or reports what is wrong
                 if hi - lo < HEADER_SIZE:
-                    fill(HEADER_SIZE)
+                    w.lo = lo
+                    w.fill(HEADER_SIZE)
+                    buf, view, lo, hi, base = w.buf, w.view, w.lo, w.hi, w.base
                     if hi - lo < HEADER_SIZE:
-                        if hi > lo and not broken:
-                            sentence = None
-                            if off == 0:  # a tiny file: say what it looks like, if anything
-                                sentence = not_a_tfrecord(bytes(view[lo:hi]), None if self.compression == NONE
-                                                          else self.compression)
-                            self._fail(TruncatedRecordError(
-                                sentence + f" ({hi - lo} bytes, shorter than a {HEADER_SIZE}-byte record header)"
-                                if sentence else
-                                f"found {hi - lo} trailing bytes: expected a {HEADER_SIZE}-byte record header or the "
-                                "end of the file", path, off))
-                        if broken and next_member():
+                        if hi > lo and not w.broken:
+                            self._fail(_tail_error(bytes(view[lo:hi]), path, off, self.compression))
+                        if w.broken and w.next_member():
+                            buf, view, lo, hi, base = w.buf, w.view, w.lo, w.hi, w.base
                             continue
                         return
-                length, length_crc = _unpack_header(buf, lo)
-                if header_crcs.get(length) != length_crc and masked_crc32c(view[lo : lo + 8]) != length_crc:
+                length = parse_header(buf, lo)
+                if length is None:
                     self._fail(CorruptRecordError(header_message(
-                        view[lo : min(hi, lo + 512)], off, masked_crc32c(view[lo : lo + 8]), length_crc,
+                        view[lo : min(hi, lo + 512)], off, header_crc(buf, lo), unpack_header(buf, lo)[1],
                         self.compression), path, off))
-                    if not next_member():
-                        resync()
+                    w.lo = lo
+                    if not w.next_member():
+                        w.resync(core)
+                    buf, view, lo, hi, base = w.buf, w.view, w.lo, w.hi, w.base
                     continue
-                if len(header_crcs) < 4096:
-                    header_crcs[length] = length_crc
-                need = length + _OVERHEAD
+                need = length + OVERHEAD
                 if hi - lo < need:
                     if total is None and length > limits.MAX_RECORD_BYTES:  # nothing bounds it but the limit
-                        try:
-                            limits.check_record_length(length, path, off, self.compression)
-                        except DecodeError as err:
-                            self._fail(err)
-                        if next_member():
+                        self._over_limit(length, off)
+                        if w.next_member():
+                            buf, view, lo, hi, base = w.buf, w.view, w.lo, w.hi, w.base
                             continue
                         return
                     if total is not None and off + need > total:
-                        self._fail(TruncatedRecordError(
-                            f"truncated record: its header says {length} bytes of data, so {need} bytes from this "
-                            f"offset, but the file has only {total - off}", path, off))
+                        self._fail(_truncated(length, f"the file has only {total - off}", path, off))
                         return
-                    fill(need)
+                    w.lo = lo
+                    w.fill(need)
+                    buf, view, lo, hi, base = w.buf, w.view, w.lo, w.hi, w.base
                     if hi - lo < need:
-                        if broken:  # already reported: the stream broke inside this record
-                            if next_member():
+                        if w.broken:  # already reported: the stream broke inside this record
+                            if w.next_member():
+                                buf, view, lo, hi, base = w.buf, w.view, w.lo, w.hi, w.base
                                 continue
                             return
-                        self._fail(TruncatedRecordError(
-                            f"truncated record: its header says {length} bytes of data, so {need} bytes from this "
-                            f"offset, but the stream ends after {hi - lo}", path, off))
+                        self._fail(_truncated(length, f"the stream ends after {hi - lo}", path, off))
                         return
                 data_end = lo + HEADER_SIZE + length
                 data = bytes(view[lo + HEADER_SIZE : data_end])
                 lo += need
-                if verify:
-                    crc = crc32c(data)
-                    crc = (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF  # masked, inline: hot path
-                if verify and crc != _unpack_crc(buf, data_end)[0]:
-                    self._fail(CorruptRecordError(
-                        f"corrupt record data: the CRC of its {length} data bytes (at offset {off + HEADER_SIZE}) is "
-                        f"{masked_crc32c(data):#010x}, expected {_unpack_crc(buf, data_end)[0]:#010x} (stored after "
-                        "the data)", path, off))
-                    next_member()
+                if verify and masked_crc32c(data) != unpack_crc(buf, data_end)[0]:
+                    self._fail(_data_crc_error(data, unpack_crc(buf, data_end)[0], path, off))
+                    if w.next_member():
+                        buf, view, lo, hi, base = w.buf, w.view, w.lo, w.hi, w.base
                     continue
                 self.records += 1
                 self.offset = base + lo
                 yield data
         finally:
-            view.release()
+            w.view.release()
             self._raw.close()
+
+
+class _Window:
+    """The reader's buffer: `buf[lo:hi]` holds the unread bytes, `base` is the stream offset of `buf[0]`; `eof`: the
+    stream has ended; `broken`: the (compressed) stream failed, and what is left in the buffer is its cut-off tail.
+    Its methods run where the hot loop needs more data or meets a corruption, never once per record."""
+
+    def __init__(self, reader: RecordReader, size: int) -> None:
+        self.reader = reader
+        self.readinto = reader._stream.readinto
+        self.compressed = isinstance(reader._stream, Inflater)
+        self.buf = bytearray(size)
+        self.view = memoryview(self.buf)
+        self.lo = self.hi = 0
+        self.base = reader.start
+        self.eof = self.broken = False
+
+    def fill(self, want: int) -> None:
+        """Move buf[lo:hi] to the front and read until `want` bytes are buffered or the stream ends."""
+        lo, hi = self.lo, self.hi
+        if lo:
+            self.view[: hi - lo] = self.view[lo:hi]
+            self.base += lo
+            hi -= lo
+            self.lo = 0
+        buf = self.buf
+        while hi < want and not self.eof:
+            if hi == len(buf):  # full: grow step by step as data arrives, so a lying length allocates nothing
+                self.view.release()
+                buf.extend(bytes(min(want, max(2 * len(buf), len(buf) + _BUFFER)) - len(buf)))
+                self.view = memoryview(buf)
+            try:
+                n = self.readinto(self.view[hi:])
+            except TFRecordError as err:  # a corrupt or truncated compressed stream: nothing more to read
+                self.eof = self.broken = True
+                self.hi = hi
+                self.reader._fail(err)
+                n = 0
+            if not n:
+                self.eof = True
+            hi += n
+        self.hi = hi
+
+    def next_member(self) -> bool:
+        """After a corruption in a compressed stream, nothing later in that member can be trusted (a damaged
+        back-reference can copy earlier records whose CRCs pass): drop what is buffered and go on at the next
+        gzip member (or the end). True when reading goes on."""
+        stream = self.reader._stream
+        if not isinstance(stream, Inflater):
+            return False
+        stream.abandon_member()
+        self.lo = self.hi = 0
+        self.base = stream.position
+        self.eof = self.broken = False
+        return True
+
+    def resync(self, core: Any) -> None:
+        """After a corrupt header at `lo`, find the next offset where a header and its data both pass their CRCs.
+        The compiled kernel finds candidate headers at memory speed; the reference tries every byte."""
+        total = self.reader._total
+        self.lo += 1
+        while True:
+            if self.hi - self.lo < HEADER_SIZE:
+                self.fill(HEADER_SIZE)
+                if self.hi - self.lo < HEADER_SIZE:
+                    self.lo = self.hi  # what is left is part of the corrupt region
+                    return
+            buf, lo, hi = self.buf, self.lo, self.hi
+            if core is not None:
+                found = core.find_header(buf, lo, hi)
+                if found < 0:  # none here: keep the last bytes, a header may start in them
+                    self.lo = hi - HEADER_SIZE + 1
+                    self.fill(HEADER_SIZE)
+                    continue
+                self.lo = lo = found
+            length = parse_header(buf, lo)
+            if length is not None:
+                need = length + OVERHEAD
+                bound = self.base + lo + need <= total if total is not None else length <= limits.MAX_RECORD_BYTES
+                if hi - lo < need and bound:
+                    self.fill(need)
+                    lo, hi = self.lo, self.hi
+                if hi - lo >= need:
+                    data_end = lo + HEADER_SIZE + length
+                    if masked_crc32c(self.view[lo + HEADER_SIZE : data_end]) == unpack_crc(buf, data_end)[0]:
+                        return
+            self.lo = lo + 1
+
+
+def _tail_error(tail: bytes, path: str, off: int, compression: str) -> TruncatedRecordError:
+    """Bytes at the end, too few for a record header: in a tiny file, say what it looks like, if anything."""
+    sentence = not_a_tfrecord(tail, None if compression == NONE else compression) if off == 0 else None
+    if sentence:
+        return TruncatedRecordError(sentence + f" ({len(tail)} bytes, shorter than a {HEADER_SIZE}-byte record header)",
+                                    path, off)
+    return TruncatedRecordError(f"found {len(tail)} trailing bytes: expected a {HEADER_SIZE}-byte record header or the "
+                                "end of the file", path, off)
+
+
+def _truncated(length: int, found: str, path: str, off: int) -> TruncatedRecordError:
+    return TruncatedRecordError(f"truncated record: its header says {length} bytes of data, so {length + OVERHEAD} "
+                                f"bytes from this offset, but {found}", path, off)
+
+
+def _data_crc_error(data: bytes, stored: int, path: str, off: int) -> CorruptRecordError:
+    return CorruptRecordError(f"corrupt record data: the CRC of its {len(data)} data bytes (at offset "
+                              f"{off + HEADER_SIZE}) is {masked_crc32c(data):#010x}, expected {stored:#010x} (stored "
+                              "after the data)", path, off)
 
 
 def _offset(value: object, name: str) -> int:
@@ -363,17 +400,6 @@ class _Prefixed:
         data = self._raw.read(len(view))
         view[: len(data)] = data
         return len(data)
-
-
-def _skip(stream: _Stream, count: int) -> int:
-    scratch = bytearray(min(count, 1 << 20))
-    done = 0
-    while done < count:
-        n = stream.readinto(memoryview(scratch)[: min(len(scratch), count - done)])
-        if not n:
-            break
-        done += n
-    return done
 
 
 def _size_of(raw: IO[bytes]) -> int | None:
@@ -447,17 +473,17 @@ class RecordFile:
         if len(header) < HEADER_SIZE:
             raise TruncatedRecordError(f"expected a {HEADER_SIZE}-byte record header, found {len(header)} bytes",
                                        self.path, offset)
-        length, length_crc = _unpack_header(header)
-        if masked_crc32c(header[:8]) != length_crc:
+        length = parse_header(header)
+        if length is None:
             sentence = not_a_tfrecord(self._read_at(0, 512)) if offset == 0 else None
             if sentence is not None:
                 raise CorruptRecordError(sentence, self.path, offset)
             raise CorruptRecordError("corrupt record header (its length CRC does not match): is the index stale "
                                      "or made for another file?", self.path, offset)
-        if size is not None and length + _OVERHEAD != size:
-            raise CorruptRecordError(f"the record here has {length + _OVERHEAD} bytes but the index says {size}: is "
+        if size is not None and length + OVERHEAD != size:
+            raise CorruptRecordError(f"the record here has {length + OVERHEAD} bytes but the index says {size}: is "
                                      "the index stale or made for another file?", self.path, offset)
-        need = length + _OVERHEAD
+        need = length + OVERHEAD
         total = self._size if self._size is not None and offset + need <= self._size else self._current_size()
         if total is not None and offset + need > total:  # checked before anything is allocated for the body
             raise TruncatedRecordError(f"truncated record: its header says {length} bytes of data, so {need} bytes "
@@ -465,10 +491,10 @@ class RecordFile:
                                        self.path, offset)
         body = self._read_at(offset + HEADER_SIZE, length + FOOTER_SIZE)
         if len(body) < length + FOOTER_SIZE:
-            raise TruncatedRecordError(f"truncated record: expected {length + _OVERHEAD} bytes from this offset, "
+            raise TruncatedRecordError(f"truncated record: expected {length + OVERHEAD} bytes from this offset, "
                                        f"found {HEADER_SIZE + len(body)}", self.path, offset)
         data = body[:length]
-        if self.verify and masked_crc32c(data) != _unpack_crc(body, length)[0]:
+        if self.verify and masked_crc32c(data) != unpack_crc(body, length)[0]:
             raise CorruptRecordError(f"corrupt record data: the CRC of its {length} data bytes does not match",
                                      self.path, offset)
         return data

@@ -37,6 +37,16 @@ from tfr_torch.errors import DecodeError
 from tfr_torch.format._proto import raw_example_pb2
 from tfr_torch.format._proto._pool import POOL
 from tfr_torch.format.options import FeatureKind
+from tfr_torch.format.wire import (
+    WIRE_NAMES,
+    WireError,
+    decode_packed_varints,
+    decode_varint_list,
+    read_delimited,
+    read_tag,
+    read_varint,
+    skip_field,
+)
 
 __all__ = ["example_features", "sequence_example_features", "decode_feature", "walk_example",
            "walk_sequence_example", "Values"]
@@ -44,73 +54,6 @@ __all__ = ["example_features", "sequence_example_features", "decode_feature", "w
 Values = Union[np.ndarray, list[bytes]]
 _Buf = Union[bytes, memoryview]  # a record, or a view into one
 _KINDS: dict[int, FeatureKind] = {0x0A: "bytes", 0x12: "float", 0x1A: "int64"}
-_WIRE_NAMES = {0: "varint", 1: "fixed64", 2: "length-delimited", 3: "group start", 4: "group end", 5: "fixed32"}
-
-
-class _Bad(Exception):
-    """A rule broken at `pos` (an offset in the record); turned into DecodeError by the entry points."""
-
-    def __init__(self, pos: int, message: str, key: str | None = None) -> None:
-        super().__init__(message)
-        self.pos, self.message, self.key = pos, message, key
-
-
-# --------------------------------------------------------------------------------------------- wire primitives
-
-def _varint(buf: _Buf, pos: int, end: int) -> tuple[int, int]:
-    """A base-128 varint at `pos` (at most 10 bytes, within `end`): (value, position after it)."""
-    start = pos
-    result = shift = 0
-    while True:
-        if pos >= end:
-            raise _Bad(start, "ends inside a varint")
-        byte = buf[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return result, pos
-        shift += 7
-        if shift >= 70:
-            raise _Bad(start, "has a varint longer than 10 bytes")
-
-
-def _tag(buf: _Buf, pos: int, end: int) -> tuple[int, int, int]:
-    """A field tag at `pos`: (field number, wire type, position after it). Padded (non-minimal) tags, field
-    number 0 and unknown wire types are errors."""
-    byte = buf[pos]
-    if byte < 0x80:
-        tag, after = byte, pos + 1
-    else:
-        tag, after = _varint(buf, pos, end)
-        if buf[after - 1] == 0:
-            raise _Bad(pos, "has a padded (non-minimal) field tag")
-    number, wire = tag >> 3, tag & 7
-    if number == 0 or wire > 5:
-        raise _Bad(pos, f"has an invalid field tag {tag:#x} (field {number}, wire type {wire})")
-    if wire in (3, 4):
-        raise _Bad(pos, f"has a group (field {number}, wire type {wire}): groups are not part of tf.train.Example "
-                        "and TensorFlow's parse_example rejects them")
-    return number, wire, after
-
-
-def _delimited(buf: _Buf, pos: int, end: int, what: str) -> tuple[int, int]:
-    """The payload bounds (start, stop) of a length-delimited field whose length varint is at `pos`."""
-    length, start = _varint(buf, pos, end)
-    if length > end - start:
-        raise _Bad(pos, f"has a {what} of {length} bytes but only {end - start} bytes remain in its message")
-    return start, start + length
-
-
-def _skip(buf: _Buf, pos: int, end: int, wire: int) -> int:
-    """Skip an unknown field's value (wire types 0, 1, 2, 5); return the position after it."""
-    if wire == 0:
-        return _varint(buf, pos, end)[1]
-    if wire == 2:
-        return _delimited(buf, pos, end, "length-delimited unknown field")[1]
-    size = 8 if wire == 1 else 4
-    if pos + size > end:
-        raise _Bad(pos, f"ends inside a {_WIRE_NAMES[wire]} field")
-    return pos + size
 
 
 # --------------------------------------------------------------------------------------------- message walks
@@ -121,28 +64,29 @@ def _entry(buf: _Buf, pos: int, end: int, what: str) -> tuple[str, int, int]:
     key: str | None = None
     value: tuple[int, int] | None = None
     while pos < end:
-        number, wire, after = _tag(buf, pos, end)
+        number, wire, after = read_tag(buf, pos, end)
         if number == 1 and wire == 2:
             if key is not None:
-                raise _Bad(pos, f"has a {what} map entry with two keys", key)
-            start, pos = _delimited(buf, after, end, "key")
+                raise WireError(pos, f"has a {what} map entry with two keys", key)
+            start, pos = read_delimited(buf, after, end, "key")
             try:
                 key = bytes(buf[start:pos]).decode("utf-8")
             except UnicodeDecodeError:
-                raise _Bad(start, f"has a {what} key that is not valid UTF-8: {bytes(buf[start:pos])[:40]!r}") from None
+                raise WireError(start, f"has a {what} key that is not valid UTF-8: "
+                                       f"{bytes(buf[start:pos])[:40]!r}") from None
         elif number == 2 and wire == 2:
             if value is not None:
-                raise _Bad(pos, f"has a {what} map entry whose value field appears twice (TensorFlow's parse_example "
-                                "rejects such a record; protobuf would merge the two values)", key)
-            value = _delimited(buf, after, end, "value")
+                raise WireError(pos, f"has a {what} map entry whose value field appears twice (TensorFlow's "
+                                     "parse_example rejects such a record; protobuf would merge the two values)", key)
+            value = read_delimited(buf, after, end, "value")
             pos = value[1]
         else:
-            raise _Bad(pos, f"has an unexpected field {number} ({_WIRE_NAMES[wire]}) in a {what} map entry "
+            raise WireError(pos, f"has an unexpected field {number} ({WIRE_NAMES[wire]}) in a {what} map entry "
                             "(expected only a key and a value)", key)
     if key is None:
-        raise _Bad(entry_start, f"has a {what} map entry without a key")
+        raise WireError(entry_start, f"has a {what} map entry without a key")
     if value is None:
-        raise _Bad(entry_start, f"has a {what} map entry without a value", key)
+        raise WireError(entry_start, f"has a {what} map entry without a value", key)
     return key, value[0], value[1]
 
 
@@ -150,10 +94,10 @@ def _features(buf: _Buf, pos: int, end: int, out: dict[str, tuple[int, int]], wh
     """Entries of a Features message in buf[pos:end] into `out` (key -> (start, stop) of the raw Feature)."""
     while pos < end:
         if buf[pos] != 0x0A:
-            number, wire, _ = _tag(buf, pos, end)
-            raise _Bad(pos, f"has an unexpected field {number} ({_WIRE_NAMES[wire]}) among its {what}s (a Features "
+            number, wire, _ = read_tag(buf, pos, end)
+            raise WireError(pos, f"has an unexpected field {number} ({WIRE_NAMES[wire]}) among its {what}s (a Features "
                             "message holds only map entries)")
-        start, pos = _delimited(buf, pos + 1, end, f"{what} map entry")
+        start, pos = read_delimited(buf, pos + 1, end, f"{what} map entry")
         key, vstart, vstop = _entry(buf, start, pos, what)
         out[key] = (vstart, vstop)
 
@@ -163,12 +107,12 @@ def _message_fields(buf: _Buf, fields: dict[int, Callable[[int, int], None]], wh
     taking (start, stop)); unknown fields are skipped."""
     pos, end = 0, len(buf)
     while pos < end:
-        number, wire, after = _tag(buf, pos, end)
+        number, wire, after = read_tag(buf, pos, end)
         handler = fields.get(number) if wire == 2 else None
         if handler is None:
-            pos = _skip(buf, after, end, wire)
+            pos = skip_field(buf, after, end, wire)
             continue
-        start, pos = _delimited(buf, after, end, what)
+        start, pos = read_delimited(buf, after, end, what)
         handler(start, pos)
 
 
@@ -179,7 +123,7 @@ def walk_example(data: bytes) -> dict[str, bytes]:
     spans: dict[str, tuple[int, int]] = {}
     try:
         _message_fields(buf, {1: lambda s, e: _features(buf, s, e, spans)}, "features message")
-    except _Bad as bad:
+    except WireError as bad:
         raise _error(bad, "tf.train.Example", len(data)) from None
     return {key: bytes(buf[s:e]) for key, (s, e) in spans.items()}
 
@@ -198,7 +142,7 @@ def walk_sequence_example(data: bytes) -> tuple[dict[str, bytes], dict[str, list
         _message_fields(buf, {1: lambda s, e: _features(buf, s, e, context, "context feature"), 2: feature_lists},
                         "SequenceExample field")
         steps = {key: _feature_list(buf, s, e, key) for key, (s, e) in lists.items()}
-    except _Bad as bad:
+    except WireError as bad:
         raise _error(bad, "tf.train.SequenceExample", len(data)) from None
     return {key: bytes(buf[s:e]) for key, (s, e) in context.items()}, steps
 
@@ -207,20 +151,18 @@ def _feature_list(buf: _Buf, pos: int, end: int, key: str) -> list[bytes]:
     out = []
     while pos < end:
         if buf[pos] != 0x0A:
-            number, wire, _ = _tag(buf, pos, end)
-            raise _Bad(pos, f"has an unexpected field {number} ({_WIRE_NAMES[wire]}) in a FeatureList (expected "
+            number, wire, _ = read_tag(buf, pos, end)
+            raise WireError(pos, f"has an unexpected field {number} ({WIRE_NAMES[wire]}) in a FeatureList (expected "
                             "only Features)", key)
-        start, pos = _delimited(buf, pos + 1, end, "Feature")
+        start, pos = read_delimited(buf, pos + 1, end, "Feature")
         out.append(bytes(buf[start:pos]))
     return out
 
 
-def _error(bad: _Bad, what: str, size: int) -> DecodeError:
+def _error(bad: WireError, what: str, size: int) -> DecodeError:
     where = f" (feature {bad.key!r})" if bad.key is not None else ""
-    err = DecodeError(f"cannot parse {size} bytes as a {what}: byte {bad.pos}{where} {bad.message}")
-    err.key = bad.key  # type: ignore[attr-defined]
-    err.position = bad.pos  # type: ignore[attr-defined]
-    return err
+    return DecodeError(f"cannot parse {size} bytes as a {what}: byte {bad.pos}{where} {bad.message}", key=bad.key,
+                       position=bad.pos)
 
 
 # --------------------------------------------------------------------------------------------- fast checks
@@ -328,16 +270,14 @@ def decode_feature(raw: bytes, key: str = "?") -> tuple[FeatureKind | None, Valu
                 return "int64", np.frombuffer(raw, dtype=np.uint8, offset=4).astype(np.int64)
             if size - 4 <= _SMALL_RUN and raw[-1] < 0x80:
                 try:
-                    return "int64", _few_varints(bytes(raw[4:]), 4)
-                except _Bad:
+                    return "int64", _unsigned(decode_varint_list(bytes(raw[4:]), 4))
+                except WireError:
                     pass  # the walk below names the error
     try:
         return _decode_feature(memoryview(raw), size)
-    except _Bad as bad:
-        err = DecodeError(f"feature {key!r}: its tf.train.Feature ({len(raw)} bytes) {bad.message} (at byte {bad.pos})")
-        err.key = key  # type: ignore[attr-defined]
-        err.position = bad.pos  # type: ignore[attr-defined]
-        raise err from None
+    except WireError as bad:
+        raise DecodeError(f"feature {key!r}: its tf.train.Feature ({len(raw)} bytes) {bad.message} (at byte {bad.pos})",
+                          key=key, position=bad.pos) from None
 
 
 def _decode_feature(buf: _Buf, end: int) -> tuple[FeatureKind | None, Values]:
@@ -346,17 +286,17 @@ def _decode_feature(buf: _Buf, end: int) -> tuple[FeatureKind | None, Values]:
     tag = buf[0]
     kind = _KINDS.get(tag)
     if kind is None:
-        number, wire, _ = _tag(buf, 0, end)
-        raise _Bad(0, f"starts with field {number} ({_WIRE_NAMES[wire]}): expected its list first (bytes_list, "
+        number, wire, _ = read_tag(buf, 0, end)
+        raise WireError(0, f"starts with field {number} ({WIRE_NAMES[wire]}): expected its list first (bytes_list, "
                       "float_list or int64_list)")
-    start, stop = _delimited(buf, 1, end, f"{kind} list")
+    start, stop = read_delimited(buf, 1, end, f"{kind} list")
     pos = stop
     while pos < end:  # only unknown fields may follow the list
-        number, wire, after = _tag(buf, pos, end)
+        number, wire, after = read_tag(buf, pos, end)
         if number <= 3:
-            raise _Bad(pos, "holds a second list after its first (a Feature holds one list; TensorFlow's "
+            raise WireError(pos, "holds a second list after its first (a Feature holds one list; TensorFlow's "
                             "parse_example reads the first, protobuf would merge them)")
-        pos = _skip(buf, after, end, wire)
+        pos = skip_field(buf, after, end, wire)
     if kind == "bytes":
         return kind, _bytes_list(buf, start, stop)
     if kind == "float":
@@ -368,9 +308,9 @@ def _bytes_list(buf: _Buf, pos: int, end: int) -> list[bytes]:
     out = []
     while pos < end:
         if buf[pos] != 0x0A:
-            number, wire, _ = _tag(buf, pos, end)
-            raise _Bad(pos, f"has field {number} ({_WIRE_NAMES[wire]}) in its bytes_list (expected only values)")
-        start, pos = _delimited(buf, pos + 1, end, "bytes value")
+            number, wire, _ = read_tag(buf, pos, end)
+            raise WireError(pos, f"has field {number} ({WIRE_NAMES[wire]}) in its bytes_list (expected only values)")
+        start, pos = read_delimited(buf, pos + 1, end, "bytes value")
         out.append(bytes(buf[start:pos]))
     return out
 
@@ -380,86 +320,48 @@ def _numeric_list(buf: _Buf, pos: int, end: int, unpacked_tag: int, kind: str) -
     if pos == end:
         return np.zeros(0, dtype=dtype)
     if buf[pos] == 0x0A:  # one packed run, then only unknown fields
-        start, stop = _delimited(buf, pos + 1, end, f"packed {kind} run")
+        start, stop = read_delimited(buf, pos + 1, end, f"packed {kind} run")
         rest = stop
         while rest < end:
-            number, wire, after = _tag(buf, rest, end)
+            number, wire, after = read_tag(buf, rest, end)
             if number == 1:
-                raise _Bad(rest, f"has more {kind} values after its packed run (TensorFlow's parse_example reads only "
-                                 "the run, protobuf would append them)")
-            rest = _skip(buf, after, end, wire)
+                raise WireError(rest, f"has more {kind} values after its packed run (TensorFlow's parse_example reads "
+                                      "only the run, protobuf would append them)")
+            rest = skip_field(buf, after, end, wire)
         if kind == "float":
             if (stop - start) % 4:
-                raise _Bad(start, f"has a packed float run of {stop - start} bytes, not a multiple of 4")
+                raise WireError(start, f"has a packed float run of {stop - start} bytes, not a multiple of 4")
             return np.frombuffer(buf[start:stop], dtype="<f4").astype(np.float32)
         run = bytes(buf[start:stop])
         if run.isascii():  # every varint is one byte (values 0..127): the common case, one numpy call
             return np.frombuffer(run, dtype=np.uint8).astype(np.int64)
         if len(run) <= _SMALL_RUN:  # numpy's per-call cost dominates short runs: plain Python
-            return _few_varints(run, start)
-        return _packed_varints(np.frombuffer(run, dtype=np.uint8), start)
+            return _unsigned(decode_varint_list(run, start))
+        return decode_packed_varints(np.frombuffer(run, dtype=np.uint8), start)
     if buf[pos] == unpacked_tag:  # only unpacked values
         values: list[Any] = []  # 4-byte floats, or ints
         while pos < end:
             if buf[pos] != unpacked_tag:
-                number, wire, _ = _tag(buf, pos, end)
-                raise _Bad(pos, f"has field {number} ({_WIRE_NAMES[wire]}) among its unpacked {kind} values")
+                number, wire, _ = read_tag(buf, pos, end)
+                raise WireError(pos, f"has field {number} ({WIRE_NAMES[wire]}) among its unpacked {kind} values")
             if kind == "float":
                 if pos + 5 > end:
-                    raise _Bad(pos, "ends inside a float value")
+                    raise WireError(pos, "ends inside a float value")
                 values.append(bytes(buf[pos + 1 : pos + 5]))
                 pos += 5
             else:
-                value, pos = _varint(buf, pos + 1, end)
+                value, pos = read_varint(buf, pos + 1, end)
                 values.append(value & 0xFFFF_FFFF_FFFF_FFFF)
         if kind == "float":
             return np.frombuffer(b"".join(values), dtype="<f4").astype(np.float32)
         return np.array(values, dtype=np.uint64).view(np.int64)
-    number, wire, _ = _tag(buf, pos, end)
-    raise _Bad(pos, f"has field {number} ({_WIRE_NAMES[wire]}) first in its {kind} list (expected values)")
+    number, wire, _ = read_tag(buf, pos, end)
+    raise WireError(pos, f"has field {number} ({WIRE_NAMES[wire]}) first in its {kind} list (expected values)")
 
 
 _SMALL_RUN = 48  # packed int64 runs up to this many bytes are decoded without numpy's vector machinery
 
 
-def _few_varints(run: bytes, offset: int) -> np.ndarray:
-    """`_packed_varints` for a short run, byte by byte (same rules, same errors)."""
-    if run[-1] >= 0x80:  # checked first, as _packed_varints does: the same error for the same run
-        last = max((i for i, byte in enumerate(run) if byte < 0x80), default=-1)
-        raise _Bad(offset + last + 1, "has a packed int64 run that ends inside a varint")
-    values = []
-    result = shift = 0
-    start = 0
-    for pos, byte in enumerate(run):
-        result |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            values.append(result & 0xFFFF_FFFF_FFFF_FFFF)
-            result = shift = 0
-            start = pos + 1
-            continue
-        shift += 7
-        if shift >= 70:
-            raise _Bad(offset + start, "has a varint longer than 10 bytes")
+def _unsigned(values: list[int]) -> np.ndarray:
+    """Unsigned 64-bit varint values as int64 (two's complement, as protobuf's int64)."""
     return np.array(values, dtype=np.uint64).view(np.int64)
-
-
-def _packed_varints(payload: np.ndarray, offset: int) -> np.ndarray:
-    """Decode a packed run of varints (each at most 10 bytes, the last ending the run) into int64 values, as
-    protobuf and TensorFlow read them (bits beyond 64 dropped)."""
-    if payload.size == 0:
-        return np.zeros(0, dtype=np.int64)
-    ends = np.flatnonzero(payload < 0x80)
-    if ends.size == 0 or ends[-1] != payload.size - 1:
-        raise _Bad(offset + (int(ends[-1]) + 1 if ends.size else 0), "has a packed int64 run that ends inside a varint")
-    starts = np.empty_like(ends)
-    starts[0] = 0
-    starts[1:] = ends[:-1] + 1
-    lengths = ends - starts + 1
-    if lengths.max() > 10:
-        raise _Bad(offset + int(starts[np.argmax(lengths > 10)]), "has a varint longer than 10 bytes")
-    if lengths.max() == 1:
-        return payload.astype(np.int64)
-    shift = (7 * (np.arange(payload.size) - np.repeat(starts, lengths))).astype(np.uint64)
-    with np.errstate(over="ignore"):
-        parts = (payload & 0x7F).astype(np.uint64) << shift  # shifts of 63 keep the low bit; 64+ never occur
-    return np.add.reduceat(parts, starts).view(np.int64)

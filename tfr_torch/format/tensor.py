@@ -123,6 +123,32 @@ def decode_tensor_proto(data: bytes, *, what: str = "TensorProto", max_bytes: in
         raise TypeError(f"expected a serialized TensorProto as bytes, got {type(data).__name__}")
     if max_bytes is not None and (not isinstance(max_bytes, int) or isinstance(max_bytes, bool) or max_bytes < 0):
         raise ValueError(f"max_bytes must be a non-negative int or None, got {max_bytes!r}")
+    proto, shape = _parse(data, what)
+    code = proto.dtype
+    name, storage, _ = DTYPES[code]
+    count = math.prod(shape)
+    itemsize = 8 if storage is None else storage.itemsize
+    nbytes = count * itemsize
+    if proto.tensor_content and code != DataType.STRING:  # stored in full: its size is the payload's
+        return _from_content(proto.tensor_content, code, shape, nbytes, what)
+    if math.prod(d for d in shape if d) * itemsize > _INT64_MAX:
+        raise DecodeError(f"{what} has shape {list(shape)}, too large for an array of {name} (even with no elements, "
+                          "numpy and torch need the product of its dimensions to fit in 63 bits)")
+
+    if code == DataType.STRING:
+        if proto.tensor_content:
+            raise DecodeError(f"{what} of dtype string has tensor_content: expected string_val")
+        lists = _nested_lists(shape)
+        _check_size(what, shape, nbytes + lists * _LIST_BYTES, len(data), max_bytes)
+        values = list(proto.string_val)
+        return TensorData(code, shape, nest(_complete(values, count, b""), shape))
+
+    _check_size(what, shape, nbytes, len(data), max_bytes)
+    return TensorData(code, shape, _from_values(proto, code, shape, count, what))
+
+
+def _parse(data: bytes | bytearray | memoryview, what: str) -> tuple[Any, tuple[int, ...]]:
+    """The TensorProto message and its shape, with its dtype and shape checked."""
     try:
         proto = tensor_pb2.TensorProto.FromString(bytes(data))
     except _ProtoDecodeError as exc:
@@ -137,35 +163,27 @@ def decode_tensor_proto(data: bytes, *, what: str = "TensorProto", max_bytes: in
     shape = tuple(d.size for d in proto.tensor_shape.dim)
     if len(shape) > MAX_DIMS:
         raise DecodeError(f"{what} has {len(shape)} dimensions: numpy and torch tensors hold at most {MAX_DIMS}")
-    if any(d < 0 for d in shape):
+    if shape and min(shape) < 0:
         raise DecodeError(f"{what} has a negative dimension in its shape {list(shape)}")
+    return proto, shape
+
+
+def _from_content(content: bytes, code: int, shape: tuple[int, ...], nbytes: int, what: str) -> TensorData:
+    """A numeric tensor stored in full in tensor_content (what serialize_tensor writes)."""
+    name, storage, _ = DTYPES[code]
+    assert storage is not None  # only DT_STRING has no numeric storage, and it never comes here
+    if len(content) != nbytes:
+        raise DecodeError(f"{what} of dtype {name} and shape {list(shape)} needs {nbytes} bytes of "
+                          f"tensor_content, found {len(content)}")
+    array = np.frombuffer(content, dtype=storage.newbyteorder("<")).astype(storage.newbyteorder("="))
+    if code == DataType.BOOL:  # any non-zero byte is true; stored as 0/1, so torch's kernels see real bools
+        array = array.view(np.uint8) != 0
+    return TensorData(code, shape, array.reshape(shape))
+
+
+def _from_values(proto: Any, code: int, shape: tuple[int, ...], count: int, what: str) -> np.ndarray:
+    """A numeric tensor from its *_val list: completed with the last value (zeros when there is none)."""
     name, storage, val_field = DTYPES[code]
-    count = math.prod(shape)
-    itemsize = 8 if storage is None else storage.itemsize
-    nbytes = count * itemsize
-    if proto.tensor_content and code != DataType.STRING:  # stored in full: its size is the payload's
-        content = proto.tensor_content
-        if len(content) != nbytes:
-            raise DecodeError(f"{what} of dtype {name} and shape {list(shape)} needs {nbytes} bytes of "
-                              f"tensor_content, found {len(content)}")
-        assert storage is not None  # only DT_STRING has no numeric storage
-        array = np.frombuffer(content, dtype=storage.newbyteorder("<")).astype(storage.newbyteorder("="))
-        if code == DataType.BOOL:  # any non-zero byte is true; stored as 0/1, so torch's kernels see real bools
-            array = array.view(np.uint8) != 0
-        return TensorData(code, shape, array.reshape(shape))
-    if math.prod(d for d in shape if d) * itemsize > _INT64_MAX:
-        raise DecodeError(f"{what} has shape {list(shape)}, too large for an array of {name} (even with no elements, "
-                          "numpy and torch need the product of its dimensions to fit in 63 bits)")
-
-    if code == DataType.STRING:
-        if proto.tensor_content:
-            raise DecodeError(f"{what} of dtype string has tensor_content: expected string_val")
-        lists = _nested_lists(shape)
-        _check_size(what, shape, nbytes + lists * _LIST_BYTES, len(data), max_bytes)
-        values = list(proto.string_val)
-        return TensorData(code, shape, nest(_complete(values, count, b""), shape))
-
-    _check_size(what, shape, nbytes, len(data), max_bytes)
     raw = list(getattr(proto, val_field))
     if code in (DataType.COMPLEX64, DataType.COMPLEX128):
         if len(raw) % 2:
@@ -186,7 +204,7 @@ def decode_tensor_proto(data: bytes, *, what: str = "TensorProto", max_bytes: in
         flat = out.reshape(-1)
         flat[: len(array)] = array
         flat[len(array) :] = array[-1]
-    return TensorData(code, shape, out)
+    return out
 
 
 def _nested_lists(shape: tuple[int, ...]) -> int:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import struct
 import warnings
 import zlib
 from collections.abc import Mapping
@@ -12,19 +11,10 @@ from typing import Any
 
 from tfr_torch import _native
 from tfr_torch.format.compression import NONE, make_compressor, normalize_compression
-from tfr_torch.format.crc import crc32c, masked_crc32c
+from tfr_torch.format.framing import data_crc, frame_record, header_bytes
 from tfr_torch.format.paths import AtomicOutput, PathLike, as_path
 
 __all__ = ["TFRecordWriter", "frame_record"]
-
-_pack_header = struct.Struct("<QI").pack
-_pack_crc = struct.Struct("<I").pack
-
-
-def frame_record(data: bytes | bytearray | memoryview) -> bytes:
-    """Return one record framed as in a TFRecord file: length, length CRC, data, data CRC."""
-    header = _pack_header(len(data), 0)
-    return _pack_header(len(data), masked_crc32c(header[:8])) + bytes(data) + _pack_crc(masked_crc32c(data))
 
 
 class TFRecordWriter:
@@ -57,7 +47,6 @@ class TFRecordWriter:
         self.path = self._out.path
         self._file = self._out.file
         self._closed = False
-        self._headers: dict[int, bytes] = {}
         self.records = 0
 
     def write(self, record: bytes | bytearray | memoryview) -> None:
@@ -81,14 +70,8 @@ class TFRecordWriter:
                     self._file.write(out)
             self.records += 1
             return
-        header = self._headers.get(n)
-        if header is None:  # the header (length + its CRC) depends only on the length
-            length = n.to_bytes(8, "little")
-            header = length + _pack_crc(masked_crc32c(length))
-            if len(self._headers) < 4096:
-                self._headers[n] = header
-        crc = crc32c(record)
-        footer = _pack_crc((((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF)
+        header = header_bytes(n)
+        footer = data_crc(record)
         if self._compressor is None:
             if n < 65536:  # one write call; large records skip the extra copy of a join
                 self._file.write(b"".join((header, record, footer)))

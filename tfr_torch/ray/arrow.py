@@ -34,6 +34,7 @@ from tfr_torch.decode.specs import (
     string,
 )
 from tfr_torch.errors import DecodeError
+from tfr_torch.format.location import ExampleName, location_of
 
 __all__ = ["BlockMaker", "RAW_COLUMN"]
 
@@ -144,8 +145,8 @@ class BlockMaker:
         """Arrow type of each column, None for Ray's tensor columns."""
         return dict(self.types)
 
-    def make(self, records: Sequence[bytes], names: Sequence[str]) -> pa.Table:
-        """Decode `records` (named "path:offset" in `names`, read only for error messages) into a table."""
+    def make(self, records: Sequence[bytes], names: Sequence[ExampleName]) -> pa.Table:
+        """Decode `records` (named by their RecordLocation in `names`, read only for error messages) into a table."""
         batch = self.plan.parse(records, names)
         twins = self.twin_plan.parse(records, names) if self.twin_plan is not None else {}
         columns = {key: self._column(key, spec, batch, twins, names) for key, spec in self.features.items()}
@@ -154,7 +155,7 @@ class BlockMaker:
     # ----- one column -------------------------------------------------------------------------------------------
 
     def _column(self, key: str, spec: Any, batch: dict[str, Any], twins: dict[str, Any],
-                names: Sequence[str]) -> pa.Array:
+                names: Sequence[ExampleName]) -> pa.Array:
         result = batch[key]
         if isinstance(spec, FixedLenFeature):
             if spec.dtype == string:
@@ -180,7 +181,7 @@ class BlockMaker:
         return self._ragged(key, spec, result, names)
 
     def _sequence(self, key: str, spec: FixedLenSequenceFeature, padded: Any, twin: Any,
-                  names: Sequence[str]) -> pa.Array:
+                  names: Sequence[ExampleName]) -> pa.Array:
         n = len(names)
         width = max(math.prod(spec.shape), 1)
         if spec.dtype == string:
@@ -200,7 +201,7 @@ class BlockMaker:
             rows[i] = array[i, :t]
         return ArrowVariableShapedTensorArray.from_numpy(rows)
 
-    def _ragged(self, key: str, spec: RaggedFeature, result: Any, names: Sequence[str]) -> pa.Array:
+    def _ragged(self, key: str, spec: RaggedFeature, result: Any, names: Sequence[ExampleName]) -> pa.Array:
         if spec.dtype == string:
             return self._strings(key, pa.array(result, _as_binary(self.types[key])), names)
         value_type = _value_type(key, spec.dtype, False)
@@ -215,7 +216,7 @@ class BlockMaker:
             array = _list_array(array, splits)
         return array
 
-    def _strings(self, key: str, array: pa.Array, names: Sequence[str]) -> pa.Array:
+    def _strings(self, key: str, array: pa.Array, names: Sequence[ExampleName]) -> pa.Array:
         """Binary values as asked: kept, or checked and cast to utf-8 text (an invalid row raises naming it)."""
         if key not in self.text:
             return array
@@ -226,10 +227,9 @@ class BlockMaker:
                 try:
                     array.slice(i, 1).cast(self.types[key])
                 except pa.ArrowInvalid:
-                    path, _, offset = str(names[i]).rpartition(":")
+                    path, offset = location_of(names[i])
                     raise DecodeError(f"feature {key!r} in example {i} is not valid UTF-8 text (it was asked for "
-                                      "as utf8); read it as binary", path or None,
-                                      int(offset) if offset.isdigit() else None) from None
+                                      "as utf8); read it as binary", path, offset, key=key, index=i) from None
             raise
 
 

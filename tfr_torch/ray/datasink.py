@@ -25,11 +25,11 @@ from ray.data.block import BlockAccessor
 from ray.data.datasource import Datasink
 
 from tfr_torch.format.compression import normalize_compression
+from tfr_torch.format.framing import OVERHEAD
 from tfr_torch.format.paths import PathLike, as_path, atomic_output
 
 __all__ = ["TFRecordDatasink", "write_tfrecords", "plan_shards", "spec_from_schema"]
 
-_OVERHEAD = 16  # framing bytes around each record
 
 
 def plan_shards(lengths: np.ndarray, shard_size: int, records_per_shard: int | None) -> list[int]:
@@ -41,7 +41,7 @@ def plan_shards(lengths: np.ndarray, shard_size: int, records_per_shard: int | N
         return []
     if records_per_shard is not None:
         return list(range(0, n, records_per_shard))
-    ends = np.cumsum(np.asarray(lengths, dtype=np.int64) + _OVERHEAD)
+    ends = np.cumsum(np.asarray(lengths, dtype=np.int64) + OVERHEAD)
     starts, first, before = [0], 0, 0
     while True:  # the shard from `first` ends at the last record whose end stays within shard_size
         nxt = int(np.searchsorted(ends, before + shard_size, side="right"))
@@ -221,7 +221,7 @@ class TFRecordDatasink(Datasink[dict[str, Any]]):  # each write task returns a d
         # where each record lies: its part file and byte offset in it
         part_of = np.concatenate([np.full(len(r["lengths"]), i) for i, r in enumerate(results)]) if results else \
             np.zeros(0, dtype=np.int64)
-        framed = lengths + _OVERHEAD
+        framed = lengths + OVERHEAD
         offset_in_part = np.zeros(len(lengths), dtype=np.int64)
         first = 0
         for r in results:

@@ -16,6 +16,7 @@ from ray.data.datasource import Datasource, ReadTask
 from tfr_torch.errors import SkippedRecordWarning, TFRecordError
 from tfr_torch.format.compression import compression_from_name, normalize_compression
 from tfr_torch.format.index import index_path_for, read_index
+from tfr_torch.format.location import RecordLocation
 from tfr_torch.format.paths import PathLike, as_path, exists, expand_paths, file_size
 from tfr_torch.format.options import check_on_error
 from tfr_torch.format.reader import RecordReader
@@ -45,8 +46,8 @@ class _SkipLog:
         return list(self.entries)
 
 
-class _Names(Sequence[str]):
-    """"path:offset" of each record of a batch, made only when an error message reads one."""
+class _Names(Sequence[RecordLocation]):
+    """The RecordLocation of each record of a batch, made only when an error message reads one."""
 
     def __init__(self, path: str, offsets: list[int]) -> None:
         self.path, self.offsets = path, offsets
@@ -55,15 +56,15 @@ class _Names(Sequence[str]):
         return len(self.offsets)
 
     @overload
-    def __getitem__(self, i: int) -> str: ...
+    def __getitem__(self, i: int) -> RecordLocation: ...
 
     @overload
-    def __getitem__(self, i: slice) -> list[str]: ...
+    def __getitem__(self, i: slice) -> list[RecordLocation]: ...
 
-    def __getitem__(self, i: int | slice) -> str | list[str]:
+    def __getitem__(self, i: int | slice) -> RecordLocation | list[RecordLocation]:
         if isinstance(i, slice):
-            return [f"{self.path}:{o}" for o in self.offsets[i]]
-        return f"{self.path}:{self.offsets[i]}"
+            return [RecordLocation(self.path, o) for o in self.offsets[i]]
+        return RecordLocation(self.path, self.offsets[i])
 
 
 class _ReadPieces:
