@@ -358,16 +358,20 @@ class TFRecordDataset(IterableDataset[Any]):
     def _split_counts(self, worker: int, workers: int, readers: int) -> list[int]:
         """Counts for splitting fewer files than readers by record ranges: in DataLoader workers, counted once
         for the dataset by all workers together (see data/counting.py); in one process, here."""
-        why = (f"{len(self.paths)} file(s) for {readers} readers (ranks x DataLoader workers): files are split by "
-               "record ranges")
         if workers < 2 or get_worker_info() is None:
-            return self._ensure_counts(why)
-        if worker == 0 and self._shared.first(0):
-            unknown = len(self._shared._initial)  # as built: another worker may already be counting them
-            self._site.warn(f"counting the records of {unknown} file(s) without an index ({why}): the DataLoader "
-                            "workers count them together once, and every later epoch and len() use the counts; "
-                            "write indexes (`tfr-torch index FILES`) and pass index='auto' to skip it")
+            return self._ensure_counts(_split_reason(len(self.paths), readers))
         return self._shared.count_shared(self._count_file, worker, workers)
+
+    def _warn_shared_count(self, worker: int, workers: int, readers: int) -> None:
+        """In DataLoader worker 0, once for the dataset: the workers count the files that had no count as built.
+        Said even when the other workers have already counted them all (worker 0 may start last)."""
+        if (worker == 0 and workers >= 2 and len(self.paths) < readers and self._shared._initial
+                and get_worker_info() is not None and self._shared.first(0)):
+            unknown = len(self._shared._initial)
+            self._site.warn(f"counting the records of {unknown} file(s) without an index "
+                            f"({_split_reason(len(self.paths), readers)}): the DataLoader workers count them together "
+                            "once, and every later epoch and len() use the counts; write indexes (`tfr-torch index "
+                            "FILES`) and pass index='auto' to skip it")
 
     def _records(self, epoch: int, worker: int, workers: int) -> Iterator[Located]:
         """This reader's records for the epoch, in order (before batching)."""
@@ -383,6 +387,7 @@ class TFRecordDataset(IterableDataset[Any]):
             return iter_random(source, global_block(counts, self.seed, epoch, a, b), counts)
         order = file_order(len(self.paths), self.shuffle, self.seed, epoch)
         readers = workers * self.world_size
+        self._warn_shared_count(worker, workers, readers)
         if self._counts is None and len(self.paths) < readers:
             self._split_counts(worker, workers, readers)
         if self._counts is None:  # one rank, enough files, counts unknown: whole files per worker
@@ -483,3 +488,7 @@ def _drop(items: Iterator[Located], n: int) -> Iterator[Located]:
         if next(items, None) is None:
             break
     return items
+
+
+def _split_reason(files: int, readers: int) -> str:
+    return f"{files} file(s) for {readers} readers (ranks x DataLoader workers): files are split by record ranges"
