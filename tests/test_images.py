@@ -9,6 +9,7 @@ where they import (`make test-images` runs this file in a virtualenv with torch 
 from __future__ import annotations
 
 import hashlib
+import importlib
 import io
 import json
 import os
@@ -513,7 +514,9 @@ def test_real_gpu_batch_matches_the_cpu_contract():
         assert int(diff.max()) <= 8, name  # nvJPEG's IDCT and upsampling differ from libjpeg-turbo's
 
 
-def test_decode_image_is_public_where_it_always_was():
-    from tfr_torch.decode.images import decode_image as old_home
+def test_decode_image_is_public_from_the_images_family_only():
+    from tfr_torch.images import decode_image as home
 
-    assert tfr_torch.decode_image is decode_image is old_home
+    assert tfr_torch.decode_image is decode_image is home
+    with pytest.raises(ImportError):  # the decode layer holds no image codec (the old shim is gone)
+        importlib.import_module("tfr_torch.decode.images")
