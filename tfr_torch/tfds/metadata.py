@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from tfr_torch.errors import TFRecordError
+from tfr_torch.format.framing import OVERHEAD
 from tfr_torch.format.paths import PathLike, as_path, exists, file_size, is_url, open_input
 
 __all__ = ["TFDSMetadataError", "SplitInfo", "TFDSInfo", "read_info", "find_version_dir", "is_tfds_dir",
@@ -264,7 +265,7 @@ def read_info(path: PathLike, name: Optional[str] = None, version: Optional[str]
 
 def check_split_files(info: TFDSInfo, split: str) -> list[str]:
     """The split's shard paths, after checking that every shard exists and, when dataset_info.json records the
-    split's size, that the files hold exactly that many bytes (serialized examples plus 16 bytes of framing each).
+    split's size, that the files hold exactly that many bytes (serialized examples plus OVERHEAD (16) bytes of framing each).
     Returns the paths; raises TFDSMetadataError naming the file otherwise. When the sizes disagree the shards are
     counted, and the first shard whose count differs from shardLengths is named with both numbers."""
     paths = info.shard_paths(split)
@@ -275,7 +276,7 @@ def check_split_files(info: TFDSInfo, split: str) -> list[str]:
     split_info = info.splits[split]
     if split_info.num_bytes:
         total = sum(file_size(p) for p in paths)
-        if total == split_info.num_bytes + 16 * split_info.num_examples:
+        if total == split_info.num_bytes + OVERHEAD * split_info.num_examples:
             return paths
         from tfr_torch.format.index import scan_index
 

@@ -23,6 +23,7 @@ from tfr_torch._version import __version__
 from tfr_torch.errors import DecodeError, TFRecordError
 from tfr_torch.format.compression import normalize_compression
 from tfr_torch.format.example import decode_example, decode_sequence_example
+from tfr_torch.format.framing import OVERHEAD
 from tfr_torch.format.index import build_index, index_path_for
 from tfr_torch.format.paths import expand_paths, file_size, is_url
 from tfr_torch.format.reader import RecordReader
@@ -155,7 +156,7 @@ def _read(reader: RecordReader, meter: Progress) -> Iterator[bytes]:
         meter.unknown_total()
     update = meter.update
     for record in reader:
-        update(1, len(record) + 16)
+        update(1, len(record) + OVERHEAD)
         yield record
 
 

@@ -19,6 +19,7 @@ import numpy as np
 from tfr_torch.decode.infer import EXAMPLE, RAW, SEQUENCE_EXAMPLE, TENSOR, classify_record
 from tfr_torch.errors import DecodeError
 from tfr_torch.format.columns import decode_column, kind_of
+from tfr_torch.format.framing import OVERHEAD
 from tfr_torch.format.paths import file_size
 from tfr_torch.format.reader import RecordReader
 from tfr_torch.format.tensor import DTYPES
@@ -248,7 +249,7 @@ def inspect_files(paths: Sequence[str], compression: str | None = "auto", max_re
             n = 0
             for record in reader:
                 n += 1
-                meter.update(1, len(record) + 16)
+                meter.update(1, len(record) + OVERHEAD)
                 if max_records is None or n <= max_records:
                     report.add(record)
                     read += 1

@@ -10,6 +10,7 @@ from typing import Any
 from tfr_torch.decode.infer import infer_features
 from tfr_torch.decode.sidecar import spec_from_json
 from tfr_torch.errors import DecodeError
+from tfr_torch.format.framing import OVERHEAD
 from tfr_torch.format.paths import as_path, file_size, is_url
 from tfr_torch.format.reader import RecordReader
 from tfr_torch.format.shardset import find_sidecar
@@ -128,6 +129,6 @@ def reshard(paths: Sequence[str], out_dir: str, *, shard_size: Any = "128MB", co
                     meter.unknown_total()
                 for record in reader:
                     writer.write(record)
-                    meter.update(1, len(record) + 16)
+                    meter.update(1, len(record) + OVERHEAD)
     meter.done()
     return writer.paths

@@ -11,6 +11,7 @@ from typing import Any
 
 from tfr_torch.decode.sidecar import spec_to_json
 from tfr_torch.format.compression import normalize_compression
+from tfr_torch.format.framing import OVERHEAD
 from tfr_torch.format.paths import PathLike, as_path, atomic_output
 from tfr_torch.format.shardset import shard_name, sidecar_data, sidecar_path, stale_shards
 from tfr_torch.format.writer import TFRecordWriter
@@ -137,7 +138,7 @@ class ShardedWriter:
         finished shard, so an interrupted run can resume after the last finished shard."""
         if self.closed:
             raise ValueError("write to a closed ShardedWriter")
-        framed = len(record) + 16
+        framed = len(record) + OVERHEAD
         full = self._writer is not None and (
             (self.records_per_shard is not None and len(self._index) >= self.records_per_shard)
             or (self.records_per_shard is None and self._pos + framed > self.shard_size and self._index))
