@@ -32,6 +32,7 @@ from tfr_torch.format.wire import (
     decode_packed_varints,
     decode_varint_list,
     encode_varint,
+    read_short_varints,
     read_varint,
 )
 
@@ -110,6 +111,20 @@ def test_packed_varint_errors_are_placed_alike(run):
     small = _outcome(lambda r: decode_varint_list(r, 7), run)
     array = _outcome(lambda r: decode_packed_varints(np.frombuffer(r, np.uint8), 7), run)
     assert isinstance(small, tuple) and small == array
+
+
+@given(st.lists(st.integers(0, 2**21), min_size=1, max_size=20))
+def test_short_varints_read_at_once_as_one_by_one(values):
+    encoded = [encode_varint(v) for v in values]
+    flat = np.frombuffer(b"".join(encoded) + b"\x00", np.uint8)  # a trailing byte, as a message's payload follows
+    starts = np.cumsum([0] + [len(e) for e in encoded[:-1]])
+    got = read_short_varints(flat, starts)
+    one_by_one = [read_varint(flat.tobytes(), int(p), flat.size) for p in starts]
+    if max(len(e) for e in encoded) > 2:  # 3-byte varints (values >= 2**14) are not short: the caller reads them
+        assert got is None
+    else:
+        assert got is not None
+        assert got[0].tolist() == [v for v, _ in one_by_one] and got[1].tolist() == [e for _, e in one_by_one]
 
 
 def test_read_past():

@@ -17,22 +17,20 @@ import numpy as np
 
 from tfr_torch.errors import DecodeError
 from tfr_torch.format.options import FeatureKind
-from tfr_torch.format.strict import decode_feature
+from tfr_torch.format.strict import FEATURE_KINDS, FEATURE_TAGS, decode_feature
 from tfr_torch.format.wire import (
     VARINT_CUT,
     VARINT_LONG,
     WireError,
     decode_packed_varints,
     decode_varint_list,
+    read_short_varints,
     read_varint,
 )
 
-__all__ = ["KINDS", "Column", "ColumnKindError", "decode_column", "decode_varints", "kind_of"]
+__all__ = ["Column", "ColumnKindError", "decode_column", "decode_varints", "kind_of"]
 
-# Feature.kind field tags (field number << 3 | length-delimited) and their names
-_TAG_BYTES, _TAG_FLOAT, _TAG_INT64 = 0x0A, 0x12, 0x1A
-KINDS: dict[int, FeatureKind] = {_TAG_BYTES: "bytes", _TAG_FLOAT: "float", _TAG_INT64: "int64"}
-_TAG_OF = {v: k for k, v in KINDS.items()}
+_TAG_BYTES = FEATURE_TAGS["bytes"]  # Feature list tags <-> kinds: format.strict's FEATURE_KINDS / FEATURE_TAGS
 
 Values = Union[np.ndarray, list[bytes]]
 
@@ -83,7 +81,7 @@ def _split(raw: bytes) -> tuple[int, int] | None:
     pos = 2
     if length >= 0x80:
         length, pos = _varint(raw, 1)
-    if pos + length != n or tag not in KINDS:
+    if pos + length != n or tag not in FEATURE_KINDS:
         return None
     if length == 0 or tag == _TAG_BYTES:
         return tag, pos
@@ -110,7 +108,7 @@ def kind_of(raw: bytes | None, key: str = "?") -> FeatureKind | None:
         return None
     split = _split(raw)
     if split is not None:
-        return KINDS[split[0]]
+        return FEATURE_KINDS[split[0]]
     return _slow(raw, key)[0]
 
 
@@ -132,7 +130,7 @@ def decode_column(raws: Sequence[bytes | None], kind: FeatureKind, key: str) -> 
     whose feature has another kind raises ColumnKindError; absent or kind-less features count as not present."""
     if kind == "bytes":
         return _bytes_column(raws, key)
-    tag = _TAG_OF[kind]
+    tag = FEATURE_TAGS[kind]
     fast = _few_numeric(raws, tag, kind) if len(raws) <= _FEW else None
     if fast is None:
         fast = _bulk_numeric(raws, tag, kind, key)
@@ -200,7 +198,7 @@ def _numeric_by_record(raws: Sequence[bytes | None], tag: int, kind: str, key: s
             continue
         found_tag, start = split
         if found_tag != tag:
-            raise ColumnKindError(key, i, KINDS[found_tag], kind)
+            raise ColumnKindError(key, i, FEATURE_KINDS[found_tag], kind)
         present[i] = True
         chunks.append(memoryview(raw)[start:])
     if slow:  # rare: mix canonical payloads and protobuf-decoded arrays in record order
@@ -259,18 +257,6 @@ def _few_numeric(raws: Sequence[bytes | None], tag: int, kind: str) -> Column | 
     return Column(present, counts, np.array(values, dtype=np.uint64).view(np.int64))
 
 
-def _small_varint(flat: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
-    """Read a 1- or 2-byte varint at each position: (values, positions after them), or None if any is longer."""
-    first = flat[pos].astype(np.int64)
-    one = first < 0x80
-    if one.all():
-        return first, pos + 1
-    second = flat[np.minimum(pos + 1, flat.size - 1)].astype(np.int64)
-    if (second[~one] >= 0x80).any():
-        return None
-    return np.where(one, first, (first & 0x7F) | (second << 7)), pos + np.where(one, 1, 2)
-
-
 def _bulk_numeric(raws: Sequence[bytes | None], tag: int, kind: str, key: str) -> Column | None:
     """Decode a numeric column with array operations when every present Feature is canonical with short length
     fields (lists of up to 4095 bytes); None sends the caller to the per-record path (which also reports errors)."""
@@ -290,7 +276,7 @@ def _bulk_numeric(raws: Sequence[bytes | None], tag: int, kind: str, key: str) -
     starts = ends - sizes
     if (flat[starts] != tag).any():
         return None
-    outer = _small_varint(flat, starts + 1)
+    outer = read_short_varints(flat, starts + 1)
     if outer is None:
         return None
     length, pos = outer
@@ -303,7 +289,7 @@ def _bulk_numeric(raws: Sequence[bytes | None], tag: int, kind: str, key: str) -
         p = pos[nonempty]
         if (flat[p] != 0x0A).any() or (p + 1 >= ends[nonempty]).any():  # not a packed run, or its length is cut
             return None
-        inner = _small_varint(flat, p + 1)
+        inner = read_short_varints(flat, p + 1)
         if inner is None:
             return None
         inner_length, q = inner

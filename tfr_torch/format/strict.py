@@ -48,12 +48,15 @@ from tfr_torch.format.wire import (
     skip_field,
 )
 
-__all__ = ["example_features", "sequence_example_features", "decode_feature", "walk_example",
+__all__ = ["FEATURE_KINDS", "FEATURE_TAGS", "example_features", "sequence_example_features", "decode_feature", "walk_example",
            "walk_sequence_example", "Values"]
 
 Values = Union[np.ndarray, list[bytes]]
 _Buf = Union[bytes, memoryview]  # a record, or a view into one
-_KINDS: dict[int, FeatureKind] = {0x0A: "bytes", 0x12: "float", 0x1A: "int64"}
+# A Feature's kind, written once: the tag of its list field (field number << 3 | length-delimited: bytes_list is
+# field 1, float_list 2, int64_list 3) and back. format.columns and the decoders use these.
+FEATURE_KINDS: dict[int, FeatureKind] = {0x0A: "bytes", 0x12: "float", 0x1A: "int64"}
+FEATURE_TAGS: dict[FeatureKind, int] = {kind: tag for tag, kind in FEATURE_KINDS.items()}
 
 
 # --------------------------------------------------------------------------------------------- message walks
@@ -284,7 +287,7 @@ def _decode_feature(buf: _Buf, end: int) -> tuple[FeatureKind | None, Values]:
     if end == 0:
         return None, []
     tag = buf[0]
-    kind = _KINDS.get(tag)
+    kind = FEATURE_KINDS.get(tag)
     if kind is None:
         number, wire, _ = read_tag(buf, 0, end)
         raise WireError(0, f"starts with field {number} ({WIRE_NAMES[wire]}): expected its list first (bytes_list, "

@@ -13,8 +13,8 @@ from typing import Union
 import numpy as np
 
 __all__ = ["VARINT_CUT", "VARINT_LONG", "WIRE_NAMES", "BytesLike", "WireError", "decode_packed_varints",
-           "decode_varint_list", "encode_varint", "length_delimited", "read_delimited", "read_tag", "read_varint",
-           "skip_field"]
+           "decode_varint_list", "encode_varint", "length_delimited", "read_delimited", "read_short_varints", "read_tag",
+           "read_varint", "skip_field"]
 
 BytesLike = Union[bytes, bytearray, memoryview]
 
@@ -137,6 +137,20 @@ def _start_of_long_varint(run: bytes) -> int:
         elif pos - start >= 9:
             return start
     return start  # not reached: the caller found one
+
+
+def read_short_varints(flat: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """Read a 1- or 2-byte varint at each position of `pos` in the uint8 array `flat` at once (the length fields
+    of a batch of short messages): (values, positions after them), or None when any is longer (the caller then
+    reads them one by one with `read_varint`, which also places errors)."""
+    first = flat[pos].astype(np.int64)
+    one = first < 0x80
+    if one.all():
+        return first, pos + 1
+    second = flat[np.minimum(pos + 1, flat.size - 1)].astype(np.int64)
+    if (second[~one] >= 0x80).any():
+        return None
+    return np.where(one, first, (first & 0x7F) | (second << 7)), pos + np.where(one, 1, 2)
 
 
 def decode_packed_varints(payload: np.ndarray, offset: int = 0) -> np.ndarray:
