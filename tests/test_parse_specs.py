@@ -5,6 +5,8 @@ its cache. (Data errors: test_parse.py.)
 
 from __future__ import annotations
 
+import copy
+import pickle
 import re
 
 import numpy as np
@@ -201,6 +203,36 @@ def test_accepted_dtype_spellings(given_dtype, expected):
     else:
         assert out.dtype == expected
         assert out.tolist() == [values if expected != torch.bool else [True, False]]
+
+
+class _TFStyleDType:
+    """What TensorFlow's tf.string looks like to a spec: an object whose name is "string"."""
+
+    name = "string"
+
+
+def test_string_is_a_typed_sentinel():
+    string = tfr_torch.string
+    assert repr(string) == str(string) == "tfr_torch.string"
+    assert string.name == "string"
+    assert string == string and not string != string
+    assert string != "string" and "string" != string and string not in ("string", "bytes", b"string")
+    assert string != torch.float32 and torch.float32 != string and string not in (torch.float32, torch.int64)
+    assert {string: 1}[string] == 1 and len({string, tfr_torch.string}) == 1
+    assert pickle.loads(pickle.dumps(string)) is string
+    assert copy.copy(string) is string and copy.deepcopy(string) is string
+    assert type(string)() is string  # one instance only
+    spec = FixedLenFeature([], "string")
+    assert spec.dtype is string and pickle.loads(pickle.dumps(spec)) == spec  # as specs reach DataLoader workers
+    assert VarLenFeature(_TFStyleDType()).dtype is string
+
+
+@pytest.mark.parametrize("dtype", ["string", "tf.string", "bytes", bytes, str, tfr_torch.string])
+def test_parse_tensor_takes_every_spelling_of_string(dtype):
+    data = tfr_torch.serialize_tensor(np.array([b"a", b"bc"], dtype=object))
+    assert tfr_torch.parse_tensor(data, dtype=dtype) == [b"a", b"bc"]
+    with pytest.raises(DecodeError, match="the serialized tensor is int64, but dtype string was asked for"):
+        tfr_torch.parse_tensor(tfr_torch.serialize_tensor(torch.arange(2)), dtype=dtype)
 
 
 @pytest.mark.parametrize("dtype", [torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool])

@@ -7,7 +7,7 @@ from typing import Any, Union
 import numpy as np
 import torch
 
-from tfr_torch.decode.dtypes import ALIASES, TORCH_OF_NAME
+from tfr_torch.decode.dtypes import ALIASES, TORCH_OF_NAME, string
 from tfr_torch.errors import DecodeError
 from tfr_torch.format.tensor import DTYPES, MAX_TENSOR_BYTES, DataType, decode_tensor_proto, encode_tensor_proto
 
@@ -51,7 +51,7 @@ def _dtype_code(dtype: Any) -> int:
         return _CODE_OF_TORCH[dtype]
     if isinstance(dtype, str) and dtype.removeprefix("tf.") in _CODE_OF_NAME:
         return _CODE_OF_NAME[dtype.removeprefix("tf.")]
-    if dtype is bytes or dtype is str:
+    if dtype is bytes or dtype is str or dtype is string:
         return DataType.STRING
     try:
         np_dtype = np.dtype(dtype)

@@ -26,8 +26,8 @@ class DoesNotFit(ValueError):
         super().__init__(f"cannot be converted: {self.detail}")
 
 
-def to_torch(array: np.ndarray, dtype: DType) -> torch.Tensor:
-    """Convert a wire array to `dtype`; an integer that does not fit raises DoesNotFit."""
+def to_torch(array: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
+    """Convert a numeric wire array to `dtype`; an integer that does not fit raises DoesNotFit."""
     if dtype == torch.int64 or dtype == torch.float32:
         return torch.from_numpy(np.ascontiguousarray(array))
     if dtype in _NUMPY_OF_TORCH or dtype == torch.bool:
@@ -60,7 +60,7 @@ def wire_default(default: Any, dtype: DType, count: int, key: str, what: str) ->
     if len(flat) != count:
         raise ValueError(f"{what} {key!r}: default_value has {len(flat)} values, expected {count} (the number of "
                          "elements of its shape)")
-    if dtype != string:
+    if isinstance(dtype, torch.dtype):  # not string
         try:
             to_torch(flat, dtype)
         except DoesNotFit as exc:

@@ -3,21 +3,49 @@ aliases both accept ("float", "double", "half", "bytes"), and `string` (TensorFl
 (tfr_torch.decode.specs) read the part of it a tf.train.Feature can hold; parse_tensor / serialize_tensor
 (tfr_torch.tensors) all of it, through the DataType codes of tfr_torch.format.tensor.
 
->>> TORCH_OF_NAME["bfloat16"], DTYPE_NAMES["double"]
-(torch.bfloat16, torch.float64)
+>>> TORCH_OF_NAME["bfloat16"], DTYPE_NAMES["double"], DTYPE_NAMES["bytes"]
+(torch.bfloat16, torch.float64, tfr_torch.string)
 """
 
 from __future__ import annotations
 
-from typing import Final, Union
+from typing import Final, Union, final
 
 import torch
 
-__all__ = ["string", "DType", "TORCH_OF_NAME", "ALIASES", "DTYPE_NAMES"]
+__all__ = ["string", "StringDType", "DType", "TORCH_OF_NAME", "ALIASES", "DTYPE_NAMES"]
 
-string: Final = "string"  # TensorFlow's tf.string: bytes features decode to (nested) lists of bytes
 
-DType = Union[torch.dtype, str]  # a torch dtype, or `string`
+@final
+class StringDType:
+    """The type of `tfr_torch.string`, TensorFlow's tf.string as a dtype: bytes features decode to (nested) lists
+    of bytes. One instance exists; it equals only itself (not the name "string", which feature specs and
+    parse_tensor still accept and turn into it), and pickles and copies to that same object.
+
+    >>> import pickle
+    >>> string, string.name, string == "string", pickle.loads(pickle.dumps(string)) is string
+    (tfr_torch.string, 'string', False, True)
+    """
+
+    __slots__ = ()
+    name: Final = "string"  # as tf.string.name, so code that reads a dtype's name finds TensorFlow's
+    _instance: StringDType | None = None
+
+    def __new__(cls) -> StringDType:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "tfr_torch.string"
+
+    def __reduce__(self) -> str:
+        return "string"  # pickled by name: this module's `string`, the one instance
+
+
+string: Final = StringDType()
+
+DType = Union[torch.dtype, StringDType]  # a torch dtype, or `string`
 
 # TensorFlow's names (tensorflow/core/framework/types.proto's DataType, as tf.DType.name spells them)
 TORCH_OF_NAME: dict[str, DType] = {

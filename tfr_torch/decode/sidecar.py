@@ -74,7 +74,7 @@ def spec_from_json(data: Mapping[str, Any]) -> dict[str, Any]:
     """The spec back from `spec_to_json`."""
     out: dict[str, Any] = {}
     for key, entry in data.items():
-        dtype = entry["dtype"] if entry["dtype"] == "string" else getattr(torch, entry["dtype"])
+        dtype = string if entry["dtype"] == "string" else getattr(torch, entry["dtype"])
         kind = entry["kind"]
         if kind == "FixedLen":
             out[key] = FixedLenFeature(entry["shape"], dtype, _from_json_default(entry.get("default_value")))

@@ -51,7 +51,7 @@ def normalize_dtype(dtype: Any) -> DType:
             return dtype
         raise ValueError(f"dtype {dtype} cannot be read from a tf.train.Feature: expected a float dtype "
                          f"(read from float_list), an integer or bool dtype (from int64_list), or tfr_torch.string")
-    if dtype is bytes or dtype is str:
+    if dtype is bytes or dtype is str or dtype is string:
         return string
     if isinstance(dtype, type) and issubclass(dtype, np.generic) or isinstance(dtype, np.dtype):
         dtype = np.dtype(dtype).name  # numpy dtypes, e.g. np.float32, by name
