@@ -346,6 +346,14 @@ def test_argument_errors_are_named():
         tray.read_tfrecords(path, on_error="x")
     with pytest.raises(ValueError, match="batch_rows must be None or a positive int, got 0"):
         tray.read_tfrecords(path, batch_rows=0)
+    missing = os.path.join(GOLDEN, "no-such-file.tfrecord")  # the options are checked before the paths
+    with pytest.raises(ValueError, match=r"on_error must be \"raise\", \"skip\" or a callable taking the error, got 'x'"):
+        tray.read_tfrecords(missing, on_error="x")
+    with pytest.raises(ValueError, match=r"unknown compression 'bz2': expected one of None, .*\"auto\""):
+        tray.read_tfrecords(missing, compression="bz2")
+    with pytest.raises(ValueError, match=r"unknown compression 'auto': expected one of None, \"gzip\", \"zlib\" \(or "
+                                         r"TensorFlow's \"\", \"GZIP\", \"ZLIB\"\)$"):
+        tray.TFRecordDatasink("out", "data", compression="auto")  # a writer has no "auto"
     with pytest.raises(ValueError, match="utf8 applies to string features of a spec"):
         tray.read_tfrecords(path, utf8=True)
     with pytest.raises(ValueError, match=r"utf8 names features that are not string features: \['id'\]"):

@@ -33,7 +33,7 @@ from tfr_torch.decode.sidecar import spec_from_json
 from tfr_torch.format.compression import normalize_compression
 from tfr_torch.format.index import scan_index  # noqa: F401  (a test patches scan_index here)
 from tfr_torch.format.location import RecordLocation
-from tfr_torch.format.options import CompressionOrAuto, OnError, check_on_error, check_positive_int
+from tfr_torch.format.options import CompressionOrAuto, OnError, check_compression, check_on_error, check_positive_int
 from tfr_torch.format.paths import PathLike, expand_paths, file_sizes
 from tfr_torch.format.reader import RecordReader
 from tfr_torch.format.shardset import Sidecar, class_names, find_sidecar, trusted_counts
@@ -103,6 +103,9 @@ class TFRecordDataset(IterableDataset[Any]):
         as_supervised: bool = False,
     ) -> None:
         super().__init__()
+        # the options first: a bad value raises here, naming it, before any file is looked at (not in a worker)
+        self.compression = check_compression(compression, auto=True)
+        self.on_error = check_on_error(on_error)
         self._site = user_site()  # where this dataset's warnings point, also from DataLoader workers
         self.tfds = None  # a TFDS dataset folder: its split's shards, counts and decoder (tfr_torch.tfds)
         if split is not None or as_supervised or _is_tfds(paths):
@@ -122,9 +125,7 @@ class TFRecordDataset(IterableDataset[Any]):
             raise ValueError(f"batch_size must be None or a positive int, got {batch_size!r}")
         if not isinstance(shuffle_buffer, int) or shuffle_buffer < 0:
             raise ValueError(f"shuffle_buffer must be a non-negative int (records), got {shuffle_buffer!r}")
-        normalize_compression(compression, allow_auto=True)  # a bad value raises here, naming it, not in a worker
         self.features = features
-        self.compression = compression
         self.shuffle = bool(shuffle)
         self.seed = int(seed)
         self.batch_size = batch_size
@@ -134,7 +135,6 @@ class TFRecordDataset(IterableDataset[Any]):
         self.shuffle_buffer = shuffle_buffer
         self.interleave = check_positive_int(interleave, "interleave", "files read at once")
         self.verify = verify
-        self.on_error = check_on_error(on_error)
         self.shared_memory = bool(shared_memory)
         self._rank_world = rank_world(rank, world_size)  # checked again where the records are read
         self.rank, self.world_size = self._rank_world.rank, self._rank_world.world_size

@@ -10,12 +10,13 @@ from typing import Any
 import numpy as np
 
 from tfr_torch.format.index import index_path_for, read_index
+from tfr_torch.format.options import CompressionOrAuto
 from tfr_torch.format.paths import exists
 
 __all__ = ["resolve_indexes"]
 
 
-def resolve_indexes(paths: Sequence[str], index: Any, compression: str | None) -> list[np.ndarray | None]:
+def resolve_indexes(paths: Sequence[str], index: Any, compression: CompressionOrAuto) -> list[np.ndarray | None]:
     """Per file, its index as an (n, 2) array, or None. `index`: None (no indexes), "auto" (`<file>.idx` where it
     exists), or a list of index paths (one per file, None allowed). Every index is checked against its file."""
     if index is None:

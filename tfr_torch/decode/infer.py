@@ -16,7 +16,7 @@ from tfr_torch.decode.specs import FixedLenFeature, VarLenFeature, string
 from tfr_torch.errors import DecodeError, TFRecordError
 from tfr_torch.format._proto import raw_example_pb2
 from tfr_torch.format.columns import decode_column, kind_of
-from tfr_torch.format.options import FeatureKind, RecordKind
+from tfr_torch.format.options import CompressionOrAuto, FeatureKind, RecordKind, check_compression
 from tfr_torch.format.paths import expand_paths
 from tfr_torch.format.reader import read_records
 from tfr_torch.format.tensor import DTYPES, TensorData, decode_tensor_proto
@@ -109,7 +109,7 @@ class InferredFeatures(dict[str, Any]):
 
 
 def _from_files(paths: list[str], max_records: int, info: InferredFeatures,
-                compression: str | None) -> Iterator[tuple[bytes, str, int]]:
+                compression: CompressionOrAuto) -> Iterator[tuple[bytes, str, int]]:
     """The first records of every file: the budget is shared out evenly, at least one record per file, and what
     a short file leaves over goes to the files after it."""
     left, to_end, most = max_records, 0, 0
@@ -143,7 +143,7 @@ def _is_paths(items: Any) -> bool:
 
 
 def infer_features(paths_or_records: Any, max_records: int = 1000,
-                   compression: str | None = "auto") -> InferredFeatures:
+                   compression: CompressionOrAuto = "auto") -> InferredFeatures:
     """Propose a spec for tf.train.Example records: FixedLenFeature where every record read carries the key with
     the same number of values (shape [] for one value, [n] otherwise), VarLenFeature otherwise; the dtype comes
     from the wire (float32, int64, or tfr_torch.string).
@@ -164,6 +164,7 @@ def infer_features(paths_or_records: Any, max_records: int = 1000,
     """
     if not isinstance(max_records, int) or isinstance(max_records, bool) or max_records < 1:
         raise ValueError(f"max_records must be a positive int, got {max_records!r}")
+    check_compression(compression, auto=True)
     spec = InferredFeatures()
     if _is_paths(paths_or_records):
         sample: Iterable[tuple[bytes, str | None, int | None]] = _from_files(

@@ -13,6 +13,7 @@ import numpy as np
 
 from tfr_torch.errors import IndexMismatchError
 from tfr_torch.format.compression import NONE
+from tfr_torch.format.options import CompressionOrAuto, check_compression
 from tfr_torch.format.framing import HEADER_SIZE, OVERHEAD, parse_header
 from tfr_torch.format.paths import PathLike, as_path, atomic_output, file_size, open_input
 from tfr_torch.format.reader import RecordReader
@@ -27,12 +28,12 @@ def index_path_for(path: PathLike) -> str:
     return as_path(path) + ".idx"
 
 
-def scan_index(path: PathLike, compression: str | None = "auto", verify: bool = False) -> np.ndarray:
+def scan_index(path: PathLike, compression: CompressionOrAuto = "auto", verify: bool = False) -> np.ndarray:
     """Scan a TFRecord file and return its index as an int64 array of shape (n, 2): (offset, size) per record.
 
     With `verify=False` only the header CRCs are checked (data CRCs are checked when `verify=True`).
     """
-    reader = RecordReader(path, compression, verify)
+    reader = RecordReader(path, check_compression(compression, auto=True), verify)
     offsets: list[int] = []
     sizes: list[int] = []
     with reader:
@@ -44,7 +45,7 @@ def scan_index(path: PathLike, compression: str | None = "auto", verify: bool = 
     return np.array([offsets, sizes], dtype=np.int64).T.reshape(-1, 2)
 
 
-def build_index(path: PathLike, index_path: PathLike | None = None, compression: str | None = "auto") -> str:
+def build_index(path: PathLike, index_path: PathLike | None = None, compression: CompressionOrAuto = "auto") -> str:
     """Write the index of a TFRecord file (default `<file>.idx`) and return the index's path.
 
     The file is byte-identical to what DALI's `tfrecord2idx` and the `tfrecord` package write for uncompressed
@@ -61,7 +62,8 @@ def build_index(path: PathLike, index_path: PathLike | None = None, compression:
     return target
 
 
-def read_index(path: PathLike, tfrecord_path: PathLike | None = None, compression: str | None = "auto") -> np.ndarray:
+def read_index(path: PathLike, tfrecord_path: PathLike | None = None,
+               compression: CompressionOrAuto = "auto") -> np.ndarray:
     """Read an index file into an int64 array of shape (n, 2): (offset, size) per record.
 
     The index must describe consecutive records from offset 0. When `tfrecord_path` is given the index is also
@@ -71,6 +73,7 @@ def read_index(path: PathLike, tfrecord_path: PathLike | None = None, compressio
     array([[  0, 120],
            [120, 118]])
     """
+    check_compression(compression, auto=True)
     index_path = as_path(path)
     with open_input(index_path) as f:
         text = f.read()
@@ -130,7 +133,7 @@ def _check_layout(index: np.ndarray, path: str | None, index_path: str) -> None:
 
 
 def check_index(index: np.ndarray, path: PathLike, index_path: PathLike | None = None,
-                compression: str | None = "auto") -> None:
+                compression: CompressionOrAuto = "auto") -> None:
     """Check that an index describes a TFRecord file, cheaply (a few small reads, never the whole file).
 
     Uncompressed files: the records must end exactly at the end of the file, and the headers of the first,
@@ -138,6 +141,7 @@ def check_index(index: np.ndarray, path: PathLike, index_path: PathLike | None =
     header is checked; offsets beyond it are checked as they are read. A stale index, a truncated one, or one
     made for another file raises IndexMismatchError naming both files.
     """
+    check_compression(compression, auto=True)
     path = as_path(path)
     index_path = as_path(index_path) if index_path is not None else index_path_for(path)
     _check_layout(index, path, index_path)

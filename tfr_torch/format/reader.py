@@ -34,7 +34,7 @@ from tfr_torch.format.framing import (
     unpack_crc,
     unpack_header,
 )
-from tfr_torch.format.options import OnError
+from tfr_torch.format.options import CompressionOrAuto, OnError, check_compression
 from tfr_torch.format.paths import PathLike, as_path, is_url, open_input
 from tfr_torch.format.sniff import header_message, not_a_tfrecord
 
@@ -412,7 +412,7 @@ def _size_of(raw: IO[bytes]) -> int | None:
 
 def read_records(
     path: PathLike,
-    compression: str | None = "auto",
+    compression: CompressionOrAuto = "auto",
     verify: bool = True,
     *,
     start: int = 0,
@@ -435,7 +435,7 @@ def read_records(
     ...     for record in records:
     ...         ...
     """
-    return RecordReader(path, compression, verify, start=start, end=end, on_error=on_error)
+    return RecordReader(path, check_compression(compression, auto=True), verify, start=start, end=end, on_error=on_error)
 
 
 class RecordFile:

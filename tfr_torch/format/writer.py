@@ -11,6 +11,7 @@ from typing import Any
 
 from tfr_torch import _native
 from tfr_torch.format.compression import NONE, make_compressor, normalize_compression
+from tfr_torch.format.options import Compression
 from tfr_torch.format.framing import data_crc, frame_record, header_bytes
 from tfr_torch.format.paths import AtomicOutput, PathLike, as_path
 
@@ -31,7 +32,7 @@ class TFRecordWriter:
     ...     writer.write_example({"label": 3, "image": b"..."})
     """
 
-    def __init__(self, path: PathLike, compression: str | None = None, compression_level: int | None = None) -> None:
+    def __init__(self, path: PathLike, compression: Compression = None, compression_level: int | None = None) -> None:
         self.compression = normalize_compression(compression)
         if self.compression == NONE:
             if compression_level is not None:

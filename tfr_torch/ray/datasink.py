@@ -24,7 +24,7 @@ import ray
 from ray.data.block import BlockAccessor
 from ray.data.datasource import Datasink
 
-from tfr_torch.format.compression import normalize_compression
+from tfr_torch.format.options import Compression, CompressionName, compression_name
 from tfr_torch.format.framing import OVERHEAD
 from tfr_torch.format.paths import PathLike, as_path, atomic_output
 
@@ -103,7 +103,7 @@ def spec_from_schema(schema: Any) -> dict[str, Any]:
 
 
 @ray.remote
-def _assemble(ranges: list[tuple[str, int, int]], out: str, compression: str) -> int:
+def _assemble(ranges: list[tuple[str, int, int]], out: str, compression: CompressionName) -> int:
     """Copy the records in `ranges` ((part file, start, end) byte ranges, in order) into the shard `out`,
     atomically; return its size on disk."""
     from tfr_torch.format.reader import RecordReader
@@ -122,7 +122,7 @@ class TFRecordDatasink(Datasink[dict[str, Any]]):  # each write task returns a d
     `paths` lists the shards and `records` their number of records."""
 
     def __init__(self, out_dir: PathLike, name: str, split: str = "train", shard_size: int | str = "128MB",
-                 compression: str | None = None, *, records_per_shard: int | None = None,
+                 compression: Compression = None, *, records_per_shard: int | None = None,
                  features: Mapping[str, Any] | str | None = "auto", image: Mapping[str, Any] | None = None,
                  tfds: Mapping[str, Any] | None = None) -> None:
         from tfr_torch.tools.shards import parse_size
@@ -139,7 +139,7 @@ class TFRecordDatasink(Datasink[dict[str, Any]]):  # each write task returns a d
         if records_per_shard is not None and (not isinstance(records_per_shard, int) or records_per_shard < 1):
             raise ValueError(f"records_per_shard must be a positive int, got {records_per_shard!r}")
         self.records_per_shard = records_per_shard
-        self.compression = normalize_compression(compression)
+        self.compression = compression_name(compression)
         if isinstance(features, str) and features != "auto":
             raise ValueError(f'features must be "auto", a spec dict or None, got {features!r}')
         if isinstance(features, Mapping):
@@ -294,7 +294,7 @@ def _value(value: Any) -> Any:
 
 
 def write_tfrecords(dataset: Any, out_dir: PathLike, name: str, split: str = "train", shard_size: int | str = "128MB",
-                    compression: str | None = None, *, records_per_shard: int | None = None,
+                    compression: Compression = None, *, records_per_shard: int | None = None,
                     features: Mapping[str, Any] | str | None = "auto", image: Mapping[str, Any] | None = None,
                     tfds: Mapping[str, Any] | None = None, concurrency: int | None = None,
                     ray_remote_args: dict[str, Any] | None = None) -> list[str]:

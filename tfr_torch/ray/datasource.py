@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
@@ -14,11 +14,11 @@ from ray.data.block import BlockMetadata
 from ray.data.datasource import Datasource, ReadTask
 
 from tfr_torch.errors import SkippedRecordWarning, TFRecordError
-from tfr_torch.format.compression import compression_from_name, normalize_compression
+from tfr_torch.format.compression import compression_from_name
 from tfr_torch.format.index import index_path_for, read_index
 from tfr_torch.format.location import RecordLocation
 from tfr_torch.format.paths import PathLike, as_path, exists, expand_paths, file_size
-from tfr_torch.format.options import check_on_error
+from tfr_torch.format.options import CompressionOrAuto, OnError, check_on_error, compression_name
 from tfr_torch.format.reader import RecordReader
 from tfr_torch.ray.planning import FileInfo, Piece, group_pieces, plan_pieces
 
@@ -186,11 +186,12 @@ class TFRecordDatasource(Datasource):
     """
 
     def __init__(self, paths: PathLike | Sequence[PathLike], features: Mapping[str, Any] | str | None = None, *,
-                 index: Any = "auto", compression: str | None = "auto", split: str | None = None,
-                 verify: bool = True, on_error: str | Callable[[TFRecordError], None] = "raise",
+                 index: Any = "auto", compression: CompressionOrAuto = "auto", split: str | None = None,
+                 verify: bool = True, on_error: OnError = "raise",
                  batch_rows: int | None = None, utf8: bool | Sequence[str] = False) -> None:
         super().__init__()  # type: ignore[no-untyped-call]  # ray's Datasource.__init__ is unannotated
-        self.compression = normalize_compression(compression, allow_auto=True)
+        self.compression = compression_name(compression, auto=True)
+        check_on_error(on_error)  # both options fail here, before any path is looked at
         self.tfds = None  # the TFDSSource of a TFDS dataset folder (its shards, slices and counts)
         if _tfds_folder(paths):
             from tfr_torch.tfds.source import open_tfds
@@ -199,7 +200,6 @@ class TFRecordDatasource(Datasource):
             self.paths = list(self.tfds.paths)
         else:
             self.paths = _resolve_paths(paths, split)
-        check_on_error(on_error)
         if batch_rows is not None and (not isinstance(batch_rows, int) or isinstance(batch_rows, bool)
                                        or batch_rows < 1):
             raise ValueError(f"batch_rows must be None or a positive int, got {batch_rows!r}")
@@ -312,8 +312,8 @@ class TFRecordDatasource(Datasource):
 
 
 def read_tfrecords(paths: PathLike | Sequence[PathLike], features: Mapping[str, Any] | str | None = None, *,
-                   index: Any = "auto", compression: str | None = "auto", split: str | None = None,
-                   verify: bool = True, on_error: str | Callable[[TFRecordError], None] = "raise",
+                   index: Any = "auto", compression: CompressionOrAuto = "auto", split: str | None = None,
+                   verify: bool = True, on_error: OnError = "raise",
                    batch_rows: int | None = None, utf8: bool | Sequence[str] = False,
                    override_num_blocks: int | None = None, concurrency: int | None = None,
                    ray_remote_args: dict[str, Any] | None = None) -> Any:

@@ -33,6 +33,7 @@ import torch
 from tfr_torch.decode.specs import FixedLenFeature, string
 from tfr_torch.errors import DecodeError
 from tfr_torch.format.example import encode_example
+from tfr_torch.format.options import Compression, OnErrorPolicy, check_compression, check_on_error_policy
 from tfr_torch.images.encode import as_pixels, check_mode_for_format, encode_pixels, image_info
 from tfr_torch.tools.progress import Progress
 from tfr_torch.tools.shards import ShardedWriter
@@ -251,12 +252,12 @@ def _ordered_map(pool: ProcessPoolExecutor, job: Callable[[int], _Item], indices
 
 
 def _convert(job: Callable[[int], _Item], count: int, out_dir: str, name: str, split: str, *, shard_size: Any,
-             records_per_shard: int | None, compression: str | None, workers: int, on_error: str, resume: bool,
+             records_per_shard: int | None, compression: Compression, workers: int, on_error: OnErrorPolicy, resume: bool,
              progress: bool, image: dict[str, Any], settings: dict[str, Any], tfds_version: str | None = None,
              engine: str = "local",
              address: str | None = None) -> ConversionResult:
-    if on_error not in ("raise", "skip"):
-        raise ValueError(f'on_error must be "raise" or "skip", got {on_error!r}')
+    check_on_error_policy(on_error)
+    check_compression(compression)
     if engine not in ("local", "ray"):
         raise ValueError(f'engine must be "local" or "ray", got {engine!r}')
     if address is not None and engine != "ray":
@@ -316,7 +317,7 @@ def _convert(job: Callable[[int], _Item], count: int, out_dir: str, name: str, s
 
 def convert_image_folder(src_dir: str, out_dir: str, name: str, split: str = "train", *, format: str = "keep",
                          quality: int = 95, shard_size: Any = "128MB", records_per_shard: int | None = None,
-                         compression: str | None = None, workers: int = 1, on_error: str = "raise",
+                         compression: Compression = None, workers: int = 1, on_error: OnErrorPolicy = "raise",
                          check: bool = True, resume: bool = True, progress: bool = False, tfds: bool = False,
                          version: str = "1.0.0", engine: str = "local", address: str | None = None,
                          mode: Any = "UNCHANGED", allow_empty: bool = False) -> ConversionResult:
@@ -340,6 +341,8 @@ def convert_image_folder(src_dir: str, out_dir: str, name: str, split: str = "tr
     """
     if format not in FORMATS:
         raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {format!r}")
+    check_on_error_policy(on_error)  # before the folder is listed
+    check_compression(compression)
     mode = check_mode_for_format(mode, format)
     items, classes = image_folder_items(src_dir, allow_empty=allow_empty)
     job = _FolderJob(os.path.abspath(src_dir), items, classes, format, quality, check, mode)
@@ -358,7 +361,7 @@ def convert_image_folder(src_dir: str, out_dir: str, name: str, split: str = "tr
 
 def convert_dataset(dataset: Any, out_dir: str, name: str, split: str = "train", image_format: str = "jpeg",
                     quality: int = 95, *, shard_size: Any = "128MB", records_per_shard: int | None = None,
-                    compression: str | None = None, workers: int = 1, on_error: str = "raise",
+                    compression: Compression = None, workers: int = 1, on_error: OnErrorPolicy = "raise",
                     classes: Sequence[str] | None = None, resume: bool = True, progress: bool = False,
                     tfds: bool = False, version: str = "1.0.0", engine: str = "local",
                     address: str | None = None, mode: Any = "UNCHANGED") -> ConversionResult:
@@ -377,6 +380,8 @@ def convert_dataset(dataset: Any, out_dir: str, name: str, split: str = "train",
     """
     if image_format not in ("jpeg", "png", "raw"):
         raise ValueError(f"image_format must be 'jpeg', 'png' or 'raw', got {image_format!r}")
+    check_on_error_policy(on_error)
+    check_compression(compression)
     if not hasattr(dataset, "__getitem__") or not hasattr(dataset, "__len__"):
         raise TypeError(f"convert_dataset needs a map-style dataset (with __getitem__ and __len__), got "
                         f"{type(dataset).__name__}")

@@ -20,6 +20,7 @@ from tfr_torch.decode.infer import EXAMPLE, RAW, SEQUENCE_EXAMPLE, TENSOR, class
 from tfr_torch.errors import DecodeError
 from tfr_torch.format.columns import decode_column, kind_of
 from tfr_torch.format.framing import OVERHEAD
+from tfr_torch.format.options import CompressionOrAuto, check_compression
 from tfr_torch.format.paths import file_size
 from tfr_torch.format.reader import RecordReader
 from tfr_torch.format.tensor import DTYPES
@@ -225,7 +226,7 @@ class _Report:
         return lines
 
 
-def inspect_files(paths: Sequence[str], compression: str | None = "auto", max_records: int | None = None, *,
+def inspect_files(paths: Sequence[str], compression: CompressionOrAuto = "auto", max_records: int | None = None, *,
                   progress: bool = False) -> str:
     """A text report (tab-separated tables): each file's records, bytes and compression; then, over the records
     read (every record, or the first `max_records` of each file), the kinds of records and, per feature key, its
@@ -237,6 +238,7 @@ def inspect_files(paths: Sequence[str], compression: str | None = "auto", max_re
     """
     if max_records is not None and (not isinstance(max_records, int) or max_records < 1):
         raise ValueError(f"max_records must be None or a positive int, got {max_records!r}")
+    check_compression(compression, auto=True)
     sizes = [file_size(path) for path in paths]
     lines = ["file\trecords\tbytes\tcompression"]
     report = _Report()

@@ -11,6 +11,7 @@ from tfr_torch.decode.infer import infer_features
 from tfr_torch.decode.sidecar import spec_from_json
 from tfr_torch.errors import DecodeError
 from tfr_torch.format.framing import OVERHEAD
+from tfr_torch.format.options import Compression, check_compression
 from tfr_torch.format.paths import as_path, file_size, is_url
 from tfr_torch.format.reader import RecordReader
 from tfr_torch.format.shardset import find_sidecar
@@ -88,7 +89,7 @@ def check_output(paths: Sequence[str], out_dir: str, name: str, split: str) -> N
                          f"split {split!r}): choose another output folder, --name or --split")
 
 
-def reshard(paths: Sequence[str], out_dir: str, *, shard_size: Any = "128MB", compression: str | None = None,
+def reshard(paths: Sequence[str], out_dir: str, *, shard_size: Any = "128MB", compression: Compression = None,
             name: str | None = None, split: str | None = None, progress: bool = False, tfds: bool = False,
             version: str = "1.0.0") -> list[str]:
     """Copy every record of `paths` (any compression, detected), in order, into new shards (ShardedWriter: TFDS
@@ -100,6 +101,7 @@ def reshard(paths: Sequence[str], out_dir: str, *, shard_size: Any = "128MB", co
     >>> reshard(["old-00000-of-00002.tfrecord", "old-00001-of-00002.tfrecord"], "new/", shard_size="64MB")  # doctest: +SKIP
     ['new/old-train.tfrecord-00000-of-00001']
     """
+    check_compression(compression)
     paths = list(paths)
     name, split = reshard_names(paths, name, split)
     out = as_path(out_dir).rstrip("/") or "."

@@ -10,7 +10,7 @@ from types import TracebackType
 from typing import Any
 
 from tfr_torch.decode.sidecar import spec_to_json
-from tfr_torch.format.compression import normalize_compression
+from tfr_torch.format.options import Compression, check_compression, compression_name
 from tfr_torch.format.framing import OVERHEAD
 from tfr_torch.format.paths import PathLike, as_path, atomic_output
 from tfr_torch.format.shardset import shard_name, sidecar_data, sidecar_path, stale_shards
@@ -51,10 +51,11 @@ class ShardedWriter:
     """
 
     def __init__(self, out_dir: PathLike, name: str, split: str = "train", shard_size: int | str = "128MB",
-                 compression: str | None = None, *, records_per_shard: int | None = None,
+                 compression: Compression = None, *, records_per_shard: int | None = None,
                  features: Mapping[str, Any] | None = None, image: Mapping[str, Any] | None = None,
                  resume: bool = False, settings: Mapping[str, Any] | None = None,
                  tfds: Mapping[str, Any] | None = None) -> None:
+        check_compression(compression)  # before the output folder is made
         for label, value in (("name", name), ("split", split)):
             if not isinstance(value, str) or not value or "/" in value:
                 raise ValueError(f"{label} must be a non-empty string without '/', got {value!r}")
@@ -68,7 +69,7 @@ class ShardedWriter:
         if records_per_shard is not None and (not isinstance(records_per_shard, int) or records_per_shard < 1):
             raise ValueError(f"records_per_shard must be a positive int, got {records_per_shard!r}")
         self.records_per_shard = records_per_shard
-        self.compression = normalize_compression(compression)
+        self.compression = compression_name(compression)
         self.features = dict(features) if features is not None else None
         self.image = dict(image) if image is not None else None
         self.tfds = None  # TFDS metadata (dataset_info.json, features.json) instead of the sidecar: tfr_torch.tfds.write
