@@ -20,10 +20,21 @@ def test_format_layer_does_not_import_torch():
     assert _run(code) == "False"
 
 
+def test_no_format_module_imports_torch():
+    code = (
+        "import importlib, pkgutil, sys, tfr_torch.format\n"
+        "names = [m.name for m in pkgutil.walk_packages(tfr_torch.format.__path__, 'tfr_torch.format.')]\n"
+        "for name in names: importlib.import_module(name)\n"
+        "print(len(names) > 20, 'torch' in sys.modules)"
+    )
+    assert _run(code) == "True False"
+
+
 def test_shard_set_layout_does_not_import_torch():
     code = (
-        "import sys, tfr_torch.format.shardset, tfr_torch.tfds.metadata\n"
-        "tfr_torch.format.shardset.shard_name('a', 'train', 0, 1)\n"
+        "import sys, tfr_torch.format.shardset as layout, tfr_torch.tfds.metadata, tfr_torch.tfds.write\n"
+        "layout.shard_name('a', 'train', 0, 1); layout.parse_shard_name('a-train.tfrecord-00000-of-00001')\n"
+        "layout.fill_template(layout.TFDS_TEMPLATE, 'a', 'train', 'tfrecord', 0, 1); layout.tfds_num_bytes([(1, 20)])\n"
         "print('torch' in sys.modules)"
     )
     assert _run(code) == "False"

@@ -40,3 +40,43 @@ def test_sidecar_file_is_json_with_the_format_tag(tmp_path):
         writer.write(b"r")
     data = json.loads((tmp_path / "ds-train.tfr_torch.json").read_text())
     assert data["format"] == SIDECAR_FORMAT and data["features"] is None and data["compression"] is None
+
+
+def test_tfds_file_layout():
+    from tfr_torch.format.shardset import (
+        TFDS_TEMPLATE,
+        fill_template,
+        parse_shard_name,
+        tfds_file_bytes,
+        tfds_num_bytes,
+        unknown_placeholders,
+    )
+
+    assert fill_template(TFDS_TEMPLATE, "mnist", "train", "tfrecord", 3, 12) == "mnist-train.tfrecord-00003-of-00012"
+    assert fill_template("{SPLIT}/{DATASET}_{SHARD_INDEX}_{NUM_SHARDS}.{FILEFORMAT}", "m", "test", "tfrecord", 0, 2) \
+        == "test/m_00000_00002.tfrecord"
+    assert unknown_placeholders(TFDS_TEMPLATE) == [] and unknown_placeholders("{X}-{SPLIT}-{A}") == ["A", "X"]
+    for i, n in [(0, 1), (3, 12), (5, 123456)]:  # the names fill_template and shard_name make parse back
+        assert parse_shard_name(fill_template(TFDS_TEMPLATE, "my-set", "val", "tfrecord", i, n)) == ("my-set", "val", i, n)
+        assert parse_shard_name(shard_name("my-set", "val", i, n)) == ("my-set", "val", i, n)
+    assert parse_shard_name("ds-train.tfrecords-00001-of-00002") == ("ds", "train", 1, 2)
+    for other in ("train.tfrecord", "ds-train.tfrecord-00001", "ds-train.tfrecord-00001-of-00002.idx",
+                  "ds.tfrecord-00000-of-00001"):
+        assert parse_shard_name(other) is None, other
+    shards = [(10, 10 * 16 + 500), (3, 3 * 16 + 90)]  # (records, file bytes): framing is 16 bytes per record
+    assert tfds_num_bytes(shards) == 590
+    assert tfds_file_bytes(590, 13) == sum(size for _, size in shards)
+
+
+def test_written_tfds_metadata_uses_the_layout(tmp_path):
+    from tfr_torch.format.shardset import tfds_num_bytes
+    from tfr_torch.tfds.metadata import check_split_files, read_info
+
+    spec = {"x": tfr_torch.FixedLenFeature([], torch.int64)}
+    with tfr_torch.ShardedWriter(tmp_path, "ds", "train", records_per_shard=2, features=spec, tfds={}) as writer:
+        for i in range(5):
+            writer.write_example({"x": i})
+    info = read_info(tmp_path)
+    sizes = [os.path.getsize(p) for p in writer.paths]
+    assert info.splits["train"].num_bytes == tfds_num_bytes(list(zip([2, 2, 1], sizes)))
+    assert check_split_files(info, "train") == [f"{info.path}/{os.path.basename(p)}" for p in writer.paths]

@@ -3,14 +3,20 @@ find them again: shards named the TFDS way (`{name}-{split}.tfrecord-00000-of-00
 (`<shard>.idx`), and one JSON sidecar `{name}-{split}.tfr_torch.json` holding the features spec (in the JSON form
 of tfr_torch.decode.sidecar), every shard's record count and byte size, the image encoding and the version.
 
+The file layout of a TensorFlow Datasets split lives here too: dataset_info.json's `filepathTemplate` and its
+placeholders (`fill_template`), shard names parsed back into name and split (`parse_shard_name`), and the byte
+count a split's `numBytes` records (`tfds_num_bytes`, `tfds_file_bytes`). tfr_torch.tfds reads and writes the rest
+of that metadata (its JSON, features.json).
+
 Torch-free, like the rest of the format layer. The sidecar's spec is kept here as JSON: tfr_torch.decode.sidecar
-turns it into feature specs and back. A TensorFlow Datasets folder's own metadata (dataset_info.json,
-features.json) is read by tfr_torch.tfds.metadata, also torch-free.
+turns it into feature specs and back.
 
 >>> shard_name("mnist", "train", 3, 4)
 'mnist-train.tfrecord-00003-of-00004'
 >>> sidecar_path("out", "mnist", "train")
 'out/mnist-train.tfr_torch.json'
+>>> fill_template(TFDS_TEMPLATE, "mnist", "train", "tfrecord", 3, 4), parse_shard_name("mnist-train.tfrecord-00003-of-00004")
+('mnist-train.tfrecord-00003-of-00004', ('mnist', 'train', 3, 4))
 """
 
 from __future__ import annotations
@@ -23,10 +29,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from tfr_torch._version import __version__
+from tfr_torch.format.framing import OVERHEAD
 from tfr_torch.format.paths import as_path, exists, open_input
 
-__all__ = ["SIDECAR_FORMAT", "SHARD_PATTERN", "Sidecar", "shard_name", "shard_files", "stale_shards", "sidecar_path",
-           "sidecar_data", "read_sidecar", "find_sidecar", "trusted_counts", "class_names"]
+__all__ = ["SIDECAR_FORMAT", "SHARD_PATTERN", "TFDS_TEMPLATE", "TEMPLATE_PLACEHOLDERS", "Sidecar", "shard_name",
+           "shard_files", "stale_shards", "sidecar_path", "sidecar_data", "read_sidecar", "find_sidecar",
+           "trusted_counts", "class_names", "fill_template", "unknown_placeholders", "parse_shard_name",
+           "tfds_num_bytes", "tfds_file_bytes"]
 
 SIDECAR_FORMAT = "tfr_torch.shards/1"
 # a shard's path as TFDS names it: {prefix}.tfrecord-00003-of-00004 (prefix: folder/name-split)
@@ -182,3 +191,44 @@ def class_names(data: Mapping[str, Any] | None) -> list[str] | None:
             if isinstance(names, list) and all(isinstance(n, str) for n in names):
                 return list(names)
     return None
+
+
+# ------------------------------------------------------------------------------ TensorFlow Datasets' file layout
+
+# dataset_info.json's filepathTemplate: TFDS's default, and every placeholder its ShardedFileTemplate knows
+TFDS_TEMPLATE = "{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}"
+TEMPLATE_PLACEHOLDERS = frozenset({"DATASET", "SPLIT", "FILEFORMAT", "SHARD_INDEX", "NUM_SHARDS", "SHARD_X_OF_Y"})
+_PLACEHOLDER = re.compile(r"\{([A-Z_]+)\}")
+# a TFDS shard's file name, {name}-{split}.tfrecord-00000-of-00004 (.tfrecords too): the split has no '-' or '.'
+_TFDS_SHARD = re.compile(r"^(?P<name>.+)-(?P<split>[^-.]+)\.tfrecords?-(?P<index>\d+)-of-(?P<count>\d+)$")
+
+
+def fill_template(template: str, dataset: str, split: str, file_format: str, index: int, count: int) -> str:
+    """Shard `index` of `count`'s file name from a filepathTemplate, as TFDS's ShardedFileTemplate makes it."""
+    values = {"DATASET": dataset, "SPLIT": split, "FILEFORMAT": file_format, "SHARD_INDEX": f"{index:05d}",
+              "NUM_SHARDS": f"{count:05d}", "SHARD_X_OF_Y": f"{index:05d}-of-{count:05d}"}
+    return _PLACEHOLDER.sub(lambda m: values[m.group(1)], template)
+
+
+def unknown_placeholders(template: str) -> list[str]:
+    """The placeholders of a filepathTemplate that TFDS does not define (sorted; empty when it is usable)."""
+    return sorted(set(_PLACEHOLDER.findall(template)) - TEMPLATE_PLACEHOLDERS)
+
+
+def parse_shard_name(file_name: str) -> tuple[str, str, int, int] | None:
+    """(name, split, index, count) of a file named the TFDS way (`mnist-train.tfrecord-00003-of-00004`), else None."""
+    match = _TFDS_SHARD.match(file_name)
+    if match is None:
+        return None
+    return match.group("name"), match.group("split"), int(match.group("index")), int(match.group("count"))
+
+
+def tfds_num_bytes(shards: Sequence[tuple[int, int]]) -> int:
+    """A split's `numBytes` in dataset_info.json for its shards' (records, file bytes): the serialized examples,
+    without the TFRecord framing (OVERHEAD bytes per record) that the files add."""
+    return sum(size - OVERHEAD * records for records, size in shards)
+
+
+def tfds_file_bytes(num_bytes: int, num_examples: int) -> int:
+    """What the uncompressed shards of a split with this `numBytes` and number of examples hold in all."""
+    return num_bytes + OVERHEAD * num_examples

@@ -21,16 +21,14 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from tfr_torch.errors import TFRecordError
-from tfr_torch.format.framing import OVERHEAD
 from tfr_torch.format.paths import PathLike, as_path, exists, file_size, is_url, open_input
+from tfr_torch.format.shardset import TFDS_TEMPLATE, fill_template, tfds_file_bytes, unknown_placeholders
 
 __all__ = ["TFDSMetadataError", "SplitInfo", "TFDSInfo", "read_info", "find_version_dir", "is_tfds_dir",
            "DEFAULT_TEMPLATE"]
 
-DEFAULT_TEMPLATE = "{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}"
+DEFAULT_TEMPLATE = TFDS_TEMPLATE  # the file layout (templates, shard names, sizes) is format/shardset.py's
 _VERSION = re.compile(r"^\d+\.\d+\.\d+$")
-_PLACEHOLDERS = re.compile(r"\{([A-Z_]+)\}")
-_KNOWN_PLACEHOLDERS = {"DATASET", "SPLIT", "FILEFORMAT", "SHARD_INDEX", "NUM_SHARDS", "SHARD_X_OF_Y"}
 
 
 class TFDSMetadataError(TFRecordError, ValueError):
@@ -59,13 +57,7 @@ class SplitInfo:
     def filenames(self, dataset: str, file_format: str = "tfrecord") -> list[str]:
         """The shard file names, as TFDS's ShardedFileTemplate makes them."""
         n = self.num_shards
-        return [_fill(self.filepath_template, dataset, self.name, file_format, i, n) for i in range(n)]
-
-
-def _fill(template: str, dataset: str, split: str, file_format: str, index: int, count: int) -> str:
-    values = {"DATASET": dataset, "SPLIT": split, "FILEFORMAT": file_format, "SHARD_INDEX": f"{index:05d}",
-              "NUM_SHARDS": f"{count:05d}", "SHARD_X_OF_Y": f"{index:05d}-of-{count:05d}"}
-    return _PLACEHOLDERS.sub(lambda m: values[m.group(1)], template)
+        return [fill_template(self.filepath_template, dataset, self.name, file_format, i, n) for i in range(n)]
 
 
 @dataclass(frozen=True)
@@ -198,9 +190,9 @@ def _split_info(entry: Any, i: int, path: str) -> SplitInfo:
     shard_lengths = tuple(_int(v, f"split {name!r}: shardLengths[{k}]", path) for k, v in enumerate(lengths))
     num_bytes = entry.get("numBytes")
     template = entry.get("filepathTemplate") or DEFAULT_TEMPLATE
-    unknown = set(_PLACEHOLDERS.findall(template)) - _KNOWN_PLACEHOLDERS
+    unknown = unknown_placeholders(template) if isinstance(template, str) else []
     if unknown or not isinstance(template, str):
-        raise TFDSMetadataError(f"split {name!r}: unknown placeholder(s) {sorted(unknown)} in filepathTemplate "
+        raise TFDSMetadataError(f"split {name!r}: unknown placeholder(s) {unknown} in filepathTemplate "
                                 f"{template!r}", path)
     return SplitInfo(name, shard_lengths, None if num_bytes is None else _int(num_bytes, f"split {name!r}: numBytes",
                                                                                path), template)
@@ -265,7 +257,7 @@ def read_info(path: PathLike, name: Optional[str] = None, version: Optional[str]
 
 def check_split_files(info: TFDSInfo, split: str) -> list[str]:
     """The split's shard paths, after checking that every shard exists and, when dataset_info.json records the
-    split's size, that the files hold exactly that many bytes (serialized examples plus OVERHEAD (16) bytes of framing each).
+    split's size, that the files hold exactly that many bytes (serialized examples plus their framing).
     Returns the paths; raises TFDSMetadataError naming the file otherwise. When the sizes disagree the shards are
     counted, and the first shard whose count differs from shardLengths is named with both numbers."""
     paths = info.shard_paths(split)
@@ -276,7 +268,7 @@ def check_split_files(info: TFDSInfo, split: str) -> list[str]:
     split_info = info.splits[split]
     if split_info.num_bytes:
         total = sum(file_size(p) for p in paths)
-        if total == split_info.num_bytes + OVERHEAD * split_info.num_examples:
+        if total == tfds_file_bytes(split_info.num_bytes, split_info.num_examples):
             return paths
         from tfr_torch.format.index import scan_index
 

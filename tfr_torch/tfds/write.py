@@ -14,8 +14,8 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any, Optional
 
-from tfr_torch.format.framing import OVERHEAD
 from tfr_torch.format.paths import atomic_output
+from tfr_torch.format.shardset import TFDS_TEMPLATE, tfds_num_bytes
 
 __all__ = ["write_metadata", "features_from_spec", "image_features", "tensor_feature", "text_feature",
            "class_label_feature", "image_feature", "features_dict", "labels_file_stem"]
@@ -129,8 +129,8 @@ def write_metadata(out_dir: str, name: str, split: str, shards: Sequence[tuple[s
             if json.load(f) != json.loads(features_text):
                 raise ValueError(f"{features_path} describes other features than split {split!r} has: write splits "
                                  "of different features into different datasets")
-    entry = {"filepathTemplate": "{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}", "name": split,
-             "numBytes": str(sum(size - OVERHEAD * records for _, records, size in shards)),
+    entry = {"filepathTemplate": TFDS_TEMPLATE, "name": split,
+             "numBytes": str(tfds_num_bytes([(records, size) for _, records, size in shards])),
              "shardLengths": [str(records) for _, records, _ in shards]}
     splits = [s for s in existing.get("splits", []) if s.get("name") != split] + [entry]
     info: dict[str, Any] = {"name": name, "version": version, "fileFormat": "tfrecord",

@@ -14,14 +14,12 @@ from tfr_torch.format.framing import OVERHEAD
 from tfr_torch.format.options import Compression, check_compression
 from tfr_torch.format.paths import as_path, file_size, is_url
 from tfr_torch.format.reader import RecordReader
-from tfr_torch.format.shardset import find_sidecar
+from tfr_torch.format.shardset import find_sidecar, parse_shard_name
 from tfr_torch.tools.progress import Progress
 from tfr_torch.tools.shards import ShardedWriter
 
 __all__ = ["check_output", "reshard", "reshard_names"]
 
-# TFDS: {name}-{split}.tfrecord-00000-of-00004 (also .tfrecords)
-_TFDS = re.compile(r"^(?P<name>.+)-(?P<split>[^-.]+)\.tfrecords?-\d+-of-\d+$")
 # shard numbers elsewhere: tut-00000-of-00004.tfrecord, train-00000-of-01024, part_3_of_8.tfr, data-00007.tfrecord
 _NUMBERING = re.compile(r"[-_.]\d+[-_]of[-_]\d+$|[-_.]\d+$")
 _EXTENSION = re.compile(r"\.(tfrecords?|tfr|records?)$", re.I)
@@ -42,9 +40,9 @@ def _base(path: str) -> str:
 def _name_split(path: str) -> tuple[str | None, str | None]:
     """(name, split) that one file name suggests; None where it suggests nothing."""
     file_name = _COMPRESSED.sub("", as_path(path).rstrip("/").rsplit("/", 1)[-1])
-    match = _TFDS.match(file_name)
-    if match:
-        return match.group("name"), match.group("split")
+    tfds = parse_shard_name(file_name)  # TFDS: {name}-{split}.tfrecord-00000-of-00004 (also .tfrecords)
+    if tfds is not None:
+        return tfds[0], tfds[1]
     base = _base(path)
     for split in _SPLITS:
         if base.lower() == split:  # ImageNet's train-00000-of-01024: the split alone; the folder names the set
