@@ -109,7 +109,8 @@ def main() -> int:
     import tfr_torch.ray as tray
 
     print(f"# Ray Data, local Ray of {args.cpus} CPUs (machine: {os.cpu_count()} CPUs), ray {ray.__version__}, "
-          f"tfr_torch {tfr_torch.__version__} (backend {tfr_torch.backend()}); command: `python {' '.join(sys.argv)}`\n")
+          f"tfr_torch {tfr_torch.__version__} (backend {tfr_torch.backend()}); "
+          f"command: `python {' '.join(sys.argv)}`\n")
     ray.init(num_cpus=args.cpus, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
     ray.data.DataContext.get_current().enable_progress_bars = False
     if "read" not in args.skip:
@@ -130,7 +131,8 @@ def main() -> int:
                 theirs = json.loads(out.stdout.strip().splitlines()[-1])
                 assert theirs["rows"] == args.records, theirs
         ratio = f"{theirs['seconds'] / t_ours:.1f}x" if theirs else "-"
-        print(f"| `tfr_torch.ray.read_tfrecords(paths, spec)` | {args.records / t_ours:,.0f} | {t_ours:.2f} | {ratio} |")
+        print(f"| `tfr_torch.ray.read_tfrecords(paths, spec)` | {args.records / t_ours:,.0f} | {t_ours:.2f} "
+              f"| {ratio} |")
         if theirs:
             print(f"| `ray.data.read_tfrecords(paths, tf_schema=...)` (with TensorFlow) | "
                   f"{args.records / theirs['seconds']:,.0f} | {theirs['seconds']:.2f} | 1.0x |")

@@ -56,7 +56,8 @@ def main() -> None:
     args = parser.parse_args()
 
     distributed = "RANK" in os.environ and "WORLD_SIZE" in os.environ
-    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if torch.cuda.is_available() else torch.device("cpu")
+    device = (torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if torch.cuda.is_available()
+              else torch.device("cpu"))
     if distributed:
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     if device.type == "cuda":

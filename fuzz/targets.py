@@ -144,7 +144,8 @@ def target_example(data: bytes) -> None:
         spec[key] = tfr_torch.VarLenFeature(_DTYPE_OF[kind])
     single = _on_both_backends(lambda: tfr_torch.parse_single_example(data, spec))
     batched = _on_both_backends(lambda: tfr_torch.parse_example([data, data], spec))
-    assert single[0] == batched[0] == "ok", f"decode_example accepted a record parse_example refuses: {single} {batched}"
+    assert single[0] == batched[0] == "ok", (f"decode_example accepted a record parse_example refuses: {single} "
+                                             f"{batched}")
     for key, values in decoded.items():
         got = tfr_torch.parse_single_example(data, spec)[key]
         if isinstance(got, tfr_torch.SparseBytes):

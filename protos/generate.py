@@ -51,7 +51,8 @@ def _postprocess(source: str) -> str:
         "from tfr_torch.format._proto._pool import POOL as _POOL\n",
     )
     source = source.replace("_descriptor_pool.Default()", "_POOL")
-    source = re.sub(r"'(?:tensorflow\.core\.(?:example|framework)|tfr_torch)\.(\w+_pb2)'", r"'tfr_torch.format._proto.\1'", source)
+    module = r"'(?:tensorflow\.core\.(?:example|framework)|tfr_torch)\.(\w+_pb2)'"
+    source = re.sub(module, r"'tfr_torch.format._proto.\1'", source)
     if "_descriptor_pool" in source or "tensorflow.core" in source.replace("# source: tensorflow/core", ""):
         raise RuntimeError("unexpected protoc output: post-processing left a reference to the default pool")
     return source

@@ -362,7 +362,8 @@ def test_schema_of_files_without_records(tmp_path, write_records):
     empty = write_records(tmp_path / "empty.tfrecord", [])
     assert run("schema", empty) == (1, "", f"tfr-torch schema: no records to propose a spec from: {empty} holds "
                                            "no records\n")
-    assert run("schema", empty, empty)[2] == "tfr-torch schema: no records to propose a spec from: 2 files hold no records\n"
+    assert run("schema", empty, empty)[2] == ("tfr-torch schema: no records to propose a spec from: 2 files hold no "
+                                              "records\n")
 
 
 def test_schema_of_tensor_records_says_what_they_are(tmp_path, write_records):
@@ -506,7 +507,8 @@ def test_progress_is_drawn_on_a_terminal_only(files):
 
 
 @pytest.mark.parametrize("command, label", [
-    (["verify"], "verify:"), (["index"], "index:"), (["inspect"], "inspect:"), (["reshard", "--out", "new"], "a-train:"),
+    (["verify"], "verify:"), (["index"], "index:"), (["inspect"], "inspect:"),
+    (["reshard", "--out", "new"], "a-train:"),
 ])
 def test_long_commands_draw_progress_on_a_terminal(files, tmp_path, command, label):
     a, _ = files

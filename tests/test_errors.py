@@ -142,8 +142,9 @@ def written_set(tmp_path):
 
 def test_globs_skip_the_side_files(written_set):
     out, paths = written_set
-    assert sorted(os.listdir(out)) == sorted([os.path.basename(p) for p in paths] +
-                                             [os.path.basename(p) + ".idx" for p in paths] + ["ds-train.tfr_torch.json"])
+    assert sorted(os.listdir(out)) == sorted([os.path.basename(p) for p in paths]
+                                             + [os.path.basename(p) + ".idx" for p in paths]
+                                             + ["ds-train.tfr_torch.json"])
     assert tfr_torch.expand_paths(f"{out}/*") == paths
     ds = TFRecordDataset(f"{out}/*", "auto")
     assert sorted(int(x["id"]) for x in ds) == list(range(10))

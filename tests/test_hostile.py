@@ -210,7 +210,8 @@ def test_issue14_4_through_an_index(tmp_path):
 
 def _run_bounded(code: str, timeout: float = 120) -> str:
     """Run `code` in a fresh interpreter; a hang shows as a test failure after `timeout` seconds."""
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                          timeout=timeout)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stdout
 
@@ -303,7 +304,8 @@ def test_tensor_content_is_never_refused():
 # ------------------------------------------------------------------------------------------------ issue 16
 
 @pytest.mark.parametrize("data, message", [
-    (b"\x08\x01\x12\x82\x01" + b"\x12\x00" * 65, "TensorProto has 65 dimensions: numpy and torch tensors hold at most 64"),
+    (b"\x08\x01\x12\x82\x01" + b"\x12\x00" * 65,
+     "TensorProto has 65 dimensions: numpy and torch tensors hold at most 64"),
     (bytes.fromhex("0801121a1200120a08808080808080808040120a08808080808080808040"),
      "TensorProto has shape [0, 4611686018427387904, 4611686018427387904], too large for an array of float32 (even "
      "with no elements, numpy and torch need the product of its dimensions to fit in 63 bits)"),

@@ -29,7 +29,8 @@ from tfr_torch.format.crc import masked_crc32c as reference_masked
 from wirebytes import frame, header  # records framed as the format says: what the kernels are checked against
 
 core = _native.core if _native.available() else None
-needs_core = pytest.mark.skipif(not _native.available(), reason=f"the compiled core is not built: {_native.import_error}")
+needs_core = pytest.mark.skipif(not _native.available(),
+                                reason=f"the compiled core is not built: {_native.import_error}")
 
 
 # ---------------------------------------------------------------------------------------------- backend switch
@@ -377,7 +378,8 @@ def test_sequence_examples_take_the_kernels():
     records = [tfr_torch.encode_sequence_example({"id": i}, {"tok": [[1, 2], [3]] * i, "w": [[b"a"]] * i})
                for i in range(5)]
     plan = SequenceExamplePlan({"id": tfr_torch.FixedLenFeature([], torch.int64)},
-                               {"tok": tfr_torch.VarLenFeature(torch.int64), "w": tfr_torch.RaggedFeature(tfr_torch.string)})
+                               {"tok": tfr_torch.VarLenFeature(torch.int64),
+                                "w": tfr_torch.RaggedFeature(tfr_torch.string)})
     parsed = plan._native_parse(core, records, Locator(None), False)
     assert parsed is not None
     context, lists, _ = parsed

@@ -47,7 +47,8 @@ def test_numpy_ints_are_ints():
 # listing the accepted ones, before it opens, lists or creates anything (the paths below do not exist).
 READ_CHOICES = ('unknown compression \'bz2\': expected one of None, "gzip", "zlib" (or TensorFlow\'s "", "GZIP", '
                 '"ZLIB"), "auto"')
-WRITE_CHOICES = 'unknown compression \'bz2\': expected one of None, "gzip", "zlib" (or TensorFlow\'s "", "GZIP", "ZLIB")'
+WRITE_CHOICES = ('unknown compression \'bz2\': expected one of None, "gzip", "zlib" (or TensorFlow\'s "", "GZIP", '
+                 '"ZLIB")')
 ON_ERROR = 'on_error must be "raise", "skip" or a callable taking the error, got \'ignore\''
 ON_ERROR_POLICY = 'on_error must be "raise" or "skip", got \'ignore\''
 

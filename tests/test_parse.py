@@ -202,7 +202,8 @@ def test_unparseable_sequence_example_names_example():
 @pytest.mark.parametrize("raw, kind, fragment", [
     (b"\x12\x05\x0a\x03abc", torch.float32, "a packed float list of 3 bytes is not a multiple of 4"),
     (b"\x1a\x03\x0a\x01\x80", torch.int64, "ends inside a varint"),
-    (b"\x12\x05\x0a\x07abc", torch.float32, "its tf.train.Feature (7 bytes) has a packed float run of 7 bytes but only 3 bytes remain"),
+    (b"\x12\x05\x0a\x07abc", torch.float32,
+     "its tf.train.Feature (7 bytes) has a packed float run of 7 bytes but only 3 bytes remain"),
 ], ids=["float-payload", "int64-varint", "feature"])
 @pytest.mark.usefixtures("batch_path")
 def test_malformed_feature_names_key_and_example(raw, kind, fragment):

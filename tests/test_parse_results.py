@@ -322,7 +322,8 @@ def test_large_records_decode_like_small_ones():
             "label": tfr_torch.FixedLenFeature([], torch.int64),
             "box": tfr_torch.FixedLenFeature([4], torch.float32)}
     rng = np.random.default_rng(5)
-    records = [tfr_torch.encode_example({"img": rng.bytes(5000 + i), "tags": np.array([b"t%d" % j for j in range(i % 3)], dtype=bytes),
+    records = [tfr_torch.encode_example({"img": rng.bytes(5000 + i),
+                                         "tags": np.array([b"t%d" % j for j in range(i % 3)], dtype=bytes),
                                          "label": i * 7, "box": [i, 0.5, -1.0, 2.0]}) for i in range(9)]
     batch = tfr_torch.parse_example(records, spec)
     for i, record in enumerate(records):

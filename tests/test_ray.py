@@ -338,16 +338,17 @@ def test_rays_own_tensorflow_reader_gives_the_same_rows(tmp_path):
 
 def test_argument_errors_are_named():
     path = os.path.join(GOLDEN, "examples.tfrecord")
+    bad_on_error = r"on_error must be \"raise\", \"skip\" or a callable taking the error, got 'x'"
     with pytest.raises(ValueError, match=r"features must be None, a spec dict or \"auto\", got 'bogus'"):
         tray.read_tfrecords(path, "bogus")
     with pytest.raises(ValueError, match="features='auto' needs the sidecar"):
         tray.read_tfrecords(path, "auto")
-    with pytest.raises(ValueError, match=r"on_error must be \"raise\", \"skip\" or a callable taking the error, got 'x'"):
+    with pytest.raises(ValueError, match=bad_on_error):
         tray.read_tfrecords(path, on_error="x")
     with pytest.raises(ValueError, match="batch_rows must be None or a positive int, got 0"):
         tray.read_tfrecords(path, batch_rows=0)
     missing = os.path.join(GOLDEN, "no-such-file.tfrecord")  # the options are checked before the paths
-    with pytest.raises(ValueError, match=r"on_error must be \"raise\", \"skip\" or a callable taking the error, got 'x'"):
+    with pytest.raises(ValueError, match=bad_on_error):
         tray.read_tfrecords(missing, on_error="x")
     with pytest.raises(ValueError, match=r"unknown compression 'bz2': expected one of None, .*\"auto\""):
         tray.read_tfrecords(missing, compression="bz2")
@@ -543,8 +544,9 @@ def test_rewrite_with_other_sharding_removes_the_old_shards(tmp_path, source_dat
     tray.write_tfrecords(source_dataset(), out, "toy", records_per_shard=100)
     assert len([n for n in os.listdir(out) if n.endswith(".idx")]) == 5
     paths = tray.write_tfrecords(source_dataset(), out, "toy", records_per_shard=250)
-    assert sorted(os.listdir(out)) == sorted([os.path.basename(p) for p in paths] +
-                                             [os.path.basename(p) + ".idx" for p in paths] + ["toy-train.tfr_torch.json"])
+    assert sorted(os.listdir(out)) == sorted([os.path.basename(p) for p in paths]
+                                             + [os.path.basename(p) + ".idx" for p in paths]
+                                             + ["toy-train.tfr_torch.json"])
 
 
 def test_empty_dataset_writes_an_empty_set(tmp_path, source_dataset):

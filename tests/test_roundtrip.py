@@ -76,7 +76,8 @@ FEATURES = st.one_of(
     hnp.arrays(np.uint32, SHAPES, elements=FLOAT32_BITS).map(lambda a: _float_array(a.view(np.float32))),
     hnp.arrays(hnp.byte_string_dtypes(max_len=6), SHAPES).map(lambda a: (a, ("bytes", a.reshape(-1).tolist()))),
     # st.text: no lone surrogates. numpy's fixed-width str dtype drops trailing NULs ("a\x00" is stored as "a"), and
-    # newer hypothesis (6.170; 6.155 did not) refuses elements that do not survive the store: none drawn; inner NULs stay.
+    # newer hypothesis (6.170; 6.155 did not) refuses elements that do not survive the store: none drawn; inner NULs
+    # stay.
     hnp.arrays(np.dtype("<U4"), SHAPES, elements=st.text(max_size=4).map(lambda s: s.rstrip("\x00")))
     .map(lambda a: (a, ("bytes", [s.encode() for s in a.reshape(-1).tolist()]))),
     hnp.arrays(st.sampled_from([np.int32, np.int64, np.uint8, np.bool_]), SHAPES)

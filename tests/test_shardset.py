@@ -57,7 +57,8 @@ def test_tfds_file_layout():
         == "test/m_00000_00002.tfrecord"
     assert unknown_placeholders(TFDS_TEMPLATE) == [] and unknown_placeholders("{X}-{SPLIT}-{A}") == ["A", "X"]
     for i, n in [(0, 1), (3, 12), (5, 123456)]:  # the names fill_template and shard_name make parse back
-        assert parse_shard_name(fill_template(TFDS_TEMPLATE, "my-set", "val", "tfrecord", i, n)) == ("my-set", "val", i, n)
+        filled = fill_template(TFDS_TEMPLATE, "my-set", "val", "tfrecord", i, n)
+        assert parse_shard_name(filled) == ("my-set", "val", i, n)
         assert parse_shard_name(shard_name("my-set", "val", i, n)) == ("my-set", "val", i, n)
     assert parse_shard_name("ds-train.tfrecords-00001-of-00002") == ("ds", "train", 1, 2)
     for other in ("train.tfrecord", "ds-train.tfrecord-00001", "ds-train.tfrecord-00001-of-00002.idx",

@@ -278,8 +278,8 @@ def test_split_records_equal_tfds(spec):
     # only the ids are decoded: a spec with one key reads through the dataset's window on each shard
     ids = [int(ds[i]["id"]) for i in range(len(ds))]
     assert ids == SPLITS[spec]["ids"]
-    streamed = [int(x["id"]) for x in tfr_torch.TFRecordDataset(DATASET, {"id": tfr_torch.FixedLenFeature([], torch.int64)},
-                                                                 split=spec)]
+    streamed = [int(x["id"]) for x in tfr_torch.TFRecordDataset(
+        DATASET, {"id": tfr_torch.FixedLenFeature([], torch.int64)}, split=spec)]
     assert streamed == SPLITS[spec]["ids"]
 
 
@@ -415,7 +415,8 @@ def _set_feature(folder: Path, key: str, entry) -> None:
 
 
 def test_unsupported_feature_type_named(copy):
-    _set_feature(copy, "thing", {"pythonClassName": "tensorflow_datasets.core.features.lazy.LazyThing", "lazyThing": {}})
+    _set_feature(copy, "thing",
+                 {"pythonClassName": "tensorflow_datasets.core.features.lazy.LazyThing", "lazyThing": {}})
     with pytest.raises(TFDSMetadataError) as info:
         tfr_torch.TFRecordDataset(copy, split="train")
     assert str(info.value) == (f"{copy}/features.json: feature 'thing' is a LazyThing, which tfr_torch does not read "
@@ -511,7 +512,7 @@ def test_corrupt_tensor_payload_named(copy):
     assert str(info.value).startswith(f"{shard}:0: feature 'zlib2d': its zlib-encoded tensor does not inflate: ")
 
 
-# ----- no TensorFlow ---------------------------------------------------------------------------------------------------
+# ----- no TensorFlow --------------------------------------------------------------------------------------------------
 
 def test_reading_never_imports_tensorflow(tmp_path):
     """Reading a TFDS folder never imports tensorflow or tensorflow_datasets: stand-ins for both, first on the path,

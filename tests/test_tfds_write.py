@@ -213,7 +213,7 @@ def test_raw_images_cannot_be_a_tfds_dataset(images, tmp_path):
                                "'jpeg', 'png' or 'keep' for a TFDS dataset")
 
 
-# ----- TensorFlow Datasets loads what tfr_torch wrote ------------------------------------------------------------------
+# ----- TensorFlow Datasets loads what tfr_torch wrote -----------------------------------------------------------------
 
 def _tfds_load(folders: list[Path]) -> dict:
     """What TFDS sees in each folder (tests/data/tfds/load_with_tfds.py), in this process or TFR_TORCH_TF_PYTHON."""

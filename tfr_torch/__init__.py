@@ -80,7 +80,8 @@ _EXPORTS = {
 # written out (not computed) so that type checkers see the re-exports; a test keeps it equal to _EXPORTS
 __all__ = ["__version__", "CachedDataset", "CorruptRecordError", "DecodeError", "ExamplePlan", "FixedLenFeature",
     "FixedLenSequenceFeature", "IndexMismatchError", "IndexedTFRecordDataset", "RaggedFeature", "RaggedTensor",
-    "RecordLocation", "RecordReader", "RowLengths", "RowLimits", "RowSplits", "RowStarts", "ShardedWriter", "SkippedRecordWarning",
+    "RecordLocation", "RecordReader", "RowLengths", "RowLimits", "RowSplits", "RowStarts", "ShardedWriter",
+    "SkippedRecordWarning",
     "SparseBytes", "SparseFeature", "TFRecordDataset", "TFRecordError", "TFRecordWriter", "TruncatedRecordError",
     "UniformRowLength", "ValueRowIds", "VarLenFeature", "backend", "build_index", "check_index", "compile_features",
     "convert_dataset", "convert_image_folder", "decode_example", "decode_image", "decode_raw",

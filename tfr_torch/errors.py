@@ -87,7 +87,8 @@ class IndexMismatchError(TFRecordError):
     `path` is the TFRecord file and `index_path` the index.
     """
 
-    def __init__(self, message: str, path: str | None = None, offset: int | None = None, index_path: str | None = None) -> None:
+    def __init__(self, message: str, path: str | None = None, offset: int | None = None,
+                 index_path: str | None = None) -> None:
         self.index_path = index_path
         super().__init__(message, path, offset)
 

@@ -63,7 +63,8 @@ def _dtype_code(dtype: Any) -> int:
                      "or tfr_torch.string")
 
 
-def parse_tensor(data: bytes, dtype: Any = None, *, max_bytes: int | None = MAX_TENSOR_BYTES) -> Union[torch.Tensor, list[Any], bytes]:
+def parse_tensor(data: bytes, dtype: Any = None, *,
+                 max_bytes: int | None = MAX_TENSOR_BYTES) -> Union[torch.Tensor, list[Any], bytes]:
     """Parse a serialized TensorProto (from `tf.io.serialize_tensor` or `serialize_tensor`) into a torch.Tensor.
 
     `dtype` (a torch dtype, a name such as "float32", or tfr_torch.string), when given, must match the stored

@@ -14,7 +14,8 @@ from benchmarks.variants.tfdata import import_tf
 # ---- loader-16k: one epoch through a DataLoader with 2 workers / a tf.data AUTOTUNE pipeline
 
 LOADER_WORKERS = 2
-LOADER_BATCH = int(os.environ.get("TFR_BENCH_LOADER_BATCH", "256"))  # TFR_BENCH_LOADER_BATCH=64 for the batches-of-64 rows
+# TFR_BENCH_LOADER_BATCH=64 for the batches-of-64 rows
+LOADER_BATCH = int(os.environ.get("TFR_BENCH_LOADER_BATCH", "256"))
 SHUFFLE_BUFFER = 10_000
 workload("loader-16k", "example-16k", "one pass of a DataLoader (2 workers) or tf.data pipeline over 16 KiB "
          f"Examples, decoded in batches of {LOADER_BATCH}", "loader", parallel=True,
@@ -55,7 +56,8 @@ def _loader_spec() -> dict[str, Any]:
 
     import tfr_torch
 
-    return {"data": tfr_torch.FixedLenFeature([], tfr_torch.string), "label": tfr_torch.FixedLenFeature([], torch.int64)}
+    return {"data": tfr_torch.FixedLenFeature([], tfr_torch.string),
+            "label": tfr_torch.FixedLenFeature([], torch.int64)}
 
 
 def _collating_loader(ctx: Ctx, dataset: Any) -> Callable[[], int]:

@@ -7,8 +7,8 @@ Run by hand, from the repository root, with a Python that has real TensorFlow
 
 The script is deterministic (fixed contents, protobuf maps serialized with
 ``deterministic=True``, TF's gzip header has mtime 0) and deletes and rewrites the
-files directly in ``tests/data/golden/`` (not ``golden/parse/``, see make_golden_parse.py). It never imports tfr_torch: everything in the golden
-files is what TensorFlow itself writes and decodes.
+files directly in ``tests/data/golden/`` (not ``golden/parse/``, see make_golden_parse.py). It never imports
+tfr_torch: everything in the golden files is what TensorFlow itself writes and decodes.
 
 Files written (all under tests/data/golden/):
 
@@ -431,7 +431,8 @@ def make_tensor_cases():
     for name, npdt in [("uint8", np.uint8), ("uint16", np.uint16), ("uint32", np.uint32), ("uint64", np.uint64)]:
         info = np.iinfo(npdt)
         add(name + " scalar", tf.constant(npdt(200)))
-        add(name + " 2x3 extremes", tf.constant(np.array([0, info.max, 1, info.max - 1, 2, 127], dtype=npdt).reshape(2, 3)))
+        add(name + " 2x3 extremes",
+            tf.constant(np.array([0, info.max, 1, info.max - 1, 2, 127], dtype=npdt).reshape(2, 3)))
         add(name + " zero-size", tf.constant(np.zeros([0, 3], dtype=npdt)))
     add("bool scalar", tf.constant(True))
     add("bool 2x3", tf.constant(np.array([[True, False, True], [False, False, True]])))
@@ -546,7 +547,8 @@ def make_tensor_proto_cases():
     add("half_val bfloat16 broadcast", "make_tensor_proto", tf.bfloat16, mtp(-0.5, shape=[2, 3], dtype=tf.bfloat16))
     add("half_val bfloat16 exact extremes (bits)", "hand", tf.bfloat16,
         hand_proto(DT.DT_BFLOAT16, [2, 3], half_val=[0xFF7F, 0x7F7F, 0x7FC0, 0x7F80, 0x8000, 0x0001]))
-    add("half_val bfloat16 fill with last", "hand", tf.bfloat16, hand_proto(DT.DT_BFLOAT16, [5], half_val=[0x3F80, 0x4000]))
+    add("half_val bfloat16 fill with last", "hand", tf.bfloat16,
+        hand_proto(DT.DT_BFLOAT16, [5], half_val=[0x3F80, 0x4000]))
     add("half_val bfloat16 no values", "hand", tf.bfloat16, hand_proto(DT.DT_BFLOAT16, [2]))
     # scomplex_val / dcomplex_val (interleaved real, imag)
     add("scomplex_val scalar", "make_tensor_proto", tf.complex64, mtp(1 + 2j, dtype=tf.complex64))

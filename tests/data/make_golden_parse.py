@@ -484,7 +484,8 @@ def fixed_len_cases():
     batch("spec_varlen_and_ragged_same_key", [ex(a=i64([1]))],
           {"a": VarLen("int64"), "r": Ragged("int64", value_key="a")}, "sparse and ragged features on one key")
     batch("spec_fixed_and_varlen_value_key", [ex(a=i64([1]), ix=i64([0]))],
-          {"a": Fixed([], "int64"), "sp": Sparse("ix", "a", "int64", 10)}, "dense feature and a SparseFeature's value key")
+          {"a": Fixed([], "int64"), "sp": Sparse("ix", "a", "int64", 10)},
+          "dense feature and a SparseFeature's value key")
     batch("spec_ragged_shared_value_key_splits_dtype_conflict", [ex(a=i64([1]))],
           {"r": Ragged("int64", value_key="a"), "r64": Ragged("int64", value_key="a", row_splits_dtype="int64")},
           "two RaggedFeatures on one value key with int32 and int64 row splits")
@@ -520,7 +521,8 @@ def sparse_cases():
           {"sp": Sparse("ix", "val", "float32", 10, already_sorted=True)},
           "unsorted indices but already_sorted=True (TF trusts the flag)")
     single("sparse_single_example", ex(ix=i64([3, 2]), val=i64([30, 20])), {"sp": Sparse("ix", "val", "int64", 10)})
-    single("sparse_single_string", ex(ix=i64([5, 0]), val=byt([b"five", NB])), {"sp": Sparse("ix", "val", "string", 10)})
+    single("sparse_single_string", ex(ix=i64([5, 0]), val=byt([b"five", NB])),
+           {"sp": Sparse("ix", "val", "string", 10)})
     batch("sparse_missing",
           [ex(ix=i64([2]), val=flt([2.0])), ex(), ex(ix=i64([]), val=flt([]))], sp,
           "example 1 missing both keys, example 2 empty lists")
@@ -629,7 +631,8 @@ def ragged_cases():
     batch("ragged_values_wrong_dtype", [ex(v=flt([1.0]), rl=i64([1]))], spec)
     batch("ragged_partition_missing", [ex(v=i64([1, 2]))], spec, "no row lengths key")
     batch("ragged_partition_missing_validate", [ex(v=i64([1, 2]))],
-          {"r": Ragged("int64", value_key="v", partitions=[P("RowLengths", "rl")], validate=True)}, "no row lengths key")
+          {"r": Ragged("int64", value_key="v", partitions=[P("RowLengths", "rl")], validate=True)},
+          "no row lengths key")
     single("ragged_partition_missing_single", ex(v=i64([1, 2])), spec, "no row lengths key")
 
 
@@ -661,7 +664,8 @@ def fixed_len_sequence_in_example_cases():
           "default_value [7, 8] for shape [2]")
     batch("fls_wrong_dtype", [ex(i=flt([1.0]))], {"i": FixedSeq([], "int64", True)})
     single("fls_single_example", ex(f=flt([1, 2, 3, 4])), {"f": FixedSeq([2], "float32", True)})
-    single("fls_single_example_missing", ex(), {"f": FixedSeq([2], "float32", True), "i": FixedSeq([], "int64", True, 5)})
+    single("fls_single_example_missing", ex(),
+           {"f": FixedSeq([2], "float32", True), "i": FixedSeq([], "int64", True, 5)})
     batch("empty_batch_all_kinds", [],
           {"fixed": Fixed([2], "float32", [0.0, 0.0]), "fixed_nodef": Fixed([], "int64"), "var": VarLen("string"),
            "sp": Sparse("ix", "val", "float32", 10), "rag": Ragged("int64"),
@@ -750,7 +754,8 @@ def sequence_example_cases():
               {"id": Fixed([], "string"), "n": Fixed([], "int64", -1), "tags": VarLen("string"),
                "nr": Ragged("float32", value_key="w")},
               {"tok": FixedSeq([], "int64"), "f2": FixedSeq([2], "float32"), "v": VarLen("int64"),
-               "vr": Ragged("float32", value_key="r", row_splits_dtype="int64"), "s": FixedSeq([], "string", allow_missing=True)},
+               "vr": Ragged("float32", value_key="r", row_splits_dtype="int64"),
+               "s": FixedSeq([], "string", allow_missing=True)},
               "3 sequences with 3/1/2 steps etc.; lengths dict")
     seq_batch("seq_batch_zero_padding", recs, None,
               {"tok": FixedSeq([], "int64"), "f2": FixedSeq([2], "float32"), "s": FixedSeq([], "string", True),

@@ -297,7 +297,8 @@ class TFRecordDataset(IterableDataset[Any]):
         epoch = self.epoch
         skip = 0
         if self._resume is not None:
-            if self._resume["epoch"] == epoch and (self._resume["worker"], self._resume["num_workers"]) == (worker, workers):
+            resume = self._resume
+            if resume["epoch"] == epoch and (resume["worker"], resume["num_workers"]) == (worker, workers):
                 skip = int(self._resume["yielded"])
             self._resume = None
         self._position = skip
@@ -339,7 +340,8 @@ class TFRecordDataset(IterableDataset[Any]):
                 yield plan.parse([r.data for r in chunk], _Names(chunk))
 
     def _in_file(self, run: Run) -> Run:
-        """A TFDS split slice starts inside a shard: without an index, its record numbers count from the file's start."""
+        """A TFDS split slice starts inside a shard: without an index, its record numbers count from the file's
+        start."""
         skip = self.tfds.skips[run.file] if self.tfds is not None and self.offsets[run.file] is None else 0
         return Run(run.file, run.start + skip, run.stop + skip) if skip else run
 

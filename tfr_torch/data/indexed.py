@@ -39,7 +39,8 @@ class IndexedTFRecordDataset(Dataset[Any]):
     >>> sampler = torch.utils.data.DistributedSampler(ds)                 # doctest: +SKIP
     """
 
-    def __init__(self, paths: PathLike | Sequence[PathLike], features: Mapping[str, Any] | Literal["auto"] | None = None,
+    def __init__(self, paths: PathLike | Sequence[PathLike],
+                 features: Mapping[str, Any] | Literal["auto"] | None = None,
                  index: Any = "auto", *, transform: Callable[[Any], Any] | None = None, verify: bool = True,
                  shared_memory: bool = True, split: str | None = None, as_supervised: bool = False) -> None:
         self.tfds = None  # a TFDS dataset folder and split (see TFRecordDataset)

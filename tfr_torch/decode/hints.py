@@ -4,10 +4,13 @@ The `tfrecord` package describes features as `{"label": "int", "image": "byte"}`
 `tf.io.FixedLenFeature` objects or a bare dtype, and a forgotten call leaves the class itself in the spec. Each
 gets a TypeError with the tfr_torch spec that means the same thing, so porting code is a copy of the message.
 
->>> check_spec({"label": "int"})
+>>> check_spec({"label": "int"})  # doctest: +ELLIPSIS
 Traceback (most recent call last):
 ...
-TypeError: feature 'label' is given as 'int' (the `tfrecord` package's description): write tfr_torch.FixedLenFeature([], torch.int64) for one value per record, or tfr_torch.VarLenFeature(torch.int64) for a variable number
+TypeError: feature 'label' is given as 'int' (the `tfrecord` package's description): write tfr_torch.Fi...
+
+(the message goes on: "...FixedLenFeature([], torch.int64) for one value per record, or
+tfr_torch.VarLenFeature(torch.int64) for a variable number")
 """
 
 from __future__ import annotations

@@ -34,15 +34,18 @@ def parse_example(serialized: Sequence[bytes], features: Mapping[str, Any],
     return compile_features(features).parse(serialized, example_names)
 
 
-def parse_single_example(serialized: bytes, features: Mapping[str, Any], example_names: ExampleName | None = None) -> dict[str, Any]:
+def parse_single_example(serialized: bytes, features: Mapping[str, Any],
+                         example_names: ExampleName | None = None) -> dict[str, Any]:
     """Parse one serialized tf.train.Example, as tf.io.parse_single_example: like parse_example without the batch
     dimension (a RaggedFeature without partitions gives a dense 1-D tensor, as in TensorFlow)."""
-    return compile_features(features).parse([serialized], None if example_names is None else [example_names], single=True)
+    names = None if example_names is None else [example_names]
+    return compile_features(features).parse([serialized], names, single=True)
 
 
 def parse_sequence_example(serialized: Sequence[bytes], context_features: Mapping[str, Any] | None = None,
                            sequence_features: Mapping[str, Any] | None = None,
-                           example_names: Sequence[ExampleName] | None = None) -> tuple[dict[str, Any], dict[str, Any], dict[str, torch.Tensor]]:
+                           example_names: Sequence[ExampleName] | None = None,
+                           ) -> tuple[dict[str, Any], dict[str, Any], dict[str, torch.Tensor]]:
     """Parse a batch of tf.train.SequenceExample records, as tf.io.parse_sequence_example.
 
     Returns (context, feature_lists, lengths): context features as parse_example returns them;

@@ -65,7 +65,8 @@ class RaggedDecoder:
         self.row_partitions = spec.partitions[: len(spec.partitions) - len(tail)]
 
     def wire_keys(self) -> dict[str, FeatureKind]:
-        keys: dict[str, FeatureKind] = {p.key: "int64" for p in self.spec.partitions if not isinstance(p, UniformRowLength)}
+        keys: dict[str, FeatureKind] = {p.key: "int64" for p in self.spec.partitions
+                                        if not isinstance(p, UniformRowLength)}
         keys[self.value_key] = self.kind
         return keys
 
@@ -156,7 +157,8 @@ class RaggedDecoder:
         if isinstance(p, RowStarts):
             splits = np.concatenate((data, [nvals])).astype(np.int64)
             if (len(data) and data[0] != 0) or _decreases(splits) or (not len(data) and nvals):
-                raise fail(f"row starts must start at 0, never decrease and stay within {nvals}; got {data.tolist()[:20]}")
+                raise fail(f"row starts must start at 0, never decrease and stay within {nvals}; "
+                           f"got {data.tolist()[:20]}")
             return splits
         if isinstance(p, RowLimits):
             splits = np.concatenate(([0], data)).astype(np.int64)

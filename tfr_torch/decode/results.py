@@ -55,7 +55,9 @@ class SparseBytes(NamedTuple):
     def to_list(self, default: bytes = b"") -> list[Any]:
         """Dense nested lists, missing entries filled with `default` (as tf.sparse.to_dense)."""
         def build(shape: tuple[int, ...]) -> list[Any]:
-            return [build(shape[1:]) for _ in range(shape[0])] if len(shape) > 1 else [default] * (shape[0] if shape else 1)
+            if len(shape) > 1:
+                return [build(shape[1:]) for _ in range(shape[0])]
+            return [default] * (shape[0] if shape else 1)
         out: Any = build(self.dense_shape)
         for idx, value in zip(self.indices.tolist(), self.values):
             cell = out

@@ -133,7 +133,8 @@ class SparseFeatureDecoder:
         shape = (units.n, *spec.sizes)
         if single:
             indices, shape = indices[1:], shape[1:]
-        unit_of = (lambda pos: int(unit[order[pos]])) if not spec.already_sorted and len(unit) else _unit_of(values.counts)
+        unit_of = ((lambda pos: int(unit[order[pos]])) if not spec.already_sorted and len(unit)
+                   else _unit_of(values.counts))
         return _sparse(indices, vals, shape, spec.dtype, self.key, coalesced, units, unit_of)
 
 

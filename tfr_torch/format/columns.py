@@ -209,7 +209,8 @@ def _numeric_by_record(raws: Sequence[bytes | None], tag: int, kind: str, key: s
             pieces.append(slow[i] if chunk is None else _decode_payloads([chunk], kind, key)[0])
         counts[present] = [len(p) for p in pieces]
         dtype = np.float32 if kind == "float" else np.int64
-        return Column(present, counts, np.concatenate(pieces).astype(dtype, copy=False) if pieces else np.zeros(0, dtype))
+        values = np.concatenate(pieces).astype(dtype, copy=False) if pieces else np.zeros(0, dtype)
+        return Column(present, counts, values)
     values, per_chunk = _decode_payloads(cast("list[memoryview]", chunks), kind, key)  # no None without `slow`
     counts[present] = per_chunk
     return Column(present, counts, values)

@@ -129,7 +129,8 @@ def _list_feature(key: str, items: list[Any], feature: feature_pb2.Feature, nest
                             "flattened into one feature)")
         _list_feature(key, leaves, feature, nested_ok=False)
     else:
-        raise TypeError(f"feature {key!r}: a list mixes {' and '.join(sorted(kinds))} values; one feature holds one kind")
+        raise TypeError(f"feature {key!r}: a list mixes {' and '.join(sorted(kinds))} values; one feature holds one "
+                        "kind")
 
 
 def to_feature(key: str, value: Any, feature: feature_pb2.Feature | None = None) -> feature_pb2.Feature:
@@ -246,12 +247,14 @@ def encode_sequence_example(
         _fill_features(message.context, context)
     if feature_lists:
         if not isinstance(feature_lists, Mapping):
-            raise TypeError(f"feature_lists must be a mapping of names to sequences, got {type(feature_lists).__name__}")
+            raise TypeError("feature_lists must be a mapping of names to sequences, got "
+                            f"{type(feature_lists).__name__}")
         target = message.feature_lists.feature_list
         for key, steps in feature_lists.items():
             if not isinstance(key, str):
                 raise TypeError(f"feature list names must be str, got {type(key).__name__}: {key!r}")
-            if isinstance(steps, (str, bytes)) or not isinstance(steps, (Sequence, np.ndarray)) and not _torch_like(steps):
+            if isinstance(steps, (str, bytes)) or (not isinstance(steps, (Sequence, np.ndarray))
+                                                   and not _torch_like(steps)):
                 raise TypeError(f"feature list {key!r}: expected a sequence of steps, got {type(steps).__name__}")
             flist = target[key]
             for step, value in enumerate(steps):

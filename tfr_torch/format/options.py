@@ -21,7 +21,8 @@ from tfr_torch.errors import TFRecordError
 from tfr_torch.format.compression import normalize_compression
 
 __all__ = ["Compression", "CompressionOrAuto", "CompressionName", "OnErrorPolicy", "OnError", "FeatureKind",
-           "RecordKind", "check_compression", "compression_name", "check_on_error", "check_on_error_policy", "check_positive_int"]
+           "RecordKind", "check_compression", "compression_name", "check_on_error", "check_on_error_policy",
+           "check_positive_int"]
 
 # What normalize_compression returns: the three names every reader and writer works with.
 CompressionName = Literal["none", "gzip", "zlib"]

@@ -56,7 +56,8 @@ def _fsspec(path: str) -> tuple[Any, str]:
         return fs, str(inner)
     except ImportError as exc:
         protocol = path.partition("://")[0]
-        raise ImportError(f"cannot open {path!r}: fsspec has no usable implementation of {protocol}:// ({exc})") from exc
+        raise ImportError(f"cannot open {path!r}: fsspec has no usable implementation of {protocol}:// "
+                          f"({exc})") from exc
     except ValueError as exc:
         protocol = path.partition("://")[0]
         raise ValueError(f"cannot open {path!r}: unknown protocol {protocol!r} ({exc})") from exc

@@ -435,7 +435,8 @@ def read_records(
     ...     for record in records:
     ...         ...
     """
-    return RecordReader(path, check_compression(compression, auto=True), verify, start=start, end=end, on_error=on_error)
+    return RecordReader(path, check_compression(compression, auto=True), verify, start=start, end=end,
+                        on_error=on_error)
 
 
 class RecordFile:

@@ -15,8 +15,10 @@ turns it into feature specs and back.
 'mnist-train.tfrecord-00003-of-00004'
 >>> sidecar_path("out", "mnist", "train")
 'out/mnist-train.tfr_torch.json'
->>> fill_template(TFDS_TEMPLATE, "mnist", "train", "tfrecord", 3, 4), parse_shard_name("mnist-train.tfrecord-00003-of-00004")
-('mnist-train.tfrecord-00003-of-00004', ('mnist', 'train', 3, 4))
+>>> fill_template(TFDS_TEMPLATE, "mnist", "train", "tfrecord", 3, 4)
+'mnist-train.tfrecord-00003-of-00004'
+>>> parse_shard_name("mnist-train.tfrecord-00003-of-00004")
+('mnist', 'train', 3, 4)
 """
 
 from __future__ import annotations

@@ -48,8 +48,8 @@ from tfr_torch.format.wire import (
     skip_field,
 )
 
-__all__ = ["FEATURE_KINDS", "FEATURE_TAGS", "example_features", "sequence_example_features", "decode_feature", "walk_example",
-           "walk_sequence_example", "Values"]
+__all__ = ["FEATURE_KINDS", "FEATURE_TAGS", "example_features", "sequence_example_features", "decode_feature",
+           "walk_example", "walk_sequence_example", "Values"]
 
 Values = Union[np.ndarray, list[bytes]]
 _Buf = Union[bytes, memoryview]  # a record, or a view into one

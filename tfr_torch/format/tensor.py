@@ -103,11 +103,13 @@ def encode_tensor_proto(array: np.ndarray | Any, dtype: int | None = None) -> by
         assert storage is not None  # only DT_STRING has no numeric storage, and it is encoded above
         if array.dtype.itemsize != storage.itemsize:
             raise TypeError(f"array of dtype {array.dtype} cannot carry DataType {DTYPES[code][0]}")
-        out.append(length_delimited(0x22, np.ascontiguousarray(array).astype(storage.newbyteorder("<"), copy=False).tobytes()))
+        content = np.ascontiguousarray(array).astype(storage.newbyteorder("<"), copy=False).tobytes()
+        out.append(length_delimited(0x22, content))
     return b"".join(out)
 
 
-def decode_tensor_proto(data: bytes, *, what: str = "TensorProto", max_bytes: int | None = MAX_TENSOR_BYTES) -> TensorData:
+def decode_tensor_proto(data: bytes, *, what: str = "TensorProto",
+                        max_bytes: int | None = MAX_TENSOR_BYTES) -> TensorData:
     """Parse a serialized TensorProto (tensor_content or any *_val form) as tf.io.parse_tensor reads it.
 
     *_val lists shorter than the shape are completed with their last value (one value broadcasts to the whole
@@ -218,9 +220,9 @@ def _nested_lists(shape: tuple[int, ...]) -> int:
 
 def _check_size(what: str, shape: tuple[int, ...], size: int, payload: int, max_bytes: int | None) -> None:
     if max_bytes is not None and size > max(max_bytes, payload):
-        raise DecodeError(f"{what} of {payload} bytes declares shape {list(shape)}, which decodes to about {size} bytes: "
-                          f"more than max_bytes={max_bytes} (pass a larger max_bytes, or None, to parse_tensor if "
-                          "the data is trusted)")
+        raise DecodeError(f"{what} of {payload} bytes declares shape {list(shape)}, which decodes to about {size} "
+                          f"bytes: more than max_bytes={max_bytes} (pass a larger max_bytes, or None, to parse_tensor "
+                          "if the data is trusted)")
 
 
 def _complete(values: list[Any], count: int, zero: Any) -> list[Any]:

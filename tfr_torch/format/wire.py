@@ -13,8 +13,8 @@ from typing import Union
 import numpy as np
 
 __all__ = ["VARINT_CUT", "VARINT_LONG", "WIRE_NAMES", "BytesLike", "WireError", "decode_packed_varints",
-           "decode_varint_list", "encode_varint", "length_delimited", "read_delimited", "read_short_varints", "read_tag",
-           "read_varint", "skip_field"]
+           "decode_varint_list", "encode_varint", "length_delimited", "read_delimited", "read_short_varints",
+           "read_tag", "read_varint", "skip_field"]
 
 BytesLike = Union[bytes, bytearray, memoryview]
 

@@ -85,7 +85,8 @@ def _jpeg(data: bytes) -> Header:
         segment = data[pos + 4 : pos + 2 + length]
         if marker == 0xE1 and segment[:6] == b"Exif\x00\x00" and orientation == 1:
             orientation = _exif_orientation(segment[6:])
-        if marker in (0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF) and len(segment) >= 6:
+        start_of_frame = (0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF)
+        if marker in start_of_frame and len(segment) >= 6:
             precision, components = segment[0], segment[5]
         if marker in (0xDA, 0xD9):  # start of scan / end of image: no more headers
             break

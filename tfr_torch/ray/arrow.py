@@ -8,7 +8,7 @@ A batch from `ExamplePlan.parse` becomes one `pyarrow.Table`, with the column ty
 | `FixedLenFeature(shape, dtype)` numeric | Ray's tensor column of `shape` and `dtype` (`ArrowTensorArray`) |
 | `FixedLenFeature(shape, string)` | binary (or utf-8 on request); fixed-size lists of them for a shape |
 | `VarLenFeature(dtype)` | a list column |
-| `FixedLenSequenceFeature(shape, dtype)` numeric | Ray's variable-shaped tensor column `[T, *shape]` (each row's own T) |
+| `FixedLenSequenceFeature(shape, dtype)` numeric | Ray's variable-shaped tensor column `[T, *shape]` (T per row) |
 | `RaggedFeature(dtype, ...)` | nested list columns, one level per ragged dimension |
 
 SparseFeature has no column form here: read its index and value keys as VarLenFeature columns.

@@ -132,7 +132,8 @@ def _get(content: Mapping[str, Any], *names: str, default: Any = None) -> Any:
 
 def _count(value: Any, key: str, path: str, what: str) -> int:
     """A non-negative integer from the JSON (an int, or a string of digits as TFDS's proto JSON writes int64)."""
-    if isinstance(value, bool) or not isinstance(value, (int, str)) or not (str(value).isascii() and str(value).isdigit()):
+    if (isinstance(value, bool) or not isinstance(value, (int, str))
+            or not (str(value).isascii() and str(value).isdigit())):
         raise TFDSMetadataError(f"feature {key!r}: {what} must be a non-negative integer, got {value!r}", path)
     return int(value)
 
@@ -181,7 +182,8 @@ def _node(entry: Any, key: str, path: str, labels: Mapping[str, list[str]], labe
         return LeafNode("ClassLabel", (), "int64", num_classes=num, names=names)
     if kind == "Text":
         if any(k in content for k in ("encoder", "encoderConfig", "encoder_config")):
-            raise TFDSMetadataError(f"feature {key!r}: Text with an encoder (deprecated in TFDS) is not supported", path)
+            raise TFDSMetadataError(f"feature {key!r}: Text with an encoder (deprecated in TFDS) is not supported",
+                                    path)
         return LeafNode("Text", (), "string")
     if kind in ("Image", "LabeledImage"):
         shape = _shape(content.get("shape"), key, path) or (None, None, 3)
@@ -248,7 +250,8 @@ class _Field:
             specs = {f"{self.key}/ragged_flat_values": FixedLenSequenceFeature(_known(inner), decode,
                                                                                allow_missing=True)}
             for j in range(self.rank - 1):
-                specs[f"{self.key}/ragged_row_lengths_{j}"] = FixedLenSequenceFeature((), torch.int64, allow_missing=True)
+                specs[f"{self.key}/ragged_row_lengths_{j}"] = FixedLenSequenceFeature((), torch.int64,
+                                                                                     allow_missing=True)
             return specs
         unknown = sum(d is None for d in self.shape)
         if unknown == 0:

@@ -81,7 +81,8 @@ def describe(path: Union[PathLike, TFDSInfo]) -> str:
     for name, split in info.splits.items():
         present = sum(exists(p) for p in info.shard_paths(name))
         shards = str(split.num_shards) if present == split.num_shards else f"{split.num_shards} ({present} present)"
-        rows.append((name, shards, f"{split.num_examples:,}", "-" if split.num_bytes is None else f"{split.num_bytes:,}"))
+        size = "-" if split.num_bytes is None else f"{split.num_bytes:,}"
+        rows.append((name, shards, f"{split.num_examples:,}", size))
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     for r in rows:
         lines.append("  ".join([r[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(r[1:], widths[1:])]).rstrip())

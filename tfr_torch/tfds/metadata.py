@@ -159,7 +159,8 @@ def _read_json(path: str) -> Any:
         with open_input(path) as f:
             text = f.read()
     except FileNotFoundError:
-        raise TFDSMetadataError("missing: a TFDS dataset folder holds dataset_info.json and features.json", path) from None
+        raise TFDSMetadataError("missing: a TFDS dataset folder holds dataset_info.json and features.json",
+                                path) from None
     try:
         return json.loads(text)
     except (ValueError, UnicodeDecodeError) as exc:
@@ -207,8 +208,8 @@ def _supervised(data: Mapping[str, Any], path: str) -> Optional[tuple[str, str]]
     items = keys.get("tuple", {}).get("items", [])
     names = [item.get("featureKey") for item in items]
     if len(names) != 2 or not all(isinstance(n, str) for n in names):
-        raise TFDSMetadataError(f"supervisedKeys: tfr_torch reads an (input, target) pair of feature keys, got {keys!r}",
-                                path)
+        raise TFDSMetadataError("supervisedKeys: tfr_torch reads an (input, target) pair of feature keys, got "
+                                f"{keys!r}", path)
     return names[0], names[1]
 
 

@@ -75,7 +75,8 @@ def features_from_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
     for key, feature in spec.items():
         dtype = _dtype_name(getattr(feature, "dtype", None))
         if isinstance(feature, FixedLenFeature):
-            out[key] = text_feature() if dtype == "string" and not feature.shape else tensor_feature(feature.shape, dtype)
+            scalar_text = dtype == "string" and not feature.shape
+            out[key] = text_feature() if scalar_text else tensor_feature(feature.shape, dtype)
         elif isinstance(feature, VarLenFeature):
             out[key] = tensor_feature((None,), dtype)
         elif isinstance(feature, FixedLenSequenceFeature):
@@ -210,6 +211,7 @@ def reshard_options(paths: Sequence[str], out_dir: str, name: str, version: str,
                                                                   image.get("encoding", "keep"))}
         if classes:
             options["class_names"] = {labels_file_stem(image.get("label_key", "image/class/label")): list(classes)}
-            options["supervised_keys"] = (image.get("key", "image/encoded"), image.get("label_key", "image/class/label"))
+            options["supervised_keys"] = (image.get("key", "image/encoded"),
+                                          image.get("label_key", "image/class/label"))
         return target, options
     return target, {"version": version, "features": features_from_spec(features)}

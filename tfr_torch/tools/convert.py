@@ -5,7 +5,7 @@ read by many TF input functions):
 
 | key | type | value |
 |---|---|---|
-| `image/encoded` | bytes | the encoded image (original file bytes with format "keep"); serialize_tensor of a uint8 [C, H, W] tensor with "raw" |
+| `image/encoded` | bytes | the encoded image (the file's bytes with "keep"); "raw": a serialized uint8 [C, H, W] |
 | `image/format` | bytes | b"jpeg", b"png", ... or b"raw" |
 | `image/height`, `image/width`, `image/channels` | int64 | the size of what `decode_image(encoded, mode)` returns |
 | `image/class/label` | int64 | the class index (ImageFolder's sorted class order) |
@@ -100,7 +100,8 @@ def image_folder_items(root: str, allow_empty: bool = False) -> tuple[list[tuple
     if empty and not allow_empty:
         raise FileNotFoundError(f"no image files in the class folder(s) {', '.join(repr(e) for e in empty)} "
                                 f"(extensions: {' '.join(IMG_EXTENSIONS)}); pass allow_empty=True (--allow-empty) to "
-                                f"keep such classes with no images, as torchvision's ImageFolder(allow_empty=True) does")
+                                "keep such classes with no images, as torchvision's ImageFolder(allow_empty=True) "
+                                "does")
     return items, classes
 
 
@@ -252,7 +253,8 @@ def _ordered_map(pool: ProcessPoolExecutor, job: Callable[[int], _Item], indices
 
 
 def _convert(job: Callable[[int], _Item], count: int, out_dir: str, name: str, split: str, *, shard_size: Any,
-             records_per_shard: int | None, compression: Compression, workers: int, on_error: OnErrorPolicy, resume: bool,
+             records_per_shard: int | None, compression: Compression, workers: int, on_error: OnErrorPolicy,
+             resume: bool,
              progress: bool, image: dict[str, Any], settings: dict[str, Any], tfds_version: str | None = None,
              engine: str = "local",
              address: str | None = None) -> ConversionResult:

@@ -96,7 +96,8 @@ def reshard(paths: Sequence[str], out_dir: str, *, shard_size: Any = "128MB", co
     Refuses to write over its own input (same folder, name and split). `tfds=True` writes a TensorFlow Datasets
     folder `out_dir/name/version/` instead of the sidecar (tfr_torch.tfds.write.reshard_options).
 
-    >>> reshard(["old-00000-of-00002.tfrecord", "old-00001-of-00002.tfrecord"], "new/", shard_size="64MB")  # doctest: +SKIP
+    >>> old = ["old-00000-of-00002.tfrecord", "old-00001-of-00002.tfrecord"]
+    >>> reshard(old, "new/", shard_size="64MB")  # doctest: +SKIP
     ['new/old-train.tfrecord-00000-of-00001']
     """
     check_compression(compression)

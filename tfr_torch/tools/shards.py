@@ -72,7 +72,8 @@ class ShardedWriter:
         self.compression = compression_name(compression)
         self.features = dict(features) if features is not None else None
         self.image = dict(image) if image is not None else None
-        self.tfds = None  # TFDS metadata (dataset_info.json, features.json) instead of the sidecar: tfr_torch.tfds.write
+        # TFDS metadata (dataset_info.json, features.json) instead of the sidecar: tfr_torch.tfds.write
+        self.tfds = None
         if tfds is not None:
             from tfr_torch.tfds.write import tfds_options
 

@@ -27,7 +27,8 @@ It never imports tfr_torch. It writes:
 
 The contract (README, "Decoding images"): UNCHANGED gives the image's own channels (1 gray, 2 gray+alpha, 3 RGB, 4
 RGBA) with palettes expanded (RGBA when a tRNS chunk gives any transparency), a tRNS colour key of a gray/RGB PNG
-not a channel (TensorFlow leaves it out too), bit depths below 8 scaled to 0-255, 16-bit samples shifted right by 8, CMYK converted to RGB; GIF is RGB
+not a channel (TensorFlow leaves it out too), bit depths below 8 scaled to 0-255, 16-bit samples shifted right by 8,
+CMYK converted to RGB; GIF is RGB
 (as TensorFlow and torchvision give it), its transparent index an alpha channel in the *_ALPHA modes. GRAY of a colour
 image is ITU-R 601-2 luma, (19595 R + 38470 G + 7471 B + 32768) >> 16 (Pillow's "L"), except for JPEG, where GRAY is
 the decoder's own luminance channel (libjpeg's, as TensorFlow's decode_jpeg(channels=1) and torchvision give it).
@@ -402,7 +403,8 @@ def main() -> None:
             gray = None
         arrays = all_modes(unchanged, gray=gray)
         if orientation != 1:
-            arrays["UNCHANGED_exif"] = np.ascontiguousarray(np.moveaxis(exif_transposed(unchanged, orientation), -1, -3))
+            arrays["UNCHANGED_exif"] = np.ascontiguousarray(
+                np.moveaxis(exif_transposed(unchanged, orientation), -1, -3))
         answers[file] = (arrays, "pillow (libjpeg-turbo)", tf_check(data, unchanged))
 
     for name, data in gif_sources().items():

@@ -182,12 +182,14 @@ def encode(value):
     if isinstance(value, bytes):
         return {"bytes": base64.b64encode(value).decode()}
     if isinstance(value, (tf.RaggedTensor, tf.compat.v1.ragged.RaggedTensorValue)):
-        return {"ragged": value.to_list(), "dtype": value.dtype.name if hasattr(value.dtype, "name") else str(value.dtype)}
+        return {"ragged": value.to_list(),
+                "dtype": value.dtype.name if hasattr(value.dtype, "name") else str(value.dtype)}
     array = np.asarray(value)
     if array.dtype == object:
         return {"list": [encode(v) for v in array.tolist()]}
     return {"dtype": array.dtype.name, "shape": list(array.shape),
-            "b64": base64.b64encode(np.ascontiguousarray(array).astype(array.dtype.newbyteorder("<")).tobytes()).decode()}
+            "b64": base64.b64encode(
+                np.ascontiguousarray(array).astype(array.dtype.newbyteorder("<")).tobytes()).decode()}
 
 
 def read_config():
@@ -229,7 +231,8 @@ def main() -> None:
     shutil.rmtree(DATA, ignore_errors=True)
     for builder_class in (TfrGoldenOld, TfrGolden):
         builder = builder_class(data_dir=DATA)
-        builder.download_and_prepare(download_config=tfds.download.DownloadConfig(num_shards=None if builder_class is TfrGoldenOld else 3))
+        shards = None if builder_class is TfrGoldenOld else 3
+        builder.download_and_prepare(download_config=tfds.download.DownloadConfig(num_shards=shards))
     shutil.rmtree(os.path.join(DATA, "downloads"), ignore_errors=True)
     builder = TfrGolden(data_dir=DATA)
     values = {}
