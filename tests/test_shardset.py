@@ -3,6 +3,7 @@
 import json
 import os
 
+import pytest
 import torch
 
 import tfr_torch
@@ -81,3 +82,13 @@ def test_written_tfds_metadata_uses_the_layout(tmp_path):
     sizes = [os.path.getsize(p) for p in writer.paths]
     assert info.splits["train"].num_bytes == tfds_num_bytes(list(zip([2, 2, 1], sizes)))
     assert check_split_files(info, "train") == [f"{info.path}/{os.path.basename(p)}" for p in writer.paths]
+
+
+def test_set_names_are_checked_before_anything_is_written(tmp_path):
+    for name, split, message in [("a/b", "train", "name must be a non-empty string without '/', got 'a/b'"),
+                                 ("ds", "", "split must be a non-empty string without '/', got ''"),
+                                 (3, "train", "name must be a non-empty string without '/', got 3")]:
+        with pytest.raises(ValueError) as info:
+            tfr_torch.ShardedWriter(tmp_path / "out", name, split)
+        assert str(info.value) == message
+    assert list(tmp_path.iterdir()) == []

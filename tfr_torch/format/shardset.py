@@ -34,7 +34,8 @@ from tfr_torch._version import __version__
 from tfr_torch.format.framing import OVERHEAD
 from tfr_torch.format.paths import as_path, exists, open_input
 
-__all__ = ["SIDECAR_FORMAT", "SHARD_PATTERN", "TFDS_TEMPLATE", "TEMPLATE_PLACEHOLDERS", "Sidecar", "shard_name",
+__all__ = ["SIDECAR_FORMAT", "SHARD_PATTERN", "TFDS_TEMPLATE", "TEMPLATE_PLACEHOLDERS", "Sidecar", "check_set_name",
+           "shard_name",
            "shard_files", "stale_shards", "sidecar_path", "sidecar_data", "read_sidecar", "find_sidecar",
            "trusted_counts", "class_names", "fill_template", "unknown_placeholders", "parse_shard_name",
            "tfds_num_bytes", "tfds_file_bytes"]
@@ -42,6 +43,14 @@ __all__ = ["SIDECAR_FORMAT", "SHARD_PATTERN", "TFDS_TEMPLATE", "TEMPLATE_PLACEHO
 SIDECAR_FORMAT = "tfr_torch.shards/1"
 # a shard's path as TFDS names it: {prefix}.tfrecord-00003-of-00004 (prefix: folder/name-split)
 SHARD_PATTERN = re.compile(r"^(?P<prefix>.+)\.tfrecord-(?P<index>\d+)-of-(?P<count>\d+)$")
+
+
+def check_set_name(name: object, split: object) -> None:
+    """ValueError naming the argument unless `name` and `split` can name a shard set's files (non-empty strings
+    without '/')."""
+    for label, value in (("name", name), ("split", split)):
+        if not isinstance(value, str) or not value or "/" in value:
+            raise ValueError(f"{label} must be a non-empty string without '/', got {value!r}")
 
 
 def shard_name(name: str, split: str, index: int, count: int) -> str:

@@ -27,6 +27,7 @@ from ray.data.datasource import Datasink
 from tfr_torch.format.options import Compression, CompressionName, compression_name
 from tfr_torch.format.framing import OVERHEAD
 from tfr_torch.format.paths import PathLike, as_path, atomic_output
+from tfr_torch.format.shardset import check_set_name
 
 __all__ = ["TFRecordDatasink", "write_tfrecords", "plan_shards", "spec_from_schema"]
 
@@ -127,9 +128,7 @@ class TFRecordDatasink(Datasink[dict[str, Any]]):  # each write task returns a d
                  tfds: Mapping[str, Any] | None = None) -> None:
         from tfr_torch.tools.shards import parse_size
 
-        for label, value in (("name", name), ("split", split)):
-            if not isinstance(value, str) or not value or "/" in value:
-                raise ValueError(f"{label} must be a non-empty string without '/', got {value!r}")
+        check_set_name(name, split)
         self.out_dir = as_path(out_dir).rstrip("/") or "."
         if "://" in self.out_dir:
             raise ValueError(f"write_tfrecords writes to a folder every Ray node can see (a local path on one machine, "

@@ -13,7 +13,7 @@ from tfr_torch.decode.sidecar import spec_to_json
 from tfr_torch.format.options import Compression, check_compression, compression_name
 from tfr_torch.format.framing import OVERHEAD
 from tfr_torch.format.paths import PathLike, as_path, atomic_output
-from tfr_torch.format.shardset import shard_name, sidecar_data, sidecar_path, stale_shards
+from tfr_torch.format.shardset import check_set_name, shard_name, sidecar_data, sidecar_path, stale_shards
 from tfr_torch.format.writer import TFRecordWriter
 
 __all__ = ["ShardedWriter", "parse_size", "shard_name"]
@@ -56,9 +56,7 @@ class ShardedWriter:
                  resume: bool = False, settings: Mapping[str, Any] | None = None,
                  tfds: Mapping[str, Any] | None = None) -> None:
         check_compression(compression)  # before the output folder is made
-        for label, value in (("name", name), ("split", split)):
-            if not isinstance(value, str) or not value or "/" in value:
-                raise ValueError(f"{label} must be a non-empty string without '/', got {value!r}")
+        check_set_name(name, split)
         self.out_dir = as_path(out_dir).rstrip("/") or "."
         if "://" in self.out_dir:
             raise ValueError(f"ShardedWriter writes to a local folder, got {self.out_dir!r}: write locally, then "
