@@ -12,6 +12,7 @@ from typing import Any, Literal, overload
 
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
+from torch.utils.data._utils.collate import default_convert
 
 from tfr_torch.data.counting import SharedCounts, user_site
 from tfr_torch.data.distributed import check_rank_world, rank_world
@@ -294,17 +295,18 @@ class TFRecordDataset(IterableDataset[Any]):
     # ----- iteration --------------------------------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[Any]:
+        caller = sys._getframe(1)
         if self.batch_size is not None:
-            _refuse_rebatching(self, sys._getframe(1))
+            _refuse_rebatching(self, caller)
         check_rank_world(self._rank_world, "TFRecordDataset")
-        return self._iterate()
+        return self._iterate(_converts_only(self, caller))
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickled for spawned DataLoader workers (torch_xla's replicas spawn theirs): checked in the replica."""
         check_rank_world(self._rank_world, "TFRecordDataset")
         return self.__dict__.copy()
 
-    def _iterate(self) -> Iterator[Any]:
+    def _iterate(self, converts_only: bool = False) -> Iterator[Any]:
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
         self._worker = (worker, workers)
@@ -324,11 +326,12 @@ class TFRecordDataset(IterableDataset[Any]):
             items = self._batches(drop(blocks, skip * self.batch_size), plan)
         transform = self.transform
         wrap = info is not None and self.shared_memory and shared_memory_available()
+        parcel = converts_only and transform is None  # see transport.Parcel
         for item in items:
             if transform is not None:
                 item = transform(item)
             if wrap:
-                item = wrap_for_transport(item)
+                item = wrap_for_transport(item, parcel)
             self._position += 1
             yield item
 
@@ -463,6 +466,14 @@ def _refuse_rebatching(dataset: TFRecordDataset, caller: Any) -> None:
                          "DataLoader batches them again (its batch_size defaults to 1), adding a leading dimension: "
                          "pass DataLoader(dataset, batch_size=None), or leave batch_size out of the dataset and let "
                          "the DataLoader batch records")
+
+
+def _converts_only(dataset: TFRecordDataset, caller: Any) -> bool:
+    """Whether `caller`, the frame that called iter(), is a DataLoader worker's fetcher that passes each item this
+    dataset yields to torch's `default_convert` and nothing else (DataLoader(batch_size=None), no collate_fn)."""
+    fetcher = caller.f_locals.get("self") if caller is not None else None
+    return (getattr(fetcher, "dataset", None) is dataset and getattr(fetcher, "auto_collation", True) is False
+            and getattr(fetcher, "collate_fn", None) is default_convert)
 
 
 class _Names(Sequence[RecordLocation]):
