@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import warnings
 import zlib
 from collections.abc import Mapping
@@ -12,7 +11,7 @@ from typing import Any
 from tfr_torch import _native
 from tfr_torch.format.compression import NONE, make_compressor, normalize_compression
 from tfr_torch.format.framing import data_crc, frame_record, header_bytes
-from tfr_torch.format.paths import AtomicOutput, PathLike, as_path
+from tfr_torch.format.paths import AtomicOutput, PathLike
 
 __all__ = ["TFRecordWriter", "frame_record"]
 
@@ -42,11 +41,7 @@ class TFRecordWriter:
             self._compressor = None
         else:
             self._compressor = make_compressor(self.compression, compression_level)
-        try:
-            self._out = AtomicOutput(path)
-        except FileNotFoundError:  # the temporary file's name would say nothing to the user: name their path
-            folder = os.path.dirname(as_path(path)) or "."
-            raise FileNotFoundError(f"cannot write {as_path(path)!r}: no such folder {folder!r}") from None
+        self._out = AtomicOutput(path)
         self.path = self._out.path
         self._file = self._out.file
         self._closed = False

@@ -13,6 +13,7 @@ import base64
 import json
 import math
 import os
+import re
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NoReturn
@@ -118,9 +119,11 @@ def _label(value: str) -> str:
 def _problem(err: BaseException) -> str:
     """One `path:offset: what is wrong` line (`path: what is wrong` when there is no offset)."""
     if isinstance(err, TFRecordError):
+        # the library's hint names its argument; here it is an option
+        message = re.sub(r"pass compression='(\w+)' \(or 'auto'\)", r"pass --compression \1 (or auto)", err.message)
         if err.path is None:
-            return err.message
-        return f"{err.path}:{err.offset if err.offset is not None else 0}: {err.message}"
+            return message
+        return f"{err.path}:{err.offset if err.offset is not None else 0}: {message}"
     if isinstance(err, OSError) and err.filename is not None:
         return f"{err.filename}: {err.strerror or err}"
     return str(err)
