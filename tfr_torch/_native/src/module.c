@@ -40,12 +40,14 @@ static PyObject *py_hardware_crc(PyObject *self, PyObject *noargs) { return PyBo
 
 /* ---- framing ------------------------------------------------------------------------------------------------ */
 
-/* scan_records(buffer, lo, hi, limit, verify, max_records) -> (records, stop, status) */
+/* scan_records(buffer, lo, hi, limit, verify, max_records[, lengths]) -> (records, stop, status); with `lengths`
+ * true, `records` is instead a bytes object of their int64 lengths (for counting and indexing: no copy of data) */
 static PyObject *py_scan_records(PyObject *self, PyObject *args) {
     Py_buffer buf;
     Py_ssize_t lo, hi, limit, max_records;
-    int verify;
-    if (!PyArg_ParseTuple(args, "y*nnnpn:scan_records", &buf, &lo, &hi, &limit, &verify, &max_records)) return NULL;
+    int verify, lengths = 0;
+    if (!PyArg_ParseTuple(args, "y*nnnpn|p:scan_records", &buf, &lo, &hi, &limit, &verify, &max_records, &lengths))
+        return NULL;
     if (lo < 0 || hi < lo || hi > buf.len || max_records < 1 || max_records > (1 << 20)) {
         PyBuffer_Release(&buf);
         return PyErr_Format(PyExc_ValueError, "scan_records: bad range lo=%zd hi=%zd of %zd bytes (max_records=%zd)",
@@ -63,7 +65,17 @@ static PyObject *py_scan_records(PyObject *self, PyObject *args) {
     status = tfr_scan_records(buf.buf, (size_t)lo, (size_t)hi, (size_t)limit, verify, spans, (size_t)max_records,
                               &count, &stop);
     Py_END_ALLOW_THREADS
-    PyObject *records = PyList_New((Py_ssize_t)count);
+    PyObject *records;
+    if (lengths) {
+        records = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(count * sizeof(int64_t)));
+        if (records) {
+            int64_t *out = (int64_t *)PyBytes_AS_STRING(records);
+            for (size_t i = 0; i < count; i++) out[i] = (int64_t)spans[i].length;
+        }
+        count = 0; /* nothing more to make */
+    } else {
+        records = PyList_New((Py_ssize_t)count);
+    }
     for (size_t i = 0; records && i < count; i++) {
         PyObject *record = PyBytes_FromStringAndSize((const char *)buf.buf + spans[i].offset, (Py_ssize_t)spans[i].length);
         if (!record) Py_CLEAR(records);
@@ -773,7 +785,8 @@ static PyMethodDef module_methods[] = {
     {"masked_crc32c", py_masked_crc32c, METH_O, "masked_crc32c(data) -> int: TFRecord's masked CRC-32C"},
     {"hardware_crc", py_hardware_crc, METH_NOARGS, "hardware_crc() -> bool: whether CRC-32C uses CPU instructions"},
     {"scan_records", py_scan_records, METH_VARARGS,
-     "scan_records(buffer, lo, hi, limit, verify, max_records) -> (records, stop, status)"},
+     "scan_records(buffer, lo, hi, limit, verify, max_records[, lengths]) -> (records or their int64 lengths, stop, "
+     "status)"},
     {"find_header", py_find_header, METH_VARARGS, "find_header(buffer, lo, hi) -> offset or -1"},
     {"frame_records", py_frame_records, METH_O, "frame_records(records) -> bytes: the records framed back to back"},
     {"sparse_indices", py_sparse_indices, METH_O,
