@@ -303,18 +303,21 @@ static PyObject *raw_column(batch *s, size_t key) {
     return raws;
 }
 
-static PyObject *bytes_values(batch *s, size_t key) {
-    uint64_t total = s->totals[key];
+/* A list of new bytes objects: every value of the bytes_list Features features[0], features[stride], ... (n of
+ * them; absent ones have a NULL ptr), `total` values in all, as counted before. */
+static PyObject *bytes_of_features(const tfr_slice *features, size_t n, size_t stride, uint64_t total) {
+    if (total > (uint64_t)PY_SSIZE_T_MAX / sizeof(tfr_slice)) return PyErr_NoMemory();
+    tfr_slice *slices = malloc((total ? (size_t)total : 1) * sizeof(tfr_slice));
+    if (!slices) return PyErr_NoMemory();
     PyObject *values = PyList_New((Py_ssize_t)total);
-    tfr_slice *slices = values ? malloc((total ? total : 1) * sizeof(tfr_slice)) : NULL;
-    if (values && !slices) {
-        Py_DECREF(values);
-        return PyErr_NoMemory();
-    }
     size_t at = 0;
-    for (size_t i = 0; values && i < s->b; i++) {
-        tfr_slice slot = s->slots[i * s->k + key];
-        if (slot.ptr) at += tfr_fill_bytes(slot, slices + at);
+    for (size_t i = 0; values && i < n; i++) {
+        tfr_slice feature = features[i * stride];
+        if (feature.ptr) at += tfr_fill_bytes(feature, slices + at);
+    }
+    if (values && at != total) { /* the counting pass saw other bytes: never leave NULL items in a list */
+        PyErr_Format(PyExc_SystemError, "bytes column: counted %llu values, found %zu", (unsigned long long)total, at);
+        Py_CLEAR(values);
     }
     for (size_t j = 0; values && j < at; j++) {
         PyObject *item = PyBytes_FromStringAndSize((const char *)slices[j].ptr, (Py_ssize_t)slices[j].len);
@@ -323,6 +326,24 @@ static PyObject *bytes_values(batch *s, size_t key) {
     }
     free(slices);
     return values;
+}
+
+/* A new bytearray for `total` float32 (4 bytes) or int64 values; *out points at its storage. */
+static PyObject *numeric_column(int kind, uint64_t total, void **out) {
+    if (total > (uint64_t)PY_SSIZE_T_MAX / 8) return PyErr_NoMemory();
+    PyObject *values = new_bytearray(NULL, (size_t)total * (kind == TFR_FLOAT ? 4 : 8));
+    if (values) *out = PyByteArray_AS_STRING(values);
+    return values;
+}
+
+/* The values of the numeric Features features[0], features[stride], ... (n; absent ones NULL) into `out`, in
+ * order. Called without the GIL. */
+static void fill_numeric_column(int kind, const tfr_slice *features, size_t n, size_t stride, char *out) {
+    size_t at = 0, width = kind == TFR_FLOAT ? 4 : 8;
+    for (size_t i = 0; i < n; i++) {
+        tfr_slice feature = features[i * stride];
+        if (feature.ptr) at += tfr_fill_numeric(kind, feature, out + at * width);
+    }
 }
 
 /* decode(records) -> (0, columns) | (1, i) | (2, i) | (3, i)
@@ -372,14 +393,8 @@ static PyObject *decoder_decode(ExampleDecoder *self, PyObject *arg) {
             PyObject *present = new_bytearray(s.present + key * b, b);
             PyObject *counts = new_bytearray(s.counts + key * b, b * sizeof(uint64_t));
             PyObject *values;
-            if (kind == TFR_BYTES) {
-                values = bytes_values(&s, key);
-            } else if (s.totals[key] > (uint64_t)PY_SSIZE_T_MAX / 8) {
-                values = PyErr_NoMemory();
-            } else {
-                values = new_bytearray(NULL, (size_t)s.totals[key] * (kind == TFR_FLOAT ? 4 : 8));
-                if (values) numeric_out[key] = PyByteArray_AS_STRING(values);
-            }
+            if (kind == TFR_BYTES) values = bytes_of_features(s.slots + key, b, k, s.totals[key]);
+            else values = numeric_column(kind, s.totals[key], &numeric_out[key]);
             if (present && counts && values) {
                 column = Py_BuildValue("(NNNn)", present, counts, values, uniform_count(&s, key));
             } else {
@@ -397,14 +412,8 @@ static PyObject *decoder_decode(ExampleDecoder *self, PyObject *arg) {
     }
     if (!columns) goto done;
     Py_BEGIN_ALLOW_THREADS
-    for (size_t key = 0; key < k; key++) {
-        if (!numeric_out[key]) continue;
-        size_t at = 0, width = self->plan.kinds[key] == TFR_FLOAT ? 4 : 8;
-        for (size_t i = 0; i < b; i++) {
-            tfr_slice slot = s.slots[i * k + key];
-            if (slot.ptr) at += tfr_fill_numeric(self->plan.kinds[key], slot, (char *)numeric_out[key] + at * width);
-        }
-    }
+    for (size_t key = 0; key < k; key++)
+        if (numeric_out[key]) fill_numeric_column(self->plan.kinds[key], s.slots + key, b, k, numeric_out[key]);
     Py_END_ALLOW_THREADS
     result = Py_BuildValue("(iN)", 0, columns);
 done:
@@ -556,25 +565,8 @@ static PyObject *py_decode_feature_lists(PyObject *self, PyObject *args) {
         PyObject *sp = new_bytearray(step_present[key], n);
         PyObject *sc = new_bytearray(step_counts[key], n * sizeof(uint64_t));
         PyObject *values = NULL;
-        if (kind == TFR_BYTES) {
-            uint64_t total = total_values[key];
-            tfr_slice *slices = total <= SIZE_MAX / sizeof(tfr_slice) ? malloc((total ? total : 1) * sizeof(tfr_slice))
-                                                                      : NULL;
-            values = slices ? PyList_New((Py_ssize_t)total) : PyErr_NoMemory();
-            size_t at = 0;
-            for (size_t j = 0; values && j < n; j++) at += tfr_fill_bytes(step_slices[key][j], slices + at);
-            for (size_t j = 0; values && j < at; j++) {
-                PyObject *item = PyBytes_FromStringAndSize((const char *)slices[j].ptr, (Py_ssize_t)slices[j].len);
-                if (!item) Py_CLEAR(values);
-                else PyList_SET_ITEM(values, (Py_ssize_t)j, item);
-            }
-            free(slices);
-        } else if (total_values[key] > (uint64_t)PY_SSIZE_T_MAX / 8) {
-            values = PyErr_NoMemory();
-        } else {
-            values = new_bytearray(NULL, (size_t)total_values[key] * (kind == TFR_FLOAT ? 4 : 8));
-            if (values) numeric_out[key] = PyByteArray_AS_STRING(values);
-        }
+        if (kind == TFR_BYTES) values = bytes_of_features(step_slices[key], n, 1, total_values[key]);
+        else values = numeric_column(kind, total_values[key], &numeric_out[key]);
         PyObject *column = NULL;
         if (present && list_steps && sp && sc && values) {
             column = Py_BuildValue("(NNNNNn)", present, list_steps, sp, sc, values, uniform);
@@ -593,12 +585,9 @@ static PyObject *py_decode_feature_lists(PyObject *self, PyObject *args) {
     }
     if (!columns) goto done;
     Py_BEGIN_ALLOW_THREADS
-    for (size_t key = 0; key < k; key++) {
-        if (!numeric_out[key]) continue;
-        size_t at = 0, width = plan.kinds[key] == TFR_FLOAT ? 4 : 8;
-        for (size_t j = 0; j < (size_t)total_steps[key]; j++)
-            at += tfr_fill_numeric(plan.kinds[key], step_slices[key][j], (char *)numeric_out[key] + at * width);
-    }
+    for (size_t key = 0; key < k; key++)
+        if (numeric_out[key])
+            fill_numeric_column(plan.kinds[key], step_slices[key], (size_t)total_steps[key], 1, numeric_out[key]);
     Py_END_ALLOW_THREADS
     result = Py_BuildValue("(iN)", 0, columns);
 done:
