@@ -30,7 +30,8 @@ class Located(NamedTuple):
 
 class Block:
     """Records of a stream, in order, and where each came from. Contiguous (as a reader hands them out):
-    `records[0]` starts at byte `start` of `path`, and each next one `len(record) + 16` bytes after the one before.
+    `records[0]` starts at byte `start` of `path`, and each next one `len(record) + OVERHEAD` bytes after the one
+    before.
     Scattered (read by offset, or shuffled): `where` holds each record's (path, offset)."""
 
     __slots__ = ("records", "path", "start", "where")
@@ -94,7 +95,8 @@ def iter_run(source: Source, run: Run) -> Iterator[Block]:
     else:
         start, end, skip = 0, None, run.start
     checked = source.counts if offsets is None else None  # counts to check the file against as it is read
-    with RecordReader(path, source.compression, source.verify, start=start, end=end, on_error=source.on_error) as reader:
+    with RecordReader(path, source.compression, source.verify, start=start, end=end,
+                      on_error=source.on_error) as reader:
         blocks = reader.blocks()
         read = given = 0  # records read from the file; records yielded
         extra: int | None = None  # the offset of a record past the run, once one is read

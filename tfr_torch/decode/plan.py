@@ -75,7 +75,8 @@ def _decoders(features: Mapping[str, Any] | None, table: dict[type[Any], Any], w
             raise TypeError(f"{what}: feature names must be str, got {key!r}")
         decoder = table.get(type(spec))
         if decoder is None:
-            check_spec({key: spec}, "feature" if what == "features" else what)  # another library's spelling: say how tfr_torch spells it
+            # another library's spelling: say how tfr_torch spells it
+            check_spec({key: spec}, "feature" if what == "features" else what)
             allowed = ", ".join(t.__name__ for t in table)
             raise TypeError(f"{what} {key!r}: expected one of {allowed}, got {spec!r}")
         out[key] = decoder(key, spec)
@@ -372,7 +373,8 @@ class SequenceExamplePlan:
                       core: Any) -> tuple[Units, np.ndarray]:
         """_steps from the kernel's columns: the same units, and the same first error."""
         keys = self._list_keys[key]
-        has = np.stack([np.frombuffer(lists[k][0], dtype=np.bool_) for k in keys]) if n else np.zeros((len(keys), 0), bool)
+        has = (np.stack([np.frombuffer(lists[k][0], dtype=np.bool_) for k in keys]) if n
+               else np.zeros((len(keys), 0), bool))
         steps = np.stack([np.frombuffer(lists[k][1], dtype=np.int64) for k in keys]) if n else np.zeros((len(keys), 0),
                                                                                                         np.int64)
         found = np.asarray(has.any(axis=0))  # an array: has is 2-D

@@ -103,7 +103,8 @@ class RecordReader:
         self.skipped = 0
         self._raw = open_input(self.path)
         try:
-            self.compression, self._stream, self._total = self._open(normalize_compression(compression, allow_auto=True))
+            self.compression, self._stream, self._total = self._open(
+                normalize_compression(compression, allow_auto=True))
         except BaseException:
             self._raw.close()
             raise
@@ -147,9 +148,9 @@ class RecordReader:
 
     def blocks(self) -> Iterator[tuple[list[bytes], int]]:
         """The records in blocks, as the reader frames them: `(records, offset)`, a non-empty list of consecutive
-        records (each a fresh `bytes`) and the byte offset of the first; each next record starts `len(record) + 16`
-        bytes after the one before. One Python step per block instead of per record, for callers that batch.
-        A reader is iterated either record by record or in blocks, not both."""
+        records (each a fresh `bytes`) and the byte offset of the first; each next record starts its framing
+        (OVERHEAD, 16 bytes) after the one before ends. One Python step per block instead of per record, for callers
+        that batch. A reader is iterated one way only: record by record, in blocks, or in lengths."""
         return self._generator("blocks")
 
     def lengths(self) -> Iterator[tuple[np.ndarray, int]]:
