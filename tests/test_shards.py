@@ -403,6 +403,14 @@ def test_spec_json_round_trip():
         spec_to_json({"x": SparseFeature("i", "v", torch.float32, 10)})
     with pytest.raises(ValueError, match="kind"):
         spec_from_json({"x": {"kind": "Sparse", "dtype": "float32"}})
+    with pytest.raises(ValueError, match="sidecar feature 'x': unknown dtype 'nope'"):  # not an AttributeError
+        spec_from_json({"x": {"kind": "VarLen", "dtype": "nope"}})
+    with pytest.raises(ValueError, match="sidecar feature 'y': unknown dtype 'complex64'"):
+        spec_from_json({"y": {"kind": "VarLen", "dtype": "complex64"}})
+    every = {f"k{i}": VarLenFeature(dtype) for i, dtype in enumerate(
+        [torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.bool, torch.int8, torch.uint8,
+         torch.int16, torch.int32, torch.int64, string])}
+    assert spec_from_json(json.loads(json.dumps(spec_to_json(every)))) == every
 
 
 def test_sidecar_is_used_only_for_the_files_it_describes(tmp_path, monkeypatch):

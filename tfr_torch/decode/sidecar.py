@@ -7,9 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import torch
 
-from tfr_torch.decode.specs import FixedLenFeature, FixedLenSequenceFeature, VarLenFeature, string
+from tfr_torch.decode.specs import FixedLenFeature, FixedLenSequenceFeature, VarLenFeature, normalize_dtype, string
 from tfr_torch.format.shardset import (
     SIDECAR_FORMAT,
     Sidecar,
@@ -74,7 +73,10 @@ def spec_from_json(data: Mapping[str, Any]) -> dict[str, Any]:
     """The spec back from `spec_to_json`."""
     out: dict[str, Any] = {}
     for key, entry in data.items():
-        dtype = string if entry["dtype"] == "string" else getattr(torch, entry["dtype"])
+        try:
+            dtype = normalize_dtype(entry["dtype"])
+        except ValueError as err:
+            raise ValueError(f"sidecar feature {key!r}: {err}") from None
         kind = entry["kind"]
         if kind == "FixedLen":
             out[key] = FixedLenFeature(entry["shape"], dtype, _from_json_default(entry.get("default_value")))
