@@ -1,5 +1,5 @@
-"""The background inflate thread of GZIP/ZLIB reading (TFR_TORCH_INFLATE_THREAD): the same records, errors, offsets
-and skips as inflating on the reader's thread; the thread ends with the reader; forked processes are safe."""
+"""The background inflate thread of GZIP/ZLIB reading (TFR_TORCH_INFLATE_THREAD=1): the same records, errors,
+offsets and skips as inflating on the reader's thread; the thread ends with the reader; forked processes are safe."""
 
 import gc
 import gzip
@@ -183,7 +183,10 @@ def test_the_switch_is_read_from_the_environment():
     import subprocess
 
     code = "from tfr_torch.format import compression as c; print(c._THREAD_DEFAULT)"
-    for value, expected in (("0", "False"), ("1", "True"), ("off", "False")):
-        out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "TFR_TORCH_INFLATE_THREAD": value},
-                             capture_output=True, text=True, check=True).stdout.strip()
-        assert out == expected
+    for value, expected in (("0", "False"), ("1", "True"), ("on", "True"), (None, "False")):
+        env = {k: v for k, v in os.environ.items() if k != "TFR_TORCH_INFLATE_THREAD"}
+        if value is not None:
+            env["TFR_TORCH_INFLATE_THREAD"] = value
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                             check=True).stdout.strip()
+        assert out == expected, value
