@@ -24,17 +24,16 @@ T = TypeVar("T")
 
 
 class Prefetch(Generic[T]):
-    """Run `produce()` in a daemon thread until it returns an item for which `last(item)` is true (or raises).
+    """Run `produce()` in a daemon thread until it returns an item for which `last(item)` is true.
 
-    `take()` returns the items in order; an exception raised by `produce` is returned as the item (the producer
-    wraps it with what it needs). `stop()` ends the thread (waiting at most for the call in progress) and returns
+    `take()` returns the items in order. `produce` must not raise: it returns what went wrong as an item (the
+    Inflater returns the exception itself), so the consumer meets it in order. `stop()` ends the thread (waiting at most for the call in progress) and returns
     the items made but not taken, in order."""
 
     def __init__(self, produce: Callable[[], T], last: Callable[[T], bool], depth: int = 2, name: str = "") -> None:
         self.pid = os.getpid()
         self._queue: queue.Queue[T] = queue.Queue(maxsize=max(int(depth), 1))
         self._stopping = threading.Event()
-        self._done = False  # the last item has been taken
         self._thread = threading.Thread(target=_run, args=(produce, last, self._queue, self._stopping),
                                         name=f"tfr_torch-prefetch {name}".strip(), daemon=True)
         self._thread.start()
@@ -44,16 +43,13 @@ class Prefetch(Generic[T]):
         if self.pid != os.getpid():
             raise RuntimeError("this GZIP/ZLIB reader started inflating in process "
                                f"{self.pid}, and its inflate thread does not exist in this forked process ({os.getpid()}):"
-                               " open the file in the process that reads it (or set TFR_TORCH_INFLATE_THREAD=0)")
+                               " open the file in the process that reads it (or leave TFR_TORCH_INFLATE_THREAD unset)")
         while True:
             try:
                 return self._queue.get(timeout=0.5)
             except queue.Empty:
                 if not self._thread.is_alive() and self._queue.empty():
                     raise RuntimeError("the inflate thread ended without handing over its last item") from None
-
-    def alive(self) -> bool:
-        return self._thread.is_alive()
 
     def stop(self) -> list[T]:
         """Stop the thread and return the items it made that were not taken. Safe to call more than once, and
