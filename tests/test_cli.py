@@ -202,10 +202,13 @@ def test_index_out_dir_refuses_two_files_with_one_name(files, tmp_path, write_re
     assert err.startswith(f"tfr-torch index: error: argument --out-dir: '{a}' and '{other}' would both write ")
 
 
-def test_writer_into_a_missing_folder_names_the_path():
+def test_writer_into_a_missing_folder_names_the_path(files):
     with pytest.raises(FileNotFoundError) as raised:
         tfr_torch.TFRecordWriter("/missing/x.tfrecord")
     assert str(raised.value) == "cannot write '/missing/x.tfrecord': no such folder '/missing'"
+    with pytest.raises(FileNotFoundError) as raised:  # every atomic output (here an index), not a temporary name
+        tfr_torch.build_index(files[0], "/missing/x.idx")
+    assert str(raised.value) == "cannot write '/missing/x.idx': no such folder '/missing'"
 
 
 # ------------------------------------------------------------------------------------------------ verify
@@ -356,6 +359,7 @@ def test_schema_reads_the_compression_it_is_given(tmp_path):
     assert rc == 0 and "    'id': tfr_torch.FixedLenFeature([], torch.int64)," in out.splitlines()
     rc, out, err = run("schema", "--compression", "none", path)  # read as it is told: not a TFRecord file then
     assert (rc, out) == (1, "") and err.startswith(f"{path}:0: ")
+    assert "pass --compression zlib (or auto)" in err and "compression='zlib'" not in err  # the CLI's own words
 
 
 def test_schema_of_files_without_records(tmp_path, write_records):

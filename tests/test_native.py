@@ -145,6 +145,9 @@ def test_scan_records_hands_out_every_whole_record_and_stops_at_a_cut(records, c
     assert found == records[:whole]
     assert stop == (ends[whole - 1] if whole else 0)
     assert status == (core.SCAN_LIMIT if stop == cut else core.SCAN_MORE)
+    lengths, stop_too, status_too = core.scan_records(buf, 0, cut, cut, verify, 1 << 20, True)  # lengths only
+    assert np.frombuffer(lengths, dtype=np.int64).tolist() == [len(r) for r in records[:whole]]
+    assert (stop_too, status_too) == (stop, status)
 
 
 @needs_core

@@ -286,3 +286,56 @@ def test_random_specs_round_trip(case):
         single = parse_single_example(record, spec)
         for key, kind, dtype, details, per_example in checks:
             _check(single[key], kind, dtype, details, [per_example[i]], single=True)
+
+
+def _assert_same_result(actual: Any, expected: Any) -> None:
+    """The same decoded value, to the bit: dense and sparse tensors (indices, values, shape, coalesced flag),
+    RaggedTensors, lists and bytes."""
+    assert type(actual) is type(expected), (type(actual), type(expected))
+    if isinstance(expected, torch.Tensor) and expected.is_sparse:
+        assert actual.is_sparse and tuple(actual.shape) == tuple(expected.shape)
+        assert actual.is_coalesced() == expected.is_coalesced()
+        assert_same_tensor(actual._indices(), expected._indices())
+        assert_same_tensor(actual._values(), expected._values())
+    elif isinstance(expected, torch.Tensor) and expected.is_nested:  # jagged: each has its own symbolic size
+        assert actual.is_nested and actual.dtype == expected.dtype
+        _assert_same_result(list(actual.unbind()), list(expected.unbind()))
+    elif isinstance(expected, torch.Tensor):
+        assert_same_tensor(actual, expected)
+    elif isinstance(expected, (list, tuple)):
+        assert len(actual) == len(expected)
+        for a, e in zip(actual, expected):
+            _assert_same_result(a, e)
+    elif hasattr(expected, "__dataclass_fields__"):
+        for name in expected.__dataclass_fields__:
+            _assert_same_result(getattr(actual, name), getattr(expected, name))
+    else:
+        assert actual == expected
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(spec_and_examples())
+def test_rows_of_a_batch_equal_single_parses(case):
+    """Per-record datasets decode records in chunks and cut the batch into rows (FixedLen and VarLen specs): every
+    row must be exactly what parse_single_example gives for its record, whatever the spec."""
+    spec, _, records = case
+    rows = list(tfr_torch.compile_features(spec).iter_rows(records))
+    assert len(rows) == len(records)
+    for row, record in zip(rows, records):
+        single = parse_single_example(record, spec)
+        assert list(row) == list(single)
+        for key in single:
+            _assert_same_result(row[key], single[key])
+
+
+def test_rows_of_varlen_batches_hold_only_their_own_values():
+    """The VarLen rows cut from a batch: each [len] sparse tensor holds its record's values only, empty and
+    missing records included."""
+    spec = {"v": tfr_torch.VarLenFeature(torch.int64), "s": tfr_torch.VarLenFeature(tfr_torch.string)}
+    values = [[1, 2, 3], [], None, [7]]
+    records = [encode_example({} if v is None else {"v": np.array(v, dtype=np.int64),
+                                                    "s": np.array([b"x"] * len(v), dtype=bytes)}) for v in values]
+    rows = list(tfr_torch.compile_features(spec).iter_rows(records))
+    assert [row["v"].to_dense().tolist() for row in rows] == [[1, 2, 3], [], [], [7]]
+    assert [tuple(row["v"].shape) for row in rows] == [(3,), (0,), (0,), (1,)]
+    assert [row["s"] for row in rows] == [[b"x"] * 3, [], [], [b"x"]]

@@ -260,6 +260,32 @@ def test_records_roundtrip(tmp_path, write_records, records, compression):
 
 
 @FILES
+@given(st.lists(st.binary(max_size=300), max_size=20), COMPRESSIONS, st.integers(64, 600))
+def test_blocks_and_lengths_give_the_records_and_their_offsets(tmp_path, write_records, records, compression, buffer):
+    """RecordReader.blocks() / .lengths(): consecutive records (or their lengths) and the first one's offset, as
+    the reader frames them (small buffers: blocks end and records straddle refills)."""
+    path = tmp_path / "records.tfrecord"
+    write_records(path, records, compression)
+    offsets = [sum(len(r) + 16 for r in records[:i]) for i in range(len(records))]
+    got, starts = [], []
+    with tfr_torch.RecordReader(path, buffer_size=buffer) as reader:
+        for block, offset in reader.blocks():
+            assert block and offset == offsets[len(got)]
+            starts.append(offset)
+            got.extend(block)
+        assert (reader.records, reader.offset) == (len(records), sum(len(r) + 16 for r in records))
+    assert got == records
+    sizes = []
+    with tfr_torch.RecordReader(path, buffer_size=buffer) as reader:
+        for lengths, offset in reader.lengths():
+            assert lengths.dtype == np.int64 and len(lengths) and offset == offsets[len(sizes)]
+            sizes.extend(lengths.tolist())
+        with pytest.raises(ValueError, match="already iterated"):
+            next(iter(reader))
+    assert sizes == [len(r) for r in records]
+
+
+@FILES
 @given(st.lists(st.binary(max_size=200), max_size=12), COMPRESSIONS)
 def test_index_gives_each_record_its_byte_range(tmp_path, write_records, records, compression):
     path = tmp_path / "indexed.tfrecord"

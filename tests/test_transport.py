@@ -187,3 +187,86 @@ def test_indexed_dataset_batches_collated_in_workers(tmp_path, shared_memory, wr
     ids = [i for batch in got for i in batch["id"].tolist()]
     assert ids == list(range(50))
     assert [d for batch in got for d in batch["data"]] == [dataset[i]["data"] for i in range(50)]
+
+
+def test_a_parcel_passes_default_convert_unwalked_and_arrives_as_what_it_holds():
+    from torch.utils.data._utils.collate import default_convert
+
+    batch = {"data": [b"x" * 100, b""], "label": torch.tensor([1, 2])}
+    parcel = transport.Parcel(batch)
+    assert default_convert(parcel) is parcel
+    for got in (_send(parcel), pickle.loads(pickle.dumps(parcel))):
+        assert type(got) is dict and got["data"] == batch["data"] and torch.equal(got["label"], batch["label"])
+    records = [b"a", b"bc" * 5000]
+    assert _send(transport.Parcel(records)) == records and type(_send(transport.Parcel(records))) is list
+
+
+def _assert_unchanged(got, want):
+    assert type(got) is type(want), (type(got), type(want))
+    if isinstance(want, torch.Tensor):
+        assert got is want
+    elif isinstance(want, dict):
+        assert list(got) == list(want)
+        for key in want:
+            _assert_unchanged(got[key], want[key])
+    elif isinstance(want, (list, tuple)):
+        assert len(got) == len(want)
+        for a, b in zip(got, want):
+            _assert_unchanged(a, b)
+    else:
+        assert got == want
+
+
+def test_default_convert_changes_nothing_that_tfr_torch_decodes():
+    """Why a worker may send its batches past DataLoader's default_convert (transport.Parcel): it converts numpy
+    arrays only, and no decoded value of any feature kind is one or holds one."""
+    from torch.utils.data._utils.collate import default_convert
+
+    spec = {"i": tfr_torch.FixedLenFeature([2], torch.int64), "s": tfr_torch.FixedLenFeature([], tfr_torch.string),
+            "s2": tfr_torch.FixedLenFeature([2], tfr_torch.string, default_value=[b"a", b"b"]),
+            "v": tfr_torch.VarLenFeature(torch.float32), "vs": tfr_torch.VarLenFeature(tfr_torch.string),
+            "sp": tfr_torch.SparseFeature("idx", "v", torch.float32, [10]),
+            "r": tfr_torch.RaggedFeature(torch.int64, value_key="i"),
+            "rs": tfr_torch.RaggedFeature(tfr_torch.string, value_key="vs"),
+            "q": tfr_torch.FixedLenSequenceFeature([], torch.int64, allow_missing=True, default_value=0)}
+    records = [tfr_torch.encode_example({"i": [1, 2], "s": b"x", "v": [0.5, 1.5], "vs": [b"p"], "idx": [3, 4],
+                                         "q": [7]}),
+               tfr_torch.encode_example({"i": [3, 4], "s": b"y", "s2": [b"c", b"d"], "v": [2.5], "vs": [b"q", b"r"],
+                                         "idx": [9]})]
+    for batch in (tfr_torch.parse_example(records, spec), tfr_torch.parse_single_example(records[0], spec)):
+        _assert_unchanged(default_convert(batch), batch)
+
+
+def test_only_a_default_convert_loader_without_transform_gets_parcels(tmp_path, write, monkeypatch):
+    from torch.utils.data._utils.collate import default_collate, default_convert
+    from torch.utils.data._utils.fetch import _IterableDatasetFetcher
+
+    path = str(tmp_path / "d.tfrecord")
+    write(path, 10)
+    seen = []
+    monkeypatch.setattr(tfr_torch.TFRecordDataset, "_iterate", lambda self, converts_only=False: seen.append(
+        converts_only) or iter(()))
+    batched = tfr_torch.TFRecordDataset(path, SPEC, index="auto", batch_size=5)
+    records = tfr_torch.TFRecordDataset(path, SPEC, index="auto")
+    _IterableDatasetFetcher(batched, False, default_convert, False)
+    _IterableDatasetFetcher(batched, False, lambda b: b, False)
+    _IterableDatasetFetcher(records, True, default_collate, False)
+    iter(batched)
+    assert seen == [True, False, False, False]
+
+
+def test_a_collate_fn_or_a_transform_still_sees_and_converts_what_it_did(tmp_path, write):
+    """With batch_size=None a user's collate_fn gets the batch as a dict, and numpy arrays a transform returns
+    are still turned into tensors by default_convert: neither loader sends parcels."""
+    import numpy as np
+
+    path = str(tmp_path / "d.tfrecord")
+    write(path, 20)
+    dataset = tfr_torch.TFRecordDataset(path, SPEC, index="auto", batch_size=5)
+    kinds = list(DataLoader(dataset, batch_size=None, num_workers=2, collate_fn=lambda b: type(b).__mro__[-2]))
+    assert kinds == [dict] * 4
+    numpy_ids = tfr_torch.TFRecordDataset(path, SPEC, index="auto", batch_size=5,
+                                          transform=lambda b: {"id": np.asarray(b["id"])})
+    got = list(DataLoader(numpy_ids, batch_size=None, num_workers=2))
+    assert all(type(batch["id"]) is torch.Tensor for batch in got)
+    assert sorted(i for batch in got for i in batch["id"].tolist()) == list(range(20))

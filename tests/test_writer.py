@@ -145,3 +145,25 @@ def test_flush_keeps_the_stream_readable(tmp_path, compression):
             w.write(bytes([i]) * 100)
             w.flush()
     assert list(tfr_torch.read_records(path)) == [bytes([i]) * 100 for i in range(3)]
+
+
+def test_records_are_written_in_order_in_large_calls_and_flush_writes_what_is_pending(tmp_path):
+    """Small records are framed together and written about a MiB at a time; large ones as they come, in order.
+    flush() puts every pending record in the (temporary) file; a bytearray changed after write() was copied."""
+    path = tmp_path / "w.tfrecord"
+    w = tfr_torch.TFRecordWriter(path)
+    temp = w._out.file.name
+    mutable = bytearray(b"before")
+    records = [bytes([i % 251]) * (i * 997 % 20000) for i in range(200)]
+    records.insert(50, b"L" * 70000)  # framed and written on its own, after the pending ones
+    for i, record in enumerate(records):
+        w.write(record)
+        if i == 3:
+            w.write(mutable)
+    mutable[:] = b"after!"
+    w.flush()
+    want = records[:4] + [b"before"] + records[4:]
+    assert os.path.getsize(temp) == sum(len(r) + 16 for r in want)
+    w.close()
+    assert list(tfr_torch.read_records(path)) == want
+    assert w.records == len(want)

@@ -3,6 +3,8 @@ exactly once per epoch (or an equal-sized subset per rank), shuffled, and resuma
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import os
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -10,11 +12,24 @@ from typing import Any, Literal, overload
 
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
+from torch.utils.data._utils.collate import default_convert
 
 from tfr_torch.data.counting import SharedCounts, user_site
 from tfr_torch.data.distributed import check_rank_world, rank_world
 from tfr_torch.data.indexes import resolve_indexes
-from tfr_torch.data.reading import Located, Source, interleave, iter_random, iter_run, shuffle_buffer
+from tfr_torch.data.reading import (
+    Block,
+    Source,
+    blocks_of,
+    drop,
+    flatten,
+    interleave,
+    iter_random,
+    iter_run,
+    located,
+    regroup,
+    shuffle_buffer,
+)
 from tfr_torch.data.transport import shared_memory_available, wrap_for_transport
 from tfr_torch.data.sharding import (
     Run,
@@ -179,7 +194,7 @@ class TFRecordDataset(IterableDataset[Any]):
         """Records of file `f` as reading yields them (under on_error="skip", the ones that survive)."""
         verify = self.verify if self.on_error != "raise" else False  # reading raises on a bad data CRC anyway
         with RecordReader(self.paths[f], self.compression, verify, on_error=self.on_error) as reader:
-            return sum(1 for _ in reader)
+            return sum(len(lengths) for lengths, _ in reader.lengths())  # framed, never copied out
 
     def _count_now(self) -> list[int]:
         return self._shared.count_here(self._count_file)
@@ -280,17 +295,18 @@ class TFRecordDataset(IterableDataset[Any]):
     # ----- iteration --------------------------------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[Any]:
+        caller = sys._getframe(1)
         if self.batch_size is not None:
-            _refuse_rebatching(self, sys._getframe(1))
+            _refuse_rebatching(self, caller)
         check_rank_world(self._rank_world, "TFRecordDataset")
-        return self._iterate()
+        return self._iterate(_converts_only(self, caller))
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickled for spawned DataLoader workers (torch_xla's replicas spawn theirs): checked in the replica."""
         check_rank_world(self._rank_world, "TFRecordDataset")
         return self.__dict__.copy()
 
-    def _iterate(self) -> Iterator[Any]:
+    def _iterate(self, converts_only: bool = False) -> Iterator[Any]:
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
         self._worker = (worker, workers)
@@ -301,42 +317,37 @@ class TFRecordDataset(IterableDataset[Any]):
                 skip = int(self._resume["yielded"])
             self._resume = None
         self._position = skip
-        records = self._records(epoch, worker, workers)
+        blocks = self._records(epoch, worker, workers)
         plan = plan_of(self.features) if self.features is not None else None  # once per epoch
         if self.batch_size is None:
-            items: Iterator[Any] = (
-                (r.data for r in _drop(records, skip)) if plan is None else self._rows(_drop(records, skip), plan))
+            blocks = drop(blocks, skip)
+            items: Iterator[Any] = _each(blocks) if plan is None else self._rows(blocks, plan)
         else:
-            items = self._batches(_drop(records, skip * self.batch_size), plan)
+            items = self._batches(drop(blocks, skip * self.batch_size), plan)
         transform = self.transform
         wrap = info is not None and self.shared_memory and shared_memory_available()
+        parcel = converts_only and transform is None  # see transport.Parcel
         for item in items:
             if transform is not None:
                 item = transform(item)
             if wrap:
-                item = wrap_for_transport(item)
+                item = wrap_for_transport(item, parcel)
             self._position += 1
             yield item
 
-    def _rows(self, records: Iterator[Located], plan: Any) -> Iterator[Any]:
+    def _rows(self, blocks: Iterator[Block], plan: Any) -> Iterator[Any]:
         """One decoded dict per record, decoded _ROW_CHUNK records at a time (see ExamplePlan.iter_rows)."""
-        while True:
-            chunk = [r for _, r in zip(range(_ROW_CHUNK), records)]
-            if not chunk:
-                return
-            yield from plan.iter_rows([r.data for r in chunk], _Names(chunk))
+        for group in regroup(blocks, _ROW_CHUNK):
+            yield from plan.iter_rows(flatten(group), _Names(group))
 
-    def _batches(self, records: Iterator[Located], plan: Any) -> Iterator[Any]:
+    def _batches(self, blocks: Iterator[Block], plan: Any) -> Iterator[Any]:
         batch_size = self.batch_size
         assert batch_size is not None  # only a dataset with a batch_size batches
-        while True:
-            chunk = [r for _, r in zip(range(batch_size), records)]
-            if not chunk or (len(chunk) < batch_size and self.drop_last):
+        for group in regroup(blocks, batch_size):
+            records = flatten(group)
+            if len(records) < batch_size and self.drop_last:
                 return
-            if self.features is None:
-                yield [r.data for r in chunk]
-            else:
-                yield plan.parse([r.data for r in chunk], _Names(chunk))
+            yield records if plan is None else plan.parse(records, _Names(group))
 
     def _in_file(self, run: Run) -> Run:
         """A TFDS split slice starts inside a shard: without an index, its record numbers count from the file's start."""
@@ -373,8 +384,8 @@ class TFRecordDataset(IterableDataset[Any]):
                             "once, and every later epoch and len() use the counts; write indexes (`tfr-torch index "
                             "FILES`) and pass index='auto' to skip it")
 
-    def _records(self, epoch: int, worker: int, workers: int) -> Iterator[Located]:
-        """This reader's records for the epoch, in order (before batching)."""
+    def _records(self, epoch: int, worker: int, workers: int) -> Iterator[Block]:
+        """This reader's records for the epoch, in order (before batching), in blocks."""
         source = self._source()
         multiple = self.batch_size or 1
         if self._global_shuffle:  # a true global shuffle: a seeded permutation, each record read by offset
@@ -402,7 +413,8 @@ class TFRecordDataset(IterableDataset[Any]):
         if not self.shuffle:
             return _chain(streams)
         rng = epoch_rng(self.seed, epoch, 3 + worker + workers * self.rank)
-        return shuffle_buffer(interleave(streams, self.interleave), self.shuffle_buffer, rng)
+        return blocks_of(shuffle_buffer(interleave((located(s) for s in streams), self.interleave),
+                                        self.shuffle_buffer, rng))
 
 
 def auto_features(sidecar: Sidecar | None) -> dict[str, Any]:
@@ -456,14 +468,23 @@ def _refuse_rebatching(dataset: TFRecordDataset, caller: Any) -> None:
                          "the DataLoader batch records")
 
 
+def _converts_only(dataset: TFRecordDataset, caller: Any) -> bool:
+    """Whether `caller`, the frame that called iter(), is a DataLoader worker's fetcher that passes each item this
+    dataset yields to torch's `default_convert` and nothing else (DataLoader(batch_size=None), no collate_fn)."""
+    fetcher = caller.f_locals.get("self") if caller is not None else None
+    return (getattr(fetcher, "dataset", None) is dataset and getattr(fetcher, "auto_collation", True) is False
+            and getattr(fetcher, "collate_fn", None) is default_convert)
+
+
 class _Names(Sequence[RecordLocation]):
     """The RecordLocation of each record of a batch (its example name), made only when an error message needs one."""
 
-    def __init__(self, chunk: list[Located]) -> None:
-        self._chunk = chunk
+    def __init__(self, group: list[Block]) -> None:
+        self._group = group
+        self._ends = list(itertools.accumulate(len(block) for block in group))
 
     def __len__(self) -> int:
-        return len(self._chunk)
+        return self._ends[-1] if self._ends else 0
 
     @overload
     def __getitem__(self, i: int) -> RecordLocation: ...
@@ -473,21 +494,23 @@ class _Names(Sequence[RecordLocation]):
 
     def __getitem__(self, i: int | slice) -> RecordLocation | list[RecordLocation]:
         if isinstance(i, slice):
-            return [RecordLocation(r.path, r.offset) for r in self._chunk[i]]
-        record = self._chunk[i]
-        return RecordLocation(record.path, record.offset)
+            return [self[j] for j in range(len(self))[i]]
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError(f"record {i} of a batch of {n}")
+        i %= n
+        b = bisect.bisect_right(self._ends, i)
+        return self._group[b].location(i - (self._ends[b - 1] if b else 0))
 
 
-def _chain(streams: Iterable[Iterable[Located]]) -> Iterator[Located]:
+def _chain(streams: Iterable[Iterable[Block]]) -> Iterator[Block]:
     for stream in streams:
         yield from stream
 
 
-def _drop(items: Iterator[Located], n: int) -> Iterator[Located]:
-    for _ in range(n):
-        if next(items, None) is None:
-            break
-    return items
+def _each(blocks: Iterator[Block]) -> Iterator[bytes]:
+    for block in blocks:
+        yield from block.records
 
 
 def _split_reason(files: int, readers: int) -> str:

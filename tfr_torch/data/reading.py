@@ -1,25 +1,63 @@
 """Record streams for one reader: runs of files (sequential), records by offset (random), interleaving and a
-bounded shuffle buffer. Every record travels with its file and byte offset, for error messages."""
+bounded shuffle buffer. Records travel in blocks (a list of records and where each came from, for error
+messages): the reader frames a buffer's worth at once, and batching takes them without a Python step per record."""
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import NamedTuple, cast
 
 import numpy as np
 
 from tfr_torch.data.sharding import Run
 from tfr_torch.errors import TFRecordError
+from tfr_torch.format.framing import OVERHEAD
+from tfr_torch.format.location import RecordLocation
 from tfr_torch.format.reader import OnError, RecordFile, RecordReader
 
-__all__ = ["Located", "Source", "iter_run", "iter_random", "interleave", "shuffle_buffer"]
+__all__ = ["Block", "Located", "Source", "iter_run", "iter_random", "interleave", "shuffle_buffer", "located",
+           "blocks_of", "drop", "regroup", "flatten"]
+
+_GROUP = 64  # records per block made from single records (read by offset, or out of the shuffle buffer)
 
 
 class Located(NamedTuple):
     data: bytes
     path: str
     offset: int
+
+
+class Block:
+    """Records of a stream, in order, and where each came from. Contiguous (as a reader hands them out):
+    `records[0]` starts at byte `start` of `path`, and each next one `len(record) + 16` bytes after the one before.
+    Scattered (read by offset, or shuffled): `where` holds each record's (path, offset)."""
+
+    __slots__ = ("records", "path", "start", "where")
+
+    def __init__(self, records: list[bytes], path: str = "", start: int = 0,
+                 where: list[tuple[str, int]] | None = None) -> None:
+        self.records = records
+        self.path = path
+        self.start = start
+        self.where = where
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def location(self, i: int) -> RecordLocation:
+        if self.where is not None:
+            return RecordLocation(*self.where[i])
+        return RecordLocation(self.path, self.start + sum(map(len, self.records[:i])) + OVERHEAD * i)
+
+    def head(self, n: int) -> Block:
+        return Block(self.records[:n], self.path, self.start, None if self.where is None else self.where[:n])
+
+    def tail(self, n: int) -> Block:
+        """The block without its first n records."""
+        if self.where is not None:
+            return Block(self.records[n:], where=self.where[n:])
+        return Block(self.records[n:], self.path, self.location(n).offset)
 
 
 class Source(NamedTuple):
@@ -40,9 +78,9 @@ class Source(NamedTuple):
     origin: str = "the record count"
 
 
-def iter_run(source: Source, run: Run) -> Iterator[Located]:
-    """Records run.start..run.stop-1 of one file. With an index, reading starts at the first record's offset
-    (one decompression pass for compressed files); without one, the records before `start` are read and
+def iter_run(source: Source, run: Run) -> Iterator[Block]:
+    """Records run.start..run.stop-1 of one file, in blocks. With an index, reading starts at the first record's
+    offset (one decompression pass for compressed files); without one, the records before `start` are read and
     dropped."""
     path = source.paths[run.file]
     offsets = source.offsets[run.file]
@@ -57,36 +95,49 @@ def iter_run(source: Source, run: Run) -> Iterator[Located]:
         start, end, skip = 0, None, run.start
     checked = source.counts if offsets is None else None  # counts to check the file against as it is read
     with RecordReader(path, source.compression, source.verify, start=start, end=end, on_error=source.on_error) as reader:
-        offset = reader.offset
-        n = -1
-        for n, record in enumerate(reader):
-            if n >= skip:
-                yield Located(record, path, offset)
-                if n + 1 - skip >= wanted:
-                    break
-            offset = reader.offset
+        blocks = reader.blocks()
+        read = given = 0  # records read from the file; records yielded
+        extra: int | None = None  # the offset of a record past the run, once one is read
+        for records, offset in blocks:
+            block = Block(records, path, offset)
+            read += len(records)
+            if read <= skip:
+                continue
+            if read - len(records) < skip:
+                block = block.tail(skip - (read - len(records)))
+            if given + len(block) >= wanted:
+                if given + len(block) > wanted:
+                    extra = block.location(wanted - given).offset
+                    block = block.head(wanted - given)
+                yield block
+                break
+            given += len(block)
+            yield block
         else:
             if checked is not None and reader.skipped == 0:
-                raise TFRecordError(f"the file ends after {n + 1} records, but {source.origin} is "
+                raise TFRecordError(f"the file ends after {read} records, but {source.origin} is "
                                     f"{checked[run.file]} and this reader was to read records {run.start} to "
                                     f"{run.stop - 1}: the file changed after the dataset was built? Build the dataset "
                                     "again (and rewrite its index or sidecar)", path, reader.offset)
             return
         if (checked is not None and source.whole is not None and source.whole[run.file]
                 and run.stop == checked[run.file]):
-            more = reader.offset
-            if next(reader, None) is not None:
+            if extra is None:
+                more = next(blocks, None)
+                extra = None if more is None else more[1]
+            if extra is not None:
                 raise TFRecordError(f"the file holds more records than {source.origin} ({checked[run.file]}): "
                                     "the file changed after the dataset was built? Build the dataset again (and "
-                                    "rewrite its index or sidecar)", path, more)
+                                    "rewrite its index or sidecar)", path, extra)
 
 
-def iter_random(source: Source, global_ids: np.ndarray, counts: Sequence[int]) -> Iterator[Located]:
-    """Records by global number, each read by its offset (one open handle per file)."""
+def iter_random(source: Source, global_ids: np.ndarray, counts: Sequence[int]) -> Iterator[Block]:
+    """Records by global number, each read by its offset (one open handle per file), in blocks."""
     ends = np.cumsum(counts)
     tables = cast("Sequence[np.ndarray]", source.offsets)  # reading by offset: every file has its index
     files: dict[int, RecordFile] = {}
-    try:
+
+    def records() -> Iterator[Located]:
         for g in global_ids.tolist():
             f = int(np.searchsorted(ends, g, side="right"))
             i = g - (int(ends[f - 1]) if f else 0)
@@ -95,6 +146,9 @@ def iter_random(source: Source, global_ids: np.ndarray, counts: Sequence[int]) -
                 handle = files[f] = RecordFile(source.paths[f], source.compression, source.verify)
             offset, size = (int(v) for v in tables[f][i])
             yield Located(handle.read(offset, size), source.paths[f], offset)
+
+    try:
+        yield from blocks_of(records())
     finally:
         for handle in files.values():
             handle.close()
@@ -136,3 +190,78 @@ def shuffle_buffer(items: Iterator[Located], size: int, rng: np.random.Generator
     order = rng.permutation(len(buffer))
     for j in order.tolist():
         yield buffer[j]
+
+
+def located(blocks: Iterable[Block]) -> Iterator[Located]:
+    """The records of blocks one by one, each with its file and offset."""
+    for block in blocks:
+        if block.where is not None:
+            for data, (path, offset) in zip(block.records, block.where):
+                yield Located(data, path, offset)
+            continue
+        path, offset = block.path, block.start
+        for data in block.records:
+            yield Located(data, path, offset)
+            offset += len(data) + OVERHEAD
+
+
+def blocks_of(items: Iterator[Located], size: int = _GROUP) -> Iterator[Block]:
+    """Single records gathered into scattered blocks of up to `size`. When reading fails, the records read before
+    the failure come out first, then the error."""
+    while True:
+        chunk: list[Located] = []
+        try:
+            for item in items:
+                chunk.append(item)
+                if len(chunk) == size:
+                    break
+        except Exception:
+            if chunk:
+                yield Block([r.data for r in chunk], where=[(r.path, r.offset) for r in chunk])
+            raise
+        if not chunk:
+            return
+        yield Block([r.data for r in chunk], where=[(r.path, r.offset) for r in chunk])
+        if len(chunk) < size:
+            return
+
+
+def drop(blocks: Iterator[Block], n: int) -> Iterator[Block]:
+    """The blocks without their first n records (resuming mid-epoch)."""
+    while n > 0:
+        block = next(blocks, None)
+        if block is None:
+            return
+        if len(block) > n:
+            yield block.tail(n)
+            break
+        n -= len(block)
+    yield from blocks
+
+
+def regroup(blocks: Iterable[Block], size: int) -> Iterator[list[Block]]:
+    """Groups of blocks holding `size` records each (the last one fewer), cutting blocks where needed."""
+    group: list[Block] = []
+    have = 0
+    for block in blocks:
+        while True:
+            need = size - have
+            if len(block) < need:
+                group.append(block)
+                have += len(block)
+                break
+            group.append(block if len(block) == need else block.head(need))
+            yield group
+            group, have = [], 0
+            if len(block) == need:
+                break
+            block = block.tail(need)
+    if group:
+        yield group
+
+
+def flatten(group: list[Block]) -> list[bytes]:
+    """The records of a group of blocks, as one list (the block's own list when there is one block)."""
+    if len(group) == 1:
+        return group[0].records
+    return [record for block in group for record in block.records]

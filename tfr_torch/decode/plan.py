@@ -159,6 +159,24 @@ def _kernel_units(kernel: Any, wire_kinds: Mapping[str, FeatureKind], records: S
     return units
 
 
+def _rows_of(value: Any, n: int) -> Sequence[Any]:
+    """The n rows of a FixedLenFeature or VarLenFeature batch result, each as parse_single_example gives it:
+    views of a dense tensor's rows; a sparse [n, max_len] tensor cut into [len] tensors of each row's values;
+    a list's items."""
+    if not isinstance(value, torch.Tensor):
+        return cast("Sequence[Any]", value)
+    if not value.is_sparse:
+        return value.unbind(0)
+    positions, values = value.indices()[1:], value.values()
+    ends = torch.bincount(value.indices()[0], minlength=n).cumsum(0).tolist()
+    rows, start = [], 0
+    for end in ends:
+        rows.append(torch.sparse_coo_tensor(positions[:, start:end], values[start:end], (end - start,),
+                                            is_coalesced=True, check_invariants=False))
+        start = end
+    return rows
+
+
 class ExamplePlan:
     """The decoding plan of one `features` spec for tf.train.Example records (see `parse_example`)."""
 
@@ -168,7 +186,8 @@ class ExamplePlan:
         _check_wire_kinds(self.decoders, "features")
         self._wire_kinds: dict[str, FeatureKind] = {
             key: kind for decoder in self.decoders.values() for key, kind in decoder.wire_keys().items()}
-        self._dense = all(type(spec) is FixedLenFeature for spec in self.features.values())  # rows split cleanly
+        # a batch's rows are parse_single_example's results (see iter_rows)
+        self._splits = all(type(spec) in (FixedLenFeature, VarLenFeature) for spec in self.features.values())
         self._kernel: Any = None  # the compiled core's decoder for these keys, made on first use
         self._kernel_of: Any = None  # the core module it was made by
 
@@ -196,19 +215,19 @@ class ExamplePlan:
 
     def iter_rows(self, serialized: Sequence[bytes],
                   example_names: Sequence[ExampleName] | None = None) -> Iterator[dict[str, Any]]:
-        """What parse_single_example gives for each record, in order. When every feature is a FixedLenFeature the
-        records are decoded as one batch and each dict is a row of it (a third of the cost); if the batch does not
-        decode they are decoded one by one, so the rows before the bad record come out and its error is the one it
-        gives alone. `example_names` must support slicing."""
-        if self._dense and len(serialized) > 1:
+        """What parse_single_example gives for each record, in order. When every feature is a FixedLenFeature or
+        VarLenFeature the records are decoded as one batch and each dict is a row of it (a tenth of the cost); if
+        the batch does not decode they are decoded one by one, so the rows before the bad record come out and its
+        error is the one it gives alone. `example_names` must support slicing."""
+        if self._splits and len(serialized) > 1:
             try:
                 batch = self.parse(serialized, example_names)
             except DecodeError:
                 pass
             else:
-                keys = list(batch)
+                columns = [(key, _rows_of(value, len(serialized))) for key, value in batch.items()]
                 for j in range(len(serialized)):
-                    yield {key: batch[key][j] for key in keys}
+                    yield {key: rows[j] for key, rows in columns}
                 return
         for i in range(len(serialized)):
             yield self.parse(serialized[i : i + 1], None if example_names is None else example_names[i : i + 1],

@@ -32,16 +32,16 @@ def scan_index(path: PathLike, compression: str | None = "auto", verify: bool = 
 
     With `verify=False` only the header CRCs are checked (data CRCs are checked when `verify=True`).
     """
-    reader = RecordReader(path, compression, verify)
-    offsets: list[int] = []
-    sizes: list[int] = []
-    with reader:
-        previous = 0
-        for record in reader:
-            offsets.append(previous)
-            sizes.append(len(record) + OVERHEAD)
-            previous = reader.offset
-    return np.array([offsets, sizes], dtype=np.int64).T.reshape(-1, 2)
+    parts = []
+    with RecordReader(path, compression, verify) as reader:
+        for lengths, offset in reader.lengths():
+            sizes = lengths + OVERHEAD
+            starts = np.empty_like(sizes)
+            starts[0] = offset
+            np.cumsum(sizes[:-1], out=starts[1:])
+            starts[1:] += offset
+            parts.append(np.stack([starts, sizes], axis=1))
+    return np.concatenate(parts) if parts else np.zeros((0, 2), dtype=np.int64)
 
 
 def build_index(path: PathLike, index_path: PathLike | None = None, compression: str | None = "auto") -> str:

@@ -222,7 +222,11 @@ class AtomicOutput:
             self.file: IO[bytes] = self._fs.open(self._tmp, "wb")
         else:
             folder = os.path.dirname(os.path.abspath(self.path))
-            fd, self._tmp = tempfile.mkstemp(prefix=f".{os.path.basename(self.path)}.", suffix=".tmp", dir=folder)
+            try:
+                fd, self._tmp = tempfile.mkstemp(prefix=f".{os.path.basename(self.path)}.", suffix=".tmp", dir=folder)
+            except FileNotFoundError:  # the temporary file's name would say nothing to the user: name their path
+                raise FileNotFoundError(f"cannot write {self.path!r}: no such folder "
+                                        f"{os.path.dirname(self.path) or '.'!r}") from None
             self.file = os.fdopen(fd, "wb", buffering=1 << 20)
         self.done = False
 

@@ -13,6 +13,8 @@ import warnings
 from collections.abc import Callable, Generator, Iterator
 from typing import IO, Any, Protocol, cast
 
+import numpy as np
+
 from tfr_torch import _native
 from tfr_torch.errors import CorruptRecordError, DecodeError, SkippedRecordWarning, TFRecordError, TruncatedRecordError
 from tfr_torch.format import limits
@@ -105,7 +107,8 @@ class RecordReader:
         except BaseException:
             self._raw.close()
             raise
-        self._gen: Generator[bytes, None, None] | None = None
+        self._gen: Generator[Any, None, None] | None = None
+        self._mode = "records"
 
     def _open(self, compression: str) -> tuple[str, _Stream, int | None]:
         raw = self._raw
@@ -137,14 +140,30 @@ class RecordReader:
         return compression, inflater, None
 
     def __iter__(self) -> Iterator[bytes]:
-        if self._gen is None:
-            self._gen = self._records()
-        return self._gen  # iterating the generator itself saves a Python call per record
+        return self._generator("records")  # iterating the generator itself saves a Python call per record
 
     def __next__(self) -> bytes:
+        return cast(bytes, next(self._generator("records")))
+
+    def blocks(self) -> Iterator[tuple[list[bytes], int]]:
+        """The records in blocks, as the reader frames them: `(records, offset)`, a non-empty list of consecutive
+        records (each a fresh `bytes`) and the byte offset of the first; each next record starts `len(record) + 16`
+        bytes after the one before. One Python step per block instead of per record, for callers that batch.
+        A reader is iterated either record by record or in blocks, not both."""
+        return self._generator("blocks")
+
+    def lengths(self) -> Iterator[tuple[np.ndarray, int]]:
+        """As `blocks()`, but the lengths of the records (an int64 array) instead of the records: the compiled core
+        then frames and checks them without copying any data out (for counting, indexing, verifying)."""
+        return self._generator("lengths")
+
+    def _generator(self, mode: str) -> Generator[Any, None, None]:
         if self._gen is None:
-            self._gen = self._records()
-        return next(self._gen)
+            self._gen = self._records(mode != "records", mode == "lengths")
+            self._mode = mode
+        elif self._mode != mode:
+            raise ValueError(f"this reader of {self.path} is already iterated ({self._mode}); iterate it one way")
+        return self._gen
 
     def close(self) -> None:
         """Close the file. Safe to call more than once."""
@@ -176,8 +195,9 @@ class RecordReader:
         except DecodeError as err:
             self._fail(err)
 
-    def _records(self) -> Generator[bytes, None, None]:
-        """The hot loop. It keeps the window's `buf`, `view`, `lo`, `hi` and `base` in locals (see `_Window`) and
+    def _records(self, blocks: bool = False, lengths: bool = False) -> Generator[Any, None, None]:
+        """The hot loop: records one by one, or with `blocks` as `blocks()` describes (with `lengths`, as
+        `lengths()` does). It keeps the window's `buf`, `view`, `lo`, `hi` and `base` in locals (see `_Window`) and
         hands `lo` to the window, and takes the five back, around each call that reads or moves data."""
         total = self._total
         end = self.end if self.end is not None else _NO_END
@@ -194,9 +214,20 @@ class RecordReader:
                     return
                 if core is not None and hi - lo >= HEADER_SIZE:  # every whole, good record in the buffer at once
                     limit = hi if end == _NO_END else min(hi, end - base)
-                    found, stop, _ = core.scan_records(buf, lo, hi, limit, verify, _SCAN_BATCH)
+                    found, stop, _ = core.scan_records(buf, lo, hi, limit, verify, _SCAN_BATCH, lengths)
                     if found:
                         lo = stop
+                        if lengths:
+                            sizes = np.frombuffer(found, dtype=np.int64)
+                            yield sizes, off
+                            self.records += len(sizes)
+                            self.offset = base + lo
+                            continue
+                        if blocks:
+                            yield found, off  # self.offset is `off` while the caller holds the block
+                            self.records += len(found)
+                            self.offset = base + lo
+                            continue
                         for data in found:
                             off += len(data) + OVERHEAD
                             self.records += 1
@@ -254,6 +285,11 @@ class RecordReader:
                     self._fail(_data_crc_error(data, unpack_crc(buf, data_end)[0], path, off))
                     if w.next_member():
                         buf, view, lo, hi, base = w.buf, w.view, w.lo, w.hi, w.base
+                    continue
+                if blocks:
+                    yield (np.array([length], dtype=np.int64) if lengths else [data]), off
+                    self.records += 1
+                    self.offset = base + lo
                     continue
                 self.records += 1
                 self.offset = base + lo

@@ -13,6 +13,7 @@ import base64
 import json
 import math
 import os
+import re
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NoReturn
@@ -25,6 +26,7 @@ from tfr_torch.format.compression import normalize_compression
 from tfr_torch.format.example import decode_example, decode_sequence_example
 from tfr_torch.format.index import build_index, index_path_for
 from tfr_torch.format.paths import expand_paths, file_size, is_url
+from tfr_torch.format.framing import OVERHEAD
 from tfr_torch.format.reader import RecordReader
 from tfr_torch.format.tensor import DTYPES, decode_tensor_proto
 from tfr_torch.tools.progress import Progress, is_terminal
@@ -118,9 +120,11 @@ def _label(value: str) -> str:
 def _problem(err: BaseException) -> str:
     """One `path:offset: what is wrong` line (`path: what is wrong` when there is no offset)."""
     if isinstance(err, TFRecordError):
+        # the library's hint names its argument; here it is an option
+        message = re.sub(r"pass compression='(\w+)' \(or 'auto'\)", r"pass --compression \1 (or auto)", err.message)
         if err.path is None:
-            return err.message
-        return f"{err.path}:{err.offset if err.offset is not None else 0}: {err.message}"
+            return message
+        return f"{err.path}:{err.offset if err.offset is not None else 0}: {message}"
     if isinstance(err, OSError) and err.filename is not None:
         return f"{err.filename}: {err.strerror or err}"
     return str(err)
@@ -159,6 +163,17 @@ def _read(reader: RecordReader, meter: Progress) -> Iterator[bytes]:
         yield record
 
 
+def _count(reader: RecordReader, meter: Progress) -> int:
+    """How many records `reader` gives, counted on `meter`; framed and checked, never copied out."""
+    if reader.compression != "none":
+        meter.unknown_total()
+    n = 0
+    for lengths, _ in reader.lengths():
+        meter.update(len(lengths), int(lengths.sum()) + OVERHEAD * len(lengths))
+        n += len(lengths)
+    return n
+
+
 # ----------------------------------------------------------------------------------------------- commands
 
 
@@ -169,7 +184,7 @@ def _cmd_count(args: argparse.Namespace) -> int:
     for path in paths:
         try:
             with RecordReader(path, args.compression, verify=False) as reader:
-                n = sum(1 for _ in _read(reader, meter))
+                n = _count(reader, meter)
         except (TFRecordError, OSError) as err:
             meter.write(_problem(err))
             status = 1
@@ -219,7 +234,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         count = 0
         try:
             with RecordReader(path, args.compression, verify=True, on_error=problems.append) as reader:
-                count = sum(1 for _ in _read(reader, meter))
+                count = _count(reader, meter)
         except (TFRecordError, OSError) as err:
             problems.append(err)
         for problem in problems:

@@ -110,20 +110,22 @@ static int valid_utf8(const uint8_t *p, size_t n) {
     return 1;
 }
 
-/* One map entry: exactly `key` then `value` (what every writer emits; other legal orders go to the reference). */
+/* One map entry in the layout every writer emits: exactly `key` then `value` (other legal orders go to the
+ * reference). */
+static int map_entry(const uint8_t *p, const uint8_t *end, tfr_slice *key, tfr_slice *value) {
+    if (p >= end || *p++ != TAG_ENTRY_KEY || !wire_bytes(&p, end, &key->ptr, &key->len)) return -1;
+    if (p >= end || *p++ != TAG_ENTRY_VALUE || !wire_bytes(&p, end, &value->ptr, &value->len)) return -1;
+    return p == end ? 0 : -1;
+}
+
+/* One Features map entry: a planned key's value goes to its slot; any other key must be valid UTF-8 (as a
+ * protobuf string). With no plan (NULL), every key is checked and nothing is kept. */
 static int scan_entry(const tfr_plan *plan, const uint8_t *p, const uint8_t *end, tfr_slice *slots) {
-    const uint8_t *key, *value;
-    size_t key_len, value_len;
-    if (p >= end || *p++ != TAG_ENTRY_KEY || !wire_bytes(&p, end, &key, &key_len)) return -1;
-    if (p >= end || *p++ != TAG_ENTRY_VALUE || !wire_bytes(&p, end, &value, &value_len)) return -1;
-    if (p != end) return -1;
-    long k = find_key(plan, key, key_len); /* planned keys came from Python str: valid UTF-8 */
-    if (k >= 0) {
-        slots[k].ptr = value;
-        slots[k].len = value_len;
-    } else if (!valid_utf8(key, key_len)) {
-        return -1;
-    }
+    tfr_slice key, value;
+    if (map_entry(p, end, &key, &value) < 0) return -1;
+    long k = plan ? find_key(plan, key.ptr, key.len) : -1; /* planned keys came from Python str: valid UTF-8 */
+    if (k >= 0) slots[k] = value;
+    else if (!valid_utf8(key.ptr, key.len)) return -1;
     return 0;
 }
 
@@ -291,20 +293,6 @@ size_t tfr_fill_bytes(tfr_slice feature, tfr_slice *out_slices) {
 #define TAG_SEQ_FEATURE_LISTS 0x12 /* SequenceExample.feature_lists, LEN */
 #define TAG_LIST_FEATURE 0x0A      /* FeatureList.feature, LEN */
 
-/* A Features message in the layout writers emit (map entries key-then-value, UTF-8 keys), whatever its keys. */
-static int check_features(const uint8_t *p, const uint8_t *end) {
-    while (p < end) {
-        const uint8_t *entry, *key, *value;
-        size_t len, key_len, value_len;
-        if (*p++ != TAG_MAP_ENTRY || !wire_bytes(&p, end, &entry, &len)) return -1;
-        const uint8_t *e = entry, *e_end = entry + len;
-        if (e >= e_end || *e++ != TAG_ENTRY_KEY || !wire_bytes(&e, e_end, &key, &key_len)) return -1;
-        if (e >= e_end || *e++ != TAG_ENTRY_VALUE || !wire_bytes(&e, e_end, &value, &value_len)) return -1;
-        if (e != e_end || !valid_utf8(key, key_len)) return -1;
-    }
-    return 0;
-}
-
 int tfr_scan_sequence(const tfr_plan *plan, const uint8_t *rec, size_t n, tfr_slice *lists) {
     const uint8_t *p = rec, *end = rec + n;
     int seen_context = 0, seen_lists = 0;
@@ -313,29 +301,27 @@ int tfr_scan_sequence(const tfr_plan *plan, const uint8_t *rec, size_t n, tfr_sl
         size_t len;
         uint8_t tag = *p++;
         if (tag == TAG_SEQ_CONTEXT && !seen_context && !seen_lists) {
-            if (!wire_bytes(&p, end, &field, &len) || check_features(field, field + len) < 0) return -1;
+            /* the context is decoded as an Example (see plan.py): here its layout is only checked */
+            if (!wire_bytes(&p, end, &field, &len) || scan_features(NULL, field, field + len, NULL) < 0) return -1;
             seen_context = 1;
         } else if (tag == TAG_SEQ_FEATURE_LISTS && !seen_lists) {
             if (!wire_bytes(&p, end, &field, &len)) return -1;
             seen_lists = 1;
             const uint8_t *q = field, *q_end = field + len;
             while (q < q_end) {
-                const uint8_t *entry, *key, *value;
-                size_t entry_len, key_len, value_len;
-                if (*q++ != TAG_MAP_ENTRY || !wire_bytes(&q, q_end, &entry, &entry_len)) return -1;
-                const uint8_t *e = entry, *e_end = entry + entry_len;
-                if (e >= e_end || *e++ != TAG_ENTRY_KEY || !wire_bytes(&e, e_end, &key, &key_len)) return -1;
-                if (e >= e_end || *e++ != TAG_ENTRY_VALUE || !wire_bytes(&e, e_end, &value, &value_len)) return -1;
-                if (e != e_end) return -1;
-                long k = find_key(plan, key, key_len);
+                const uint8_t *entry;
+                size_t entry_len;
+                tfr_slice key, value;
+                if (*q++ != TAG_MAP_ENTRY || !wire_bytes(&q, q_end, &entry, &entry_len) ||
+                    map_entry(entry, entry + entry_len, &key, &value) < 0)
+                    return -1;
+                long k = find_key(plan, key.ptr, key.len);
                 if (k >= 0) {
                     if (lists[k].ptr) return -1; /* a key twice: the reference says which one counts */
-                    lists[k].ptr = value;
-                    lists[k].len = value_len;
+                    lists[k] = value;
                 } else {
-                    tfr_slice list = {value, value_len};
                     uint64_t steps;
-                    if (!valid_utf8(key, key_len) || tfr_list_steps(list, NULL, &steps) < 0) return -1;
+                    if (!valid_utf8(key.ptr, key.len) || tfr_list_steps(value, NULL, &steps) < 0) return -1;
                 }
             }
         } else {

@@ -40,12 +40,14 @@ static PyObject *py_hardware_crc(PyObject *self, PyObject *noargs) { return PyBo
 
 /* ---- framing ------------------------------------------------------------------------------------------------ */
 
-/* scan_records(buffer, lo, hi, limit, verify, max_records) -> (records, stop, status) */
+/* scan_records(buffer, lo, hi, limit, verify, max_records[, lengths]) -> (records, stop, status); with `lengths`
+ * true, `records` is instead a bytes object of their int64 lengths (for counting and indexing: no copy of data) */
 static PyObject *py_scan_records(PyObject *self, PyObject *args) {
     Py_buffer buf;
     Py_ssize_t lo, hi, limit, max_records;
-    int verify;
-    if (!PyArg_ParseTuple(args, "y*nnnpn:scan_records", &buf, &lo, &hi, &limit, &verify, &max_records)) return NULL;
+    int verify, lengths = 0;
+    if (!PyArg_ParseTuple(args, "y*nnnpn|p:scan_records", &buf, &lo, &hi, &limit, &verify, &max_records, &lengths))
+        return NULL;
     if (lo < 0 || hi < lo || hi > buf.len || max_records < 1 || max_records > (1 << 20)) {
         PyBuffer_Release(&buf);
         return PyErr_Format(PyExc_ValueError, "scan_records: bad range lo=%zd hi=%zd of %zd bytes (max_records=%zd)",
@@ -63,7 +65,17 @@ static PyObject *py_scan_records(PyObject *self, PyObject *args) {
     status = tfr_scan_records(buf.buf, (size_t)lo, (size_t)hi, (size_t)limit, verify, spans, (size_t)max_records,
                               &count, &stop);
     Py_END_ALLOW_THREADS
-    PyObject *records = PyList_New((Py_ssize_t)count);
+    PyObject *records;
+    if (lengths) {
+        records = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(count * sizeof(int64_t)));
+        if (records) {
+            int64_t *out = (int64_t *)PyBytes_AS_STRING(records);
+            for (size_t i = 0; i < count; i++) out[i] = (int64_t)spans[i].length;
+        }
+        count = 0; /* nothing more to make */
+    } else {
+        records = PyList_New((Py_ssize_t)count);
+    }
     for (size_t i = 0; records && i < count; i++) {
         PyObject *record = PyBytes_FromStringAndSize((const char *)buf.buf + spans[i].offset, (Py_ssize_t)spans[i].length);
         if (!record) Py_CLEAR(records);
@@ -291,18 +303,21 @@ static PyObject *raw_column(batch *s, size_t key) {
     return raws;
 }
 
-static PyObject *bytes_values(batch *s, size_t key) {
-    uint64_t total = s->totals[key];
+/* A list of new bytes objects: every value of the bytes_list Features features[0], features[stride], ... (n of
+ * them; absent ones have a NULL ptr), `total` values in all, as counted before. */
+static PyObject *bytes_of_features(const tfr_slice *features, size_t n, size_t stride, uint64_t total) {
+    if (total > (uint64_t)PY_SSIZE_T_MAX / sizeof(tfr_slice)) return PyErr_NoMemory();
+    tfr_slice *slices = malloc((total ? (size_t)total : 1) * sizeof(tfr_slice));
+    if (!slices) return PyErr_NoMemory();
     PyObject *values = PyList_New((Py_ssize_t)total);
-    tfr_slice *slices = values ? malloc((total ? total : 1) * sizeof(tfr_slice)) : NULL;
-    if (values && !slices) {
-        Py_DECREF(values);
-        return PyErr_NoMemory();
-    }
     size_t at = 0;
-    for (size_t i = 0; values && i < s->b; i++) {
-        tfr_slice slot = s->slots[i * s->k + key];
-        if (slot.ptr) at += tfr_fill_bytes(slot, slices + at);
+    for (size_t i = 0; values && i < n; i++) {
+        tfr_slice feature = features[i * stride];
+        if (feature.ptr) at += tfr_fill_bytes(feature, slices + at);
+    }
+    if (values && at != total) { /* the counting pass saw other bytes: never leave NULL items in a list */
+        PyErr_Format(PyExc_SystemError, "bytes column: counted %llu values, found %zu", (unsigned long long)total, at);
+        Py_CLEAR(values);
     }
     for (size_t j = 0; values && j < at; j++) {
         PyObject *item = PyBytes_FromStringAndSize((const char *)slices[j].ptr, (Py_ssize_t)slices[j].len);
@@ -311,6 +326,24 @@ static PyObject *bytes_values(batch *s, size_t key) {
     }
     free(slices);
     return values;
+}
+
+/* A new bytearray for `total` float32 (4 bytes) or int64 values; *out points at its storage. */
+static PyObject *numeric_column(int kind, uint64_t total, void **out) {
+    if (total > (uint64_t)PY_SSIZE_T_MAX / 8) return PyErr_NoMemory();
+    PyObject *values = new_bytearray(NULL, (size_t)total * (kind == TFR_FLOAT ? 4 : 8));
+    if (values) *out = PyByteArray_AS_STRING(values);
+    return values;
+}
+
+/* The values of the numeric Features features[0], features[stride], ... (n; absent ones NULL) into `out`, in
+ * order. Called without the GIL. */
+static void fill_numeric_column(int kind, const tfr_slice *features, size_t n, size_t stride, char *out) {
+    size_t at = 0, width = kind == TFR_FLOAT ? 4 : 8;
+    for (size_t i = 0; i < n; i++) {
+        tfr_slice feature = features[i * stride];
+        if (feature.ptr) at += tfr_fill_numeric(kind, feature, out + at * width);
+    }
 }
 
 /* decode(records) -> (0, columns) | (1, i) | (2, i) | (3, i)
@@ -360,14 +393,8 @@ static PyObject *decoder_decode(ExampleDecoder *self, PyObject *arg) {
             PyObject *present = new_bytearray(s.present + key * b, b);
             PyObject *counts = new_bytearray(s.counts + key * b, b * sizeof(uint64_t));
             PyObject *values;
-            if (kind == TFR_BYTES) {
-                values = bytes_values(&s, key);
-            } else if (s.totals[key] > (uint64_t)PY_SSIZE_T_MAX / 8) {
-                values = PyErr_NoMemory();
-            } else {
-                values = new_bytearray(NULL, (size_t)s.totals[key] * (kind == TFR_FLOAT ? 4 : 8));
-                if (values) numeric_out[key] = PyByteArray_AS_STRING(values);
-            }
+            if (kind == TFR_BYTES) values = bytes_of_features(s.slots + key, b, k, s.totals[key]);
+            else values = numeric_column(kind, s.totals[key], &numeric_out[key]);
             if (present && counts && values) {
                 column = Py_BuildValue("(NNNn)", present, counts, values, uniform_count(&s, key));
             } else {
@@ -385,14 +412,8 @@ static PyObject *decoder_decode(ExampleDecoder *self, PyObject *arg) {
     }
     if (!columns) goto done;
     Py_BEGIN_ALLOW_THREADS
-    for (size_t key = 0; key < k; key++) {
-        if (!numeric_out[key]) continue;
-        size_t at = 0, width = self->plan.kinds[key] == TFR_FLOAT ? 4 : 8;
-        for (size_t i = 0; i < b; i++) {
-            tfr_slice slot = s.slots[i * k + key];
-            if (slot.ptr) at += tfr_fill_numeric(self->plan.kinds[key], slot, (char *)numeric_out[key] + at * width);
-        }
-    }
+    for (size_t key = 0; key < k; key++)
+        if (numeric_out[key]) fill_numeric_column(self->plan.kinds[key], s.slots + key, b, k, numeric_out[key]);
     Py_END_ALLOW_THREADS
     result = Py_BuildValue("(iN)", 0, columns);
 done:
@@ -544,25 +565,8 @@ static PyObject *py_decode_feature_lists(PyObject *self, PyObject *args) {
         PyObject *sp = new_bytearray(step_present[key], n);
         PyObject *sc = new_bytearray(step_counts[key], n * sizeof(uint64_t));
         PyObject *values = NULL;
-        if (kind == TFR_BYTES) {
-            uint64_t total = total_values[key];
-            tfr_slice *slices = total <= SIZE_MAX / sizeof(tfr_slice) ? malloc((total ? total : 1) * sizeof(tfr_slice))
-                                                                      : NULL;
-            values = slices ? PyList_New((Py_ssize_t)total) : PyErr_NoMemory();
-            size_t at = 0;
-            for (size_t j = 0; values && j < n; j++) at += tfr_fill_bytes(step_slices[key][j], slices + at);
-            for (size_t j = 0; values && j < at; j++) {
-                PyObject *item = PyBytes_FromStringAndSize((const char *)slices[j].ptr, (Py_ssize_t)slices[j].len);
-                if (!item) Py_CLEAR(values);
-                else PyList_SET_ITEM(values, (Py_ssize_t)j, item);
-            }
-            free(slices);
-        } else if (total_values[key] > (uint64_t)PY_SSIZE_T_MAX / 8) {
-            values = PyErr_NoMemory();
-        } else {
-            values = new_bytearray(NULL, (size_t)total_values[key] * (kind == TFR_FLOAT ? 4 : 8));
-            if (values) numeric_out[key] = PyByteArray_AS_STRING(values);
-        }
+        if (kind == TFR_BYTES) values = bytes_of_features(step_slices[key], n, 1, total_values[key]);
+        else values = numeric_column(kind, total_values[key], &numeric_out[key]);
         PyObject *column = NULL;
         if (present && list_steps && sp && sc && values) {
             column = Py_BuildValue("(NNNNNn)", present, list_steps, sp, sc, values, uniform);
@@ -581,12 +585,9 @@ static PyObject *py_decode_feature_lists(PyObject *self, PyObject *args) {
     }
     if (!columns) goto done;
     Py_BEGIN_ALLOW_THREADS
-    for (size_t key = 0; key < k; key++) {
-        if (!numeric_out[key]) continue;
-        size_t at = 0, width = plan.kinds[key] == TFR_FLOAT ? 4 : 8;
-        for (size_t j = 0; j < (size_t)total_steps[key]; j++)
-            at += tfr_fill_numeric(plan.kinds[key], step_slices[key][j], (char *)numeric_out[key] + at * width);
-    }
+    for (size_t key = 0; key < k; key++)
+        if (numeric_out[key])
+            fill_numeric_column(plan.kinds[key], step_slices[key], (size_t)total_steps[key], 1, numeric_out[key]);
     Py_END_ALLOW_THREADS
     result = Py_BuildValue("(iN)", 0, columns);
 done:
@@ -773,7 +774,8 @@ static PyMethodDef module_methods[] = {
     {"masked_crc32c", py_masked_crc32c, METH_O, "masked_crc32c(data) -> int: TFRecord's masked CRC-32C"},
     {"hardware_crc", py_hardware_crc, METH_NOARGS, "hardware_crc() -> bool: whether CRC-32C uses CPU instructions"},
     {"scan_records", py_scan_records, METH_VARARGS,
-     "scan_records(buffer, lo, hi, limit, verify, max_records) -> (records, stop, status)"},
+     "scan_records(buffer, lo, hi, limit, verify, max_records[, lengths]) -> (records or their int64 lengths, stop, "
+     "status)"},
     {"find_header", py_find_header, METH_VARARGS, "find_header(buffer, lo, hi) -> offset or -1"},
     {"frame_records", py_frame_records, METH_O, "frame_records(records) -> bytes: the records framed back to back"},
     {"sparse_indices", py_sparse_indices, METH_O,
