@@ -40,6 +40,8 @@ def pytest_generate_tests(metafunc):
     """`backend` runs a test on both backends, except where `batch_path` already runs every decoding path."""
     if "backend" in metafunc.fixturenames and "batch_path" not in metafunc.fixturenames:
         metafunc.parametrize("backend", ["python", "native"], indirect=True)
+    if "inflate_thread" in metafunc.fixturenames:
+        metafunc.parametrize("inflate_thread", ["thread", "no thread"], indirect=True)
 
 
 @pytest.fixture
@@ -57,6 +59,15 @@ def backend(request):
     previous = tfr_torch.set_backend(param)
     yield param
     tfr_torch.set_backend(previous)
+
+
+@pytest.fixture
+def inflate_thread(request, monkeypatch):
+    """Run a GZIP/ZLIB test with the background inflate thread and without it (TFR_TORCH_INFLATE_THREAD)."""
+    from tfr_torch.format import compression
+
+    monkeypatch.setattr(compression, "_THREAD_DEFAULT", request.param == "thread")
+    return request.param == "thread"
 
 
 # ------------------------------------------------------------------------------------- writing record files

@@ -29,7 +29,7 @@ def _in_sequence(out):
 
 
 @pytest.mark.parametrize("layout", ["one member (TensorFlow's)", "four members"])
-def test_skip_in_a_corrupt_gzip_stream_yields_only_records_in_sequence(tmp_path, layout):
+def test_skip_in_a_corrupt_gzip_stream_yields_only_records_in_sequence(tmp_path, layout, inflate_thread):
     if layout.startswith("one"):
         with tfr_torch.TFRecordWriter(str(tmp_path / "w.gz"), compression="gzip") as writer:
             for record in RECORDS:

@@ -386,7 +386,7 @@ def _compressed_outcome_problem(got, exc, path, truncated: bool) -> str | None:
 
 
 @pytest.mark.parametrize("compression", ["gzip", "zlib"])
-def test_every_flipped_byte_of_a_compressed_file(tmp_path, compression, write_records):
+def test_every_flipped_byte_of_a_compressed_file(tmp_path, compression, write_records, inflate_thread):
     clean = write_records(tmp_path / "clean.tfrecord", SMALL, compression).read_bytes()
     path = tmp_path / "flipped.tfrecord"
     failures = []
@@ -405,7 +405,7 @@ def test_every_flipped_byte_of_a_compressed_file(tmp_path, compression, write_re
 
 
 @pytest.mark.parametrize("compression", ["gzip", "zlib"])
-def test_truncation_at_every_offset_of_a_compressed_file(tmp_path, compression, write_records):
+def test_truncation_at_every_offset_of_a_compressed_file(tmp_path, compression, write_records, inflate_thread):
     clean = write_records(tmp_path / "clean.tfrecord", SMALL, compression).read_bytes()
     path = tmp_path / "cut.tfrecord"
     failures = []
@@ -421,7 +421,7 @@ def test_truncation_at_every_offset_of_a_compressed_file(tmp_path, compression, 
     check(failures)
 
 
-def test_gzip_cut_in_its_trailer_yields_every_record_then_raises(tmp_path, write_records):
+def test_gzip_cut_in_its_trailer_yields_every_record_then_raises(tmp_path, write_records, inflate_thread):
     """The deflate data is complete, only the CRC32/ISIZE trailer is missing: like a plain file cut after its last
     record, every record is yielded before the TruncatedRecordError."""
     clean = write_records(tmp_path / "clean.tfrecord", SMALL, "gzip").read_bytes()
@@ -434,7 +434,7 @@ def test_gzip_cut_in_its_trailer_yields_every_record_then_raises(tmp_path, write
     assert "GZIP stream ends before its end marker" in str(exc)
 
 
-def test_truncated_gzip_under_skip_is_counted_not_raised(tmp_path, write_records):
+def test_truncated_gzip_under_skip_is_counted_not_raised(tmp_path, write_records, inflate_thread):
     clean = write_records(tmp_path / "clean.tfrecord", SMALL, "gzip").read_bytes()
     path = tmp_path / "cut.tfrecord"
     path.write_bytes(clean[:-8])
@@ -446,7 +446,8 @@ def test_truncated_gzip_under_skip_is_counted_not_raised(tmp_path, write_records
 
 
 @pytest.mark.parametrize("compression", ["gzip", "zlib"])
-def test_trailing_garbage_after_a_compressed_stream_raises_after_the_records(tmp_path, compression, write_records):
+def test_trailing_garbage_after_a_compressed_stream_raises_after_the_records(tmp_path, compression, write_records,
+                                                                           inflate_thread):
     """TensorFlow ignores bytes after a ZLIB stream; tfr_torch reports them, after yielding the records."""
     path = tmp_path / "garbage.tfrecord"
     clean = write_records(path, SMALL, compression).read_bytes()
@@ -460,7 +461,7 @@ def test_trailing_garbage_after_a_compressed_stream_raises_after_the_records(tmp
         assert "8+ bytes follow the end of the ZLIB stream" in str(exc)
 
 
-def test_concatenated_gzip_members_are_all_read(tmp_path, write_records):
+def test_concatenated_gzip_members_are_all_read(tmp_path, write_records, inflate_thread):
     first = write_records(tmp_path / "a.tfrecord", SMALL, "gzip").read_bytes()
     empty = write_records(tmp_path / "b.tfrecord", [], "gzip").read_bytes()
     second = write_records(tmp_path / "c.tfrecord", [b"second file", b""], "gzip").read_bytes()
@@ -493,7 +494,7 @@ def test_lying_length_in_a_plain_file(tmp_path, length):
 
 @pytest.mark.parametrize("compression", ["gzip", "zlib"])
 @pytest.mark.parametrize("length", LIES)
-def test_lying_length_in_a_compressed_stream(tmp_path, compression, length):
+def test_lying_length_in_a_compressed_stream(tmp_path, compression, length, inflate_thread):
     """The decompressed size is unknown, so the reader must not trust the length: it finds the stream's end."""
     path = tmp_path / "lie.tfrecord"
     path.write_bytes(compress(frame(b"ok") + header(length) + bytes(100_000), compression))
@@ -598,7 +599,8 @@ def test_lying_length_through_a_sizeless_stream(pipe_url, length):
 
 
 @pytest.mark.parametrize("compression", [None, "gzip", "zlib"])
-def test_non_seekable_stream_is_read_with_auto_detection(tmp_path, pipe_url, compression, write_records):
+def test_non_seekable_stream_is_read_with_auto_detection(tmp_path, pipe_url, compression, write_records,
+                                                        inflate_thread):
     data = write_records(tmp_path / "data.tfrecord", SMALL, compression).read_bytes()
     url = pipe_url(data, chunk=7)
     reader = tfr_torch.read_records(url)

@@ -271,7 +271,7 @@ def _members(*payloads):
 PAYLOADS = [bytes([65 + i]) * 5000 + bytes(range(256)) * 20 for i in range(3)]
 
 
-def test_zlib_error_in_a_gzip_member_resumes_at_the_next_member():
+def test_zlib_error_in_a_gzip_member_resumes_at_the_next_member(inflate_thread):
     from tfr_torch.format.compression import Inflater
 
     members = _members(*PAYLOADS)
@@ -292,12 +292,12 @@ def test_zlib_error_in_a_gzip_member_resumes_at_the_next_member():
     assert (inflater.dropped_members, inflater.dropped_bytes) == (1, dropped)
 
 
-def test_abandon_after_a_crc_failure_skips_the_rest_of_the_member():
+def test_abandon_after_a_crc_failure_skips_the_rest_of_the_member(inflate_thread):
     """A corruption the reader sees (a record CRC) rather than zlib: the rest of that member is dropped."""
     from tfr_torch.format.compression import Inflater
 
-    members = _members(*PAYLOADS)
-    inflater = Inflater(io.BytesIO(b"".join(members)), "gzip", "x.gz", chunk_size=1 << 20)
+    members = _members(*PAYLOADS)  # pieces of 100 bytes: the abandon comes in the middle of member 1
+    inflater = Inflater(io.BytesIO(b"".join(members)), "gzip", "x.gz", chunk_size=1 << 20, piece_size=100)
     buf = bytearray(100)
     assert inflater.readinto(buf) == 100
     dropped = inflater.abandon_member()
@@ -305,13 +305,13 @@ def test_abandon_after_a_crc_failure_skips_the_rest_of_the_member():
     assert _inflate_all(inflater) == PAYLOADS[1] + PAYLOADS[2]
 
 
-def test_abandon_skips_a_false_gzip_magic_inside_deflate_data():
+def test_abandon_skips_a_false_gzip_magic_inside_deflate_data(inflate_thread):
     from tfr_torch.format.compression import Inflater
 
     fake = b"\x1f\x8b\x08\x00" + b"\x00" * 6 + b"\xff" * 100  # a gzip header, then an invalid deflate block
     first = zlib_stored(fake * 3)
     members = [first, gzip.compress(b"real", mtime=0)]
-    inflater = Inflater(io.BytesIO(b"".join(members)), "gzip", "x.gz", chunk_size=1 << 20)
+    inflater = Inflater(io.BytesIO(b"".join(members)), "gzip", "x.gz", chunk_size=1 << 20, piece_size=1)
     assert inflater.readinto(bytearray(1)) == 1
     assert fake in members[0]
     assert 0 < inflater.abandon_member() < len(members[0])
@@ -323,14 +323,14 @@ def zlib_stored(payload):
     return gzip.compress(payload, compresslevel=0, mtime=0)
 
 
-def test_abandon_in_a_zlib_stream_drops_the_rest_of_the_file():
+def test_abandon_in_a_zlib_stream_drops_the_rest_of_the_file(inflate_thread):
     import zlib
 
     from tfr_torch.format.compression import Inflater
 
     payload = bytes(range(256)) * 400
     data = zlib.compress(payload)
-    inflater = Inflater(io.BytesIO(data), "zlib", "x.zz", chunk_size=4096)
+    inflater = Inflater(io.BytesIO(data), "zlib", "x.zz", chunk_size=4096, piece_size=1000)
     assert inflater.readinto(bytearray(1000)) == 1000
     dropped = inflater.abandon_member()
     assert 0 < dropped < len(data)

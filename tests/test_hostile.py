@@ -509,7 +509,7 @@ def test_record_length_limit_message():
 
 
 @pytest.mark.parametrize("compression", ["gzip", "zlib"])
-def test_compressed_record_bomb_is_refused(tmp_path, monkeypatch, compression):
+def test_compressed_record_bomb_is_refused(tmp_path, monkeypatch, compression, inflate_thread):
     """An 8 MiB record of zeros (about 8 KiB compressed) under a 1 MiB limit: DecodeError naming the file and the
     offset, with memory bounded by the limit, not by the record."""
     from tfr_torch.format import limits

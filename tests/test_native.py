@@ -489,7 +489,8 @@ def _inflate_libraries():
 
 @pytest.mark.parametrize("name, lib", _inflate_libraries(), ids=[n for n, _ in _inflate_libraries()])
 @pytest.mark.parametrize("compression", ["gzip", "zlib"])
-def test_every_inflate_library_reads_and_rejects_alike(tmp_path, monkeypatch, name, lib, compression):
+def test_every_inflate_library_reads_and_rejects_alike(tmp_path, monkeypatch, name, lib, compression,
+                                                       inflate_thread):
     from tfr_torch.format import compression as codec
 
     records = [bytes([i % 251]) * (i * 37 % 5000) for i in range(200)]

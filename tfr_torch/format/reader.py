@@ -170,6 +170,11 @@ class RecordReader:
         """Close the file. Safe to call more than once."""
         if self._gen is not None:
             self._gen.close()
+        self._close_input()
+
+    def _close_input(self) -> None:
+        if isinstance(self._stream, Inflater):  # stops its inflate thread first
+            self._stream.close()
         self._raw.close()
 
     def __enter__(self) -> RecordReader:
@@ -292,7 +297,7 @@ class RecordReader:
                 yield data
         finally:
             w.view.release()
-            self._raw.close()
+            self._close_input()
 
 
 class _Window:
