@@ -27,8 +27,8 @@ class Prefetch(Generic[T]):
     """Run `produce()` in a daemon thread until it returns an item for which `last(item)` is true.
 
     `take()` returns the items in order. `produce` must not raise: it returns what went wrong as an item (the
-    Inflater returns the exception itself), so the consumer meets it in order. `stop()` ends the thread (waiting at most for the call in progress) and returns
-    the items made but not taken, in order."""
+    Inflater returns the exception itself), so the consumer meets it in order. `stop()` ends the thread (waiting
+    at most for the call in progress) and returns the items made but not taken, in order."""
 
     def __init__(self, produce: Callable[[], T], last: Callable[[T], bool], depth: int = 2, name: str = "") -> None:
         self.pid = os.getpid()
@@ -41,9 +41,9 @@ class Prefetch(Generic[T]):
     def take(self) -> T:
         """The next item (waits for it)."""
         if self.pid != os.getpid():
-            raise RuntimeError("this GZIP/ZLIB reader started inflating in process "
-                               f"{self.pid}, and its inflate thread does not exist in this forked process ({os.getpid()}):"
-                               " open the file in the process that reads it (or leave TFR_TORCH_INFLATE_THREAD unset)")
+            raise RuntimeError(f"this GZIP/ZLIB reader started inflating in process {self.pid}, and its inflate "
+                               f"thread does not exist in this forked process ({os.getpid()}): open the file in the "
+                               "process that reads it (or leave TFR_TORCH_INFLATE_THREAD unset)")
         while True:
             try:
                 return self._queue.get(timeout=0.5)
