@@ -80,3 +80,10 @@ def test_loader_rows_report_cpu_and_peak_memory_per_process(tmp_path):
         assert r["metrics"]["main_peak_rss_mb"] > 0 and r["metrics"]["worker_peak_rss_mb"] > 0
     table = stdout.split("## Processes of the DataLoader workloads: CPU and peak memory")[1]
     assert table.count("| loader-16k | tfr_torch |") == 6
+
+
+def test_decode_rows_include_parse_example_from_two_threads(tmp_path):
+    stdout, rows = run_rows(tmp_path, "decode-tabular")
+    keys = [(r["library"], r["key"]) for r in rows]
+    assert keys == [("tfr_torch", "parse"), ("tfr_torch", "threads"), ("tfr_torch-python", "parse")]
+    assert "- decode-tabular: parse_example from 2 threads: " in stdout and "x one thread" in stdout

@@ -8,6 +8,7 @@ from typing import Any
 
 from benchmarks.datasets import TABULAR_EMB, TABULAR_KINDS
 from benchmarks.registry import TF_BATCH, Ctx, variant, workload
+from benchmarks.report import Row
 from benchmarks.variants.tfdata import import_tf, tf_dataset
 
 workload("decode-tabular", "tabular", f"decode tabular Examples into tensors, {TF_BATCH} per batch, on one core",
@@ -59,6 +60,35 @@ def _tfr_decode_tabular(ctx: Ctx) -> Callable[[], int]:
             out = parse_example(batch, spec)
             n += len(out["id"])
         return n
+
+    return run
+
+
+def _threads_line(row: Row, rows: list[Row]) -> str:
+    one = next((r for r in rows if r.workload == row.workload and r.library == row.library and r.key == "parse"
+                and r.records_per_s), None)
+    if one is None or not row.records_per_s:
+        return ""
+    return (f"parse_example from 2 threads: {row.records_per_s / one.records_per_s:.2f}x one thread (the kernels "
+            "release the GIL; the Python around them does not)")
+
+
+@variant("decode-tabular", "tfr_torch", "threads", "parse_example(batch, spec) from 2 threads (ThreadPoolExecutor)",
+         "threads", note="the same batches, parse_example called from a pool of 2 threads: how far decoding scales "
+                         "on 2 cores (the compiled kernels release the GIL)", summary=_threads_line)
+def _tfr_decode_tabular_threads(ctx: Ctx) -> Callable[[], int]:
+    from concurrent.futures import ThreadPoolExecutor
+
+    import torch
+
+    import tfr_torch
+
+    spec = _tabular_spec(tfr_torch, torch.int64, torch.float32, tfr_torch.string)
+    batches, parse_example = _batches(ctx.raw_records()), tfr_torch.parse_example
+    pool = ThreadPoolExecutor(2)
+
+    def run() -> int:
+        return sum(len(out["id"]) for out in pool.map(lambda batch: parse_example(batch, spec), batches))
 
     return run
 
