@@ -64,9 +64,9 @@ def backend(request):
 @pytest.fixture
 def inflate_thread(request, monkeypatch):
     """Run a GZIP/ZLIB test with the background inflate thread and without it (TFR_TORCH_INFLATE_THREAD)."""
-    from tfr_torch.format import compression
+    from tfr_torch.format import inflate
 
-    monkeypatch.setattr(compression, "_THREAD_DEFAULT", request.param == "thread")
+    monkeypatch.setattr(inflate, "_THREAD_DEFAULT", request.param == "thread")
     return request.param == "thread"
 
 

@@ -272,7 +272,7 @@ PAYLOADS = [bytes([65 + i]) * 5000 + bytes(range(256)) * 20 for i in range(3)]
 
 
 def test_zlib_error_in_a_gzip_member_resumes_at_the_next_member(inflate_thread):
-    from tfr_torch.format.compression import Inflater
+    from tfr_torch.format.inflate import Inflater
 
     members = _members(*PAYLOADS)
     data = bytearray(b"".join(members))
@@ -294,7 +294,7 @@ def test_zlib_error_in_a_gzip_member_resumes_at_the_next_member(inflate_thread):
 
 def test_abandon_after_a_crc_failure_skips_the_rest_of_the_member(inflate_thread):
     """A corruption the reader sees (a record CRC) rather than zlib: the rest of that member is dropped."""
-    from tfr_torch.format.compression import Inflater
+    from tfr_torch.format.inflate import Inflater
 
     members = _members(*PAYLOADS)  # pieces of 100 bytes: the abandon comes in the middle of member 1
     inflater = Inflater(io.BytesIO(b"".join(members)), "gzip", "x.gz", chunk_size=1 << 20, piece_size=100)
@@ -306,7 +306,7 @@ def test_abandon_after_a_crc_failure_skips_the_rest_of_the_member(inflate_thread
 
 
 def test_abandon_skips_a_false_gzip_magic_inside_deflate_data(inflate_thread):
-    from tfr_torch.format.compression import Inflater
+    from tfr_torch.format.inflate import Inflater
 
     fake = b"\x1f\x8b\x08\x00" + b"\x00" * 6 + b"\xff" * 100  # a gzip header, then an invalid deflate block
     first = zlib_stored(fake * 3)
@@ -326,7 +326,7 @@ def zlib_stored(payload):
 def test_abandon_in_a_zlib_stream_drops_the_rest_of_the_file(inflate_thread):
     import zlib
 
-    from tfr_torch.format.compression import Inflater
+    from tfr_torch.format.inflate import Inflater
 
     payload = bytes(range(256)) * 400
     data = zlib.compress(payload)

@@ -17,7 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tfr_torch
-from tfr_torch.format.compression import NONE, detect_compression, read_past
+from tfr_torch.format.compression import NONE, detect_compression
+from tfr_torch.format.inflate import read_past
 from tfr_torch.format.crc import masked_crc32c
 from tfr_torch.format.framing import (
     FOOTER_SIZE,

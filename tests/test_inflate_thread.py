@@ -13,7 +13,7 @@ import zlib
 import pytest
 
 import tfr_torch
-from tfr_torch.format import compression as codec
+from tfr_torch.format import inflate as codec
 from wirebytes import frame
 
 RECORDS = [bytes([i % 251]) * (i * 37 % 3000) + b"%d" % i for i in range(300)]
@@ -182,7 +182,7 @@ def test_forked_children_read_alike_or_refuse_clearly(tmp_path, monkeypatch, sma
 def test_the_switch_is_read_from_the_environment():
     import subprocess
 
-    code = "from tfr_torch.format import compression as c; print(c._THREAD_DEFAULT)"
+    code = "from tfr_torch.format import inflate as c; print(c._THREAD_DEFAULT)"
     for value, expected in (("0", "False"), ("1", "True"), ("on", "True"), (None, "False")):
         env = {k: v for k, v in os.environ.items() if k != "TFR_TORCH_INFLATE_THREAD"}
         if value is not None:

@@ -491,7 +491,7 @@ def _inflate_libraries():
 @pytest.mark.parametrize("compression", ["gzip", "zlib"])
 def test_every_inflate_library_reads_and_rejects_alike(tmp_path, monkeypatch, name, lib, compression,
                                                        inflate_thread):
-    from tfr_torch.format import compression as codec
+    from tfr_torch.format import inflate as codec
 
     records = [bytes([i % 251]) * (i * 37 % 5000) for i in range(200)]
     path = tmp_path / "data.tfrecord"
@@ -518,7 +518,7 @@ def test_every_inflate_library_reads_and_rejects_alike(tmp_path, monkeypatch, na
 
 
 def test_inflate_library_can_be_chosen(monkeypatch):
-    code = "from tfr_torch.format import compression as c; print(c.INFLATE)"
+    code = "from tfr_torch.format import inflate as c; print(c.INFLATE)"
     out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "TFR_TORCH_INFLATE": "zlib"},
                          capture_output=True, text=True, check=True).stdout.strip()
     assert out == "zlib"

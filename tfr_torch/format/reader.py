@@ -18,14 +18,8 @@ import numpy as np
 from tfr_torch import _native
 from tfr_torch.errors import CorruptRecordError, DecodeError, SkippedRecordWarning, TFRecordError, TruncatedRecordError
 from tfr_torch.format import limits
-from tfr_torch.format.compression import (
-    NONE,
-    Inflater,
-    compression_from_name,
-    detect_compression,
-    normalize_compression,
-    read_past,
-)
+from tfr_torch.format.compression import NONE, compression_from_name, detect_compression, normalize_compression
+from tfr_torch.format.inflate import Inflater, read_past
 from tfr_torch.format.framing import (
     FOOTER_SIZE,
     HEADER_SIZE,
