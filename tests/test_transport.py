@@ -190,7 +190,7 @@ def test_indexed_dataset_batches_collated_in_workers(tmp_path, shared_memory, wr
 
 
 def test_a_parcel_passes_default_convert_unwalked_and_arrives_as_what_it_holds():
-    from torch.utils.data._utils.collate import default_convert
+    from torch.utils.data import default_convert
 
     batch = {"data": [b"x" * 100, b""], "label": torch.tensor([1, 2])}
     parcel = transport.Parcel(batch)
@@ -220,7 +220,7 @@ def _assert_unchanged(got, want):
 def test_default_convert_changes_nothing_that_tfr_torch_decodes():
     """Why a worker may send its batches past DataLoader's default_convert (transport.Parcel): it converts numpy
     arrays only, and no decoded value of any feature kind is one or holds one."""
-    from torch.utils.data._utils.collate import default_convert
+    from torch.utils.data import default_convert
 
     spec = {"i": tfr_torch.FixedLenFeature([2], torch.int64), "s": tfr_torch.FixedLenFeature([], tfr_torch.string),
             "s2": tfr_torch.FixedLenFeature([2], tfr_torch.string, default_value=[b"a", b"b"]),

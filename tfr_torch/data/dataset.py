@@ -11,8 +11,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Literal, overload
 
 import torch
-from torch.utils.data import IterableDataset, get_worker_info
-from torch.utils.data._utils.collate import default_convert
+from torch.utils.data import IterableDataset, default_convert, get_worker_info
+
 
 from tfr_torch.data.counting import SharedCounts, user_site
 from tfr_torch.data.distributed import check_rank_world, rank_world
