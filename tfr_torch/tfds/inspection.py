@@ -14,7 +14,7 @@ from typing import Any, Optional, Union
 from tfr_torch.format.paths import PathLike, exists
 from tfr_torch.tfds.metadata import TFDSInfo, TFDSMetadataError, check_split_files, read_info
 
-__all__ = ["describe", "problems", "inspect_main"]
+__all__ = ["describe", "problems"]
 
 _NAMES_SHOWN = 10
 
@@ -100,22 +100,3 @@ def describe(path: Union[PathLike, TFDSInfo]) -> str:
         lines.append("")
         lines += [f"problem: {p}" for p in found]
     return "\n".join(lines) + "\n"
-
-
-def inspect_main(paths: list[str]) -> int:
-    """`tfr-torch inspect DIR...` for TFDS dataset folders: print each description; exit status 1 when a folder's
-    metadata cannot be read or its shard files have problems."""
-    import sys
-
-    status = 0
-    for i, path in enumerate(paths):
-        try:
-            text = describe(path)
-        except (TFDSMetadataError, OSError) as err:
-            print(f"tfr-torch inspect: {err}", file=sys.stderr)
-            status = 1
-            continue
-        if "\nproblem: " in text:
-            status = 1
-        print(("\n" if i else "") + text, end="")
-    return status

@@ -397,14 +397,32 @@ def _cmd_schema(args: argparse.Namespace) -> int:
     return 0
 
 
+def _inspect_tfds(paths: list[str]) -> int:
+    """Each TFDS folder's description; exit status 1 when a folder's metadata cannot be read or its shard files have
+    problems."""
+    from tfr_torch.tfds.inspection import describe
+    from tfr_torch.tfds.metadata import TFDSMetadataError
+
+    status = 0
+    for i, path in enumerate(paths):
+        try:
+            text = describe(path)
+        except (TFDSMetadataError, OSError) as err:
+            print(f"tfr-torch inspect: {err}", file=sys.stderr)
+            status = 1
+            continue
+        if "\nproblem: " in text:
+            status = 1
+        print(("\n" if i else "") + text, end="")
+    return status
+
+
 def _cmd_inspect(args: argparse.Namespace) -> int:
     from tfr_torch.tfds.metadata import is_tfds_dir
     from tfr_torch.tools.inspection import inspect_files
 
     if all(is_tfds_dir(f) for f in args.files):  # TensorFlow Datasets folders: splits, counts, feature tree
-        from tfr_torch.tfds.inspection import inspect_main
-
-        return inspect_main(args.files)
+        return _inspect_tfds(args.files)
     try:
         text = inspect_files(_files(args), args.compression, args.max_records, progress=not args.quiet)
     except (TFRecordError, OSError) as err:
