@@ -112,6 +112,18 @@ def test_crc32c_equals_the_reference_at_every_length_and_alignment(data, split):
 
 
 @needs_core
+@pytest.mark.parametrize("length", [767, 768, 769, 6143, 6144, 6145, 2 * 6144 + 768 + 13, 3 * 6144 - 1])
+def test_crc32c_of_long_buffers_equals_the_reference(length):
+    """Lengths on both sides of the hardware path's three-way blocks (3 x 256 and 3 x 2048 bytes), from every
+    alignment, whole and continued from a split inside a block."""
+    data = np.random.default_rng(length).bytes(length + 8)
+    for start in range(8):
+        piece = data[start : start + length]
+        assert core.crc32c(piece) == reference_crc32c(piece), start
+        assert core.crc32c(piece[777:], core.crc32c(piece[:777])) == reference_crc32c(piece), start
+
+
+@needs_core
 def test_hardware_crc_is_a_bool():
     assert core.hardware_crc() in (True, False)
 
@@ -579,3 +591,59 @@ def test_pack_and_unpack_bytes_refuse_what_does_not_fit():
         core.unpack_bytes(b"abcd", 5, [])
     with pytest.raises(ValueError, match="runs past"):
         core.unpack_bytes(b"abcd", 0, [2**62, 2**62])
+
+
+@needs_core
+def test_example_decoder_lays_columns_out_in_one_arena():
+    """decode() returns one writable buffer (the arena) and, per key, offsets into it: presence, counts, values
+    and, for keys asked for, the [2, total] COO indices (row, position); bytes values come back as a list."""
+    core = _native.core if _native.core is not None else _native._compiled
+    records = [tfr_torch.encode_example({"t": [5, 6, 7], "f": [1.5], "s": [b"a", b"bc"]}),
+               tfr_torch.encode_example({"f": [2.5], "s": [b"d"]}),
+               tfr_torch.encode_example({"t": [8], "f": [3.5], "s": [b"e"]})]
+    decoder = core.ExampleDecoder([b"t", b"f", b"s"], bytes([2, 1, 0]), bytes([1, 0, 1]))
+    status, arena, (t, f, s) = decoder.decode(records)
+    assert status == 0
+    view = memoryview(arena)
+    assert not view.readonly
+    present, counts, values, total, uniform, indices, longest = t
+    assert np.frombuffer(arena, np.bool_, 3, present).tolist() == [True, False, True]
+    assert np.frombuffer(arena, np.int64, 3, counts).tolist() == [3, 0, 1]
+    assert np.frombuffer(arena, np.int64, total, values).tolist() == [5, 6, 7, 8]
+    assert (total, uniform, longest) == (4, -1, 3)
+    assert np.frombuffer(arena, np.int64, 2 * total, indices).reshape(2, total).tolist() == [[0, 0, 0, 2],
+                                                                                            [0, 1, 2, 0]]
+    assert np.frombuffer(arena, np.float32, f[3], f[2]).tolist() == [1.5, 2.5, 3.5]
+    assert f[3:] == (3, 1, -1, 1)  # every record has one float; no indices asked for
+    assert s[2] == [b"a", b"bc", b"d", b"e"] and s[3:] == (4, -1, -1, 2)  # indices are for numeric columns only
+    with pytest.raises(ValueError, match="one byte per key"):
+        core.ExampleDecoder([b"t", b"f"], bytes([2, 1]), bytes([1]))
+
+
+@needs_core
+def test_native_results_are_writable_and_do_not_share_values():
+    """Tensors made from the kernel's arena are writable views of disjoint parts of it (no warning from torch
+    about non-writable memory), and they keep it alive after the rest of the batch is dropped."""
+    import gc
+    import warnings
+
+    records = _tabular(64)
+    previous = tfr_torch.set_backend("native")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            out = tfr_torch.parse_example(records, TABULAR)
+        tfr_torch.set_backend("python")
+        expected = tfr_torch.parse_example(records, TABULAR)
+    finally:
+        tfr_torch.set_backend(previous)
+    ids, x, tags = out["id"], out["x"], out["tags"]
+    del out
+    gc.collect()
+    x_before = x.clone()
+    ids += 1000
+    tags.values().mul_(-1)
+    assert torch.equal(x, x_before)
+    assert torch.equal(ids, expected["id"] + 1000)
+    assert torch.equal(tags.values(), -expected["tags"].values())
+    assert torch.equal(tags.indices(), expected["tags"].indices())

@@ -270,3 +270,87 @@ def test_a_collate_fn_or_a_transform_still_sees_and_converts_what_it_did(tmp_pat
     got = list(DataLoader(numpy_ids, batch_size=None, num_workers=2))
     assert all(type(batch["id"]) is torch.Tensor for batch in got)
     assert sorted(i for batch in got for i in batch["id"].tolist()) == list(range(20))
+
+
+def _worker_items(dataset, monkeypatch):
+    """What the dataset yields inside DataLoader worker 0 of 1 whose collate is default_convert (Parcels)."""
+    import types
+
+    import tfr_torch.data.dataset as dataset_module
+
+    monkeypatch.setattr(dataset_module, "get_worker_info", lambda: types.SimpleNamespace(id=0, num_workers=1))
+    return list(dataset._iterate(converts_only=True))
+
+
+@needs_shm
+@pytest.mark.parametrize("slab", [True, False])
+def test_worker_batches_keep_strings_in_their_records_until_the_slab(tmp_path, write, monkeypatch, backend, slab):
+    """In a worker, a batch for the transport holds a FixedLenFeature string as spans of its records (the compiled
+    core), written once into the slab, or sent inline as the list it stands for when there is no slab; either
+    way it arrives as the list of bytes parse_example gives."""
+    from tfr_torch.decode.spans import RecordSpans
+
+    path = str(tmp_path / "d.tfrecord")
+    write(path, 40)
+    dataset = tfr_torch.TFRecordDataset(path, SPEC, index="auto", batch_size=16)
+    want = list(dataset)
+    parcels = _worker_items(dataset, monkeypatch)
+    assert [type(p) for p in parcels] == [transport.Parcel] * 3
+    spans = [type(p.item["data"]) is RecordSpans for p in parcels]
+    assert spans == [backend == "native"] * 3
+    if not slab:
+        monkeypatch.setattr(transport._pool(), "disabled", "test: no shared memory")
+    for parcel, expected in zip(parcels, want):
+        got = _send(parcel)
+        assert type(got["data"]) is list and got["data"] == expected["data"]
+        assert torch.equal(got["id"], expected["id"])
+
+
+def test_record_spans_are_checked_against_their_records(backend):
+    """pack_spans and bytes_of_spans refuse spans outside their records or the arena, and a slab too small."""
+    import numpy as np
+
+    if backend != "native":
+        pytest.skip("spans are made and read by the compiled core only")
+
+    from tfr_torch.decode.spans import RecordSpans
+
+    core = tfr_torch._native.core
+    records = [b"hello world", b"abc"]
+    good = np.array([[0, 6, 5], [1, 0, 3]], dtype=np.int64)
+    spans = RecordSpans(core, records, bytearray(good.tobytes()), 0, 2)
+    assert spans.tolist() == [b"world", b"abc"] and spans.nbytes() == 8 and len(spans) == 2
+    assert pickle.loads(pickle.dumps(spans)) == [b"world", b"abc"]
+    out = bytearray(10)
+    assert spans.pack(out, 1) == [5, 3] and out == b"\0worldabc\0"
+    with pytest.raises(ValueError, match="do not fit in 10"):
+        spans.pack(out, 3)
+    for bad in ([[2, 0, 1]], [[-1, 0, 1]], [[0, 6, 6]], [[1, 4, 0]], [[0, -1, 1]], [[0, 0, -1]]):
+        arena = bytearray(np.array(bad, dtype=np.int64).tobytes())
+        with pytest.raises(ValueError, match="is outside the records"):
+            RecordSpans(core, records, arena, 0, 1).tolist()
+    with pytest.raises(ValueError, match="do not fit in the 48-byte arena"):
+        RecordSpans(core, records, bytearray(good.tobytes()), 8, 2).tolist()
+    with pytest.raises(ValueError, match="is outside the records"):
+        RecordSpans(core, [b"hello world", "abc"], bytearray(good.tobytes()), 0, 2).tolist()  # not bytes
+
+
+def test_spans_only_for_strings_one_decoder_takes_whole(backend):
+    """ExamplePlan.parse(spans=True) gives spans (compiled core only) for a FixedLenFeature of one string per
+    example whose key no other spec reads, with the values parse_example gives; a missing string filled by its
+    default takes the checked path and comes back as a list."""
+    from tfr_torch.decode.spans import RecordSpans
+
+    records = [tfr_torch.encode_example({"s": b"x%d" % i, "t": b"t%d" % i}) for i in range(5)]
+    values = [b"x%d" % i for i in range(5)]
+    string = tfr_torch.FixedLenFeature([], tfr_torch.string)
+    got = tfr_torch.compile_features({"s": string, "t": string}).parse(records, spans=True)
+    assert [type(got[k]) for k in "st"] == [RecordSpans if backend == "native" else list] * 2
+    assert (got["s"].tolist() if backend == "native" else got["s"]) == values
+    shared = tfr_torch.compile_features({"s": string, "r": tfr_torch.RaggedFeature(tfr_torch.string, value_key="s")})
+    got = shared.parse(records, spans=True)
+    assert type(got["s"]) is list and got["s"] == values  # "s" is read by two specs: never spans
+    with_default = tfr_torch.compile_features({"s": tfr_torch.FixedLenFeature([], tfr_torch.string,
+                                                                              default_value=b"?")})
+    got = with_default.parse(records + [tfr_torch.encode_example({"u": 1})], spans=True)
+    assert type(got["s"]) is list and got["s"] == values + [b"?"]

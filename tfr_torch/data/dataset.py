@@ -42,7 +42,7 @@ from tfr_torch.data.sharding import (
     split_sizes,
     worker_block,
 )
-from tfr_torch.decode.plan import compile_features
+from tfr_torch.decode.plan import ExamplePlan, compile_features
 from tfr_torch.decode.hints import check_features_argument, check_spec
 from tfr_torch.decode.sidecar import spec_from_json
 from tfr_torch.format.compression import normalize_compression
@@ -323,11 +323,13 @@ class TFRecordDataset(IterableDataset[Any]):
         if self.batch_size is None:
             blocks = drop(blocks, skip)
             items: Iterator[Any] = _each(blocks) if plan is None else self._rows(blocks, plan)
-        else:
-            items = self._batches(drop(blocks, skip * self.batch_size), plan)
         transform = self.transform
         wrap = info is not None and self.shared_memory and shared_memory_available()
         parcel = converts_only and transform is None  # see transport.Parcel
+        if self.batch_size is not None:
+            # a Parcel goes to the slab untouched: its strings can stay in the records until then (RecordSpans)
+            spans = wrap and parcel and isinstance(plan, ExamplePlan)
+            items = self._batches(drop(blocks, skip * self.batch_size), plan, spans)
         for item in items:
             if transform is not None:
                 item = transform(item)
@@ -341,14 +343,17 @@ class TFRecordDataset(IterableDataset[Any]):
         for group in regroup(blocks, _ROW_CHUNK):
             yield from plan.iter_rows(flatten(group), _Names(group))
 
-    def _batches(self, blocks: Iterator[Block], plan: Any) -> Iterator[Any]:
+    def _batches(self, blocks: Iterator[Block], plan: Any, spans: bool = False) -> Iterator[Any]:
         batch_size = self.batch_size
         assert batch_size is not None  # only a dataset with a batch_size batches
         for group in regroup(blocks, batch_size):
             records = flatten(group)
             if len(records) < batch_size and self.drop_last:
                 return
-            yield records if plan is None else plan.parse(records, _Names(group))
+            if plan is None:
+                yield records
+            else:
+                yield plan.parse(records, _Names(group), spans=True) if spans else plan.parse(records, _Names(group))
 
     def _in_file(self, run: Run) -> Run:
         """A TFDS split slice starts inside a shard: without an index, its record numbers count from the file's

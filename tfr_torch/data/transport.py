@@ -32,6 +32,7 @@ from typing import Any, Callable, Literal, NamedTuple, Union
 import torch
 
 from tfr_torch import _native
+from tfr_torch.decode.spans import RecordSpans
 
 __all__ = ["Batch", "RecordBatch", "Parcel", "shared_memory_available", "wrap_for_transport"]
 
@@ -216,7 +217,10 @@ def _slab_tensor(value: Any) -> bool:
 
 
 def _bytes_total(value: Any) -> int:
-    """The total length of a list of bytes (exactly those types), else -1. The compiled core's loops, when loaded."""
+    """The total length of a list of bytes (exactly those types) or of a RecordSpans, else -1. The compiled core's
+    loops, when loaded."""
+    if type(value) is RecordSpans:
+        return value.nbytes()
     core = _native.core
     if core is not None:
         total: int = core.bytes_total(value)
@@ -226,8 +230,11 @@ def _bytes_total(value: Any) -> int:
     return -1
 
 
-def _pack_bytes(value: list[bytes], mm: mmap.mmap, pos: int) -> list[int]:
-    """Write a list of bytes back to back into the slab at `pos`; their lengths."""
+def _pack_bytes(value: list[bytes] | RecordSpans, mm: mmap.mmap, pos: int) -> list[int]:
+    """Write a list of bytes (or the values of a RecordSpans, from their records) back to back into the slab at
+    `pos`; their lengths."""
+    if isinstance(value, RecordSpans):
+        return value.pack(mm, pos)
     core = _native.core
     if core is not None:
         lengths: list[int] = core.pack_bytes(value, mm, pos)

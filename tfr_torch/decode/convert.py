@@ -11,9 +11,10 @@ from tfr_torch.decode.dtypes import DType
 from tfr_torch.decode.specs import string, wire_kind
 from tfr_torch.format.tensor import nest
 
-__all__ = ["DoesNotFit", "to_torch", "wire_default", "nest", "NUMPY_OF_WIRE"]
+__all__ = ["DIRECT_DTYPE", "DoesNotFit", "to_torch", "wire_default", "nest", "NUMPY_OF_WIRE"]
 
 NUMPY_OF_WIRE = {"float": np.float32, "int64": np.int64}
+DIRECT_DTYPE = {"float": torch.float32, "int64": torch.int64}  # the torch dtypes of wire values as they are
 _NUMPY_OF_TORCH = {torch.int32: np.int32, torch.int16: np.int16, torch.int8: np.int8, torch.uint8: np.uint8}
 
 

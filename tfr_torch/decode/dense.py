@@ -7,8 +7,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import torch
 
-from tfr_torch.decode.convert import NUMPY_OF_WIRE, nest, wire_default
+from tfr_torch.decode.convert import DIRECT_DTYPE, NUMPY_OF_WIRE, nest, wire_default
 from tfr_torch.decode.specs import FixedLenFeature, FixedLenSequenceFeature, string, wire_kind
 from tfr_torch.decode.units import Units
 from tfr_torch.format.options import FeatureKind
@@ -35,9 +36,29 @@ class FixedLenDecoder:
         self.count = math.prod(spec.shape)
         self.default: Any = None if spec.default_value is None else wire_default(
             spec.default_value, spec.dtype, self.count, key, "FixedLenFeature")
+        # the numpy dtype of the wire values when they are the result's values as they are (no conversion)
+        self._direct = NUMPY_OF_WIRE.get(self.kind) if spec.dtype == DIRECT_DTYPE.get(self.kind) else None
+        self._string_scalar = spec.dtype == string and not spec.shape
+        # one string per example: the compiled kernel may leave the values in the records (see plan.py)
+        self.kernel_spans = (key,) if self._string_scalar else ()
 
     def wire_keys(self) -> dict[str, FeatureKind]:
         return {self.key: self.kind}
+
+    def fast(self, arena: Any, column: tuple[Any, ...], b: int, single: bool) -> Any:
+        """The result from the compiled kernel's output (an arena and this key's column, see plan.py) when every
+        example holds the feature with its number of values and no conversion is needed (float32 or int64
+        values, or one string per example): views of the arena, no checks, no copies. None: take __call__."""
+        if column[4] != self.count or not self.count:  # column[4]: the count every example has, else -1
+            return None
+        if self._string_scalar:
+            values = column[2]  # a list of bytes, or a RecordSpans for the transport (never for one example)
+            return values[0] if single else values
+        if self._direct is None:
+            return None
+        array = np.frombuffer(arena, self._direct, column[3], column[2]).reshape(b, *self.spec.shape)
+        tensor = torch.from_numpy(array)
+        return tensor[0] if single else tensor
 
     def __call__(self, units: Units, single: bool = False) -> Any:
         key, n, spec = self.key, self.count, self.spec

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Protocol, cast
 
@@ -20,6 +21,7 @@ from tfr_torch.decode.specs import (
     VarLenFeature,
 )
 from tfr_torch.decode.hints import check_spec
+from tfr_torch.decode.spans import RecordSpans
 from tfr_torch.decode.units import Locator, Units, _without_key
 from tfr_torch.errors import DecodeError
 from tfr_torch.format.columns import Column
@@ -132,32 +134,51 @@ def _features_of(record: Any, locator: Locator, i: int) -> Any:
         raise _located(exc, locator, i) from None
 
 
-def _example_kernel(core: Any, wire_kinds: Mapping[str, str]) -> Any:
-    """The compiled core's decoder of these keys' Features (of Examples, or SequenceExamples' context)."""
-    return core.ExampleDecoder([key.encode() for key in wire_kinds], bytes(_KERNEL_KINDS[kind] for kind in
-                                                                           wire_kinds.values()))
+def _example_kernel(core: Any, wire_kinds: Mapping[str, str], indices: Sequence[str] = (),
+                    spans: Sequence[str] = ()) -> Any:
+    """The compiled core's decoder of these keys' Features (of Examples, or SequenceExamples' context); for the
+    keys in `indices` it also writes the sparse COO indices of their values, and the bytes of the keys in
+    `spans` it can give as spans of the records (decode(records, True))."""
+    return core.ExampleDecoder([key.encode() for key in wire_kinds],
+                               bytes(_KERNEL_KINDS[kind] for kind in wire_kinds.values()),
+                               bytes(key in indices for key in wire_kinds), bytes(key in spans for key in wire_kinds))
+
+
+def _arena_column(arena: Any, kind: FeatureKind, column: tuple[Any, ...], n: int) -> Column:
+    """A Column of the compiled kernel's output: numpy views of the batch's arena (see ExampleDecoder.decode)."""
+    present, counts, values, total, uniform = column[:5]
+    if isinstance(values, RecordSpans):
+        values = values.tolist()
+    elif kind != "bytes":
+        values = np.frombuffer(arena, _NUMPY_OF_KIND[kind], total, values)
+    return Column(np.frombuffer(arena, np.bool_, n, present), np.frombuffer(arena, np.int64, n, counts), values,
+                  uniform)
+
+
+def _arena_units(arena: Any, columns: Sequence[tuple[Any, ...]], wire_kinds: Mapping[str, FeatureKind], n: int,
+                 what: str = "feature") -> Units:
+    """Units with every column of the kernel's output preset; a column of uncommon encodings (present is None)
+    is left as raw Features for the reference decoder."""
+    units = Units(_NO_FEATURES * n, Locator(None), what=what)
+    raws = {}
+    for (key, kind), column in zip(wire_kinds.items(), columns):
+        if column[0] is None:
+            raws[key] = column[2]
+        else:
+            units.preset(key, kind, _arena_column(arena, kind, column, n))
+    if raws:
+        units.raw_columns = raws
+    return units
 
 
 def _kernel_units(kernel: Any, wire_kinds: Mapping[str, FeatureKind], records: Sequence[bytes],
                   what: str = "feature") -> Units | None:
     """Units with every column of `wire_kinds` decoded by the compiled kernel in one pass over the records; None
     when a record needs the reference parser (malformed, uncommon, or not bytes), which then defines the answer."""
-    status, columns = kernel.decode(records)
-    if status:
+    out = kernel.decode(records)
+    if out[0]:
         return None
-    units = Units(_NO_FEATURES * len(records), Locator(None), what=what)
-    raws = {}
-    for (key, kind), (present, counts, values, uniform) in zip(wire_kinds.items(), columns):
-        if present is None:  # an uncommon encoding in this column: the reference decodes its raw Features
-            raws[key] = values
-            continue
-        if kind != "bytes":
-            values = np.frombuffer(values, dtype=_NUMPY_OF_KIND[kind])
-        units.preset(key, kind, Column(np.frombuffer(present, dtype=np.bool_),
-                                       np.frombuffer(counts, dtype=np.int64), values, uniform))
-    if raws:
-        units.raw_columns = raws
-    return units
+    return _arena_units(out[1], out[2], wire_kinds, len(records), what)
 
 
 def _rows_of(value: Any, n: int) -> Sequence[Any]:
@@ -191,24 +212,63 @@ class ExamplePlan:
         self._splits = all(type(spec) in (FixedLenFeature, VarLenFeature) for spec in self.features.values())
         self._kernel: Any = None  # the compiled core's decoder for these keys, made on first use
         self._kernel_of: Any = None  # the core module it was made by
+        # each feature's fast path from the kernel's output (see _native_parse), and the keys whose sparse
+        # indices the kernel writes for it
+        self._fast: dict[str, Any] = {key: getattr(decoder, "fast", None) for key, decoder in self.decoders.items()}
+        self._indices = [key for decoder in self.decoders.values() for key in getattr(decoder, "kernel_indices", ())]
+        # the keys whose bytes may stay in the records as spans: read by one decoder, which takes them as they are
+        readers = Counter(key for decoder in self.decoders.values() for key in decoder.wire_keys())
+        self._spans = [key for decoder in self.decoders.values() for key in getattr(decoder, "kernel_spans", ())
+                       if readers[key] == 1]
 
-    def _native_units(self, core: Any, records: Sequence[bytes]) -> Units | None:
-        """Units with every column decoded by the compiled kernel in one pass over the records; None when a record
-        needs the reference parser (malformed, uncommon, or not bytes), which then defines the answer or error."""
+    def _native_parse(self, core: Any, records: Sequence[bytes], locator: Locator, single: bool,
+                      spans: bool = False) -> dict[str, Any] | None:
+        """parse() by the compiled kernel: every column in one pass over the records, then each feature's result
+        straight from the kernel's arena where the decoder has a fast path for it (`fast`: the common case, such
+        as every example holding a FixedLenFeature with its count of values), else by the decoder from Units.
+        None when a record needs the reference parser (malformed, uncommon, or not bytes), which then defines the
+        answer or the error."""
         if self._kernel_of is not core:
-            self._kernel = _example_kernel(core, self._wire_kinds)
+            self._kernel = _example_kernel(core, self._wire_kinds, self._indices, self._spans)
             self._kernel_of = core
-        return _kernel_units(self._kernel, self._wire_kinds, records)
+        spans = spans and bool(self._spans)
+        out = self._kernel.decode(records, spans)
+        if out[0]:
+            return None
+        _, arena, columns = out
+        n = len(records)
+        by_key = dict(zip(self._wire_kinds, columns))
+        if spans:
+            for key in self._spans:
+                column = by_key[key]
+                if isinstance(column[2], int):
+                    by_key[key] = (*column[:2], RecordSpans(core, records, arena, column[2], column[3]), *column[3:])
+            columns = list(by_key.values())
+        result: dict[str, Any] = {}
+        units = None
+        for key, decoder in self.decoders.items():
+            fast = self._fast[key]
+            value = fast(arena, by_key[key], n, single) if fast is not None else None
+            if value is None:
+                if units is None:
+                    units = _arena_units(arena, columns, self._wire_kinds, n)
+                    units.locator = locator
+                value = decoder(units, single)
+            result[key] = value
+        return result
 
     def parse(self, serialized: Sequence[bytes], example_names: Sequence[ExampleName] | None = None,
-              single: bool = False) -> dict[str, Any]:
+              single: bool = False, spans: bool = False) -> dict[str, Any]:
+        """parse_example's result. `spans` (for a batch that goes straight to the DataLoader's transport): a
+        FixedLenFeature of one string per example may come back as a RecordSpans, its values left in the
+        records until the transport copies them once into shared memory."""
         records = _records(serialized, example_names, "parse_example")
         locator = Locator(example_names, single)
         core = _native.core
         if core is not None:
-            units = self._native_units(core, records)
-            if units is not None:
-                return self._decode(units, locator, single)
+            parsed = self._native_parse(core, records, locator, single, spans)
+            if parsed is not None:
+                return parsed
         if len(records) > 1 and sum(map(_size, records)) >= _GATHER_FROM * len(records):
             return self._decode(self._gather(records, locator), locator, single)
         return self._decode(Units([_features_of(record, locator, i) for i, record in enumerate(records)], locator),

@@ -8,6 +8,7 @@ import numpy as np
 import torch
 
 from tfr_torch import _native
+from tfr_torch.decode.convert import DIRECT_DTYPE, NUMPY_OF_WIRE
 from tfr_torch.decode.results import SparseBytes
 from tfr_torch.decode.specs import SparseFeature, VarLenFeature, string, wire_kind
 from tfr_torch.decode.units import Units
@@ -45,9 +46,35 @@ class VarLenDecoder:
     def __init__(self, key: str, spec: VarLenFeature) -> None:
         self.key, self.spec = key, spec
         self.kind = wire_kind(spec.dtype)
+        # the numpy dtype of the wire values when they are the result's values as they are (no conversion)
+        self._direct = NUMPY_OF_WIRE.get(self.kind) if spec.dtype == DIRECT_DTYPE.get(self.kind) else None
+        # the compiled kernel writes this key's COO indices when they are used as they are (see fast)
+        self.kernel_indices = (key,) if self._direct is not None else ()
 
     def wire_keys(self) -> dict[str, FeatureKind]:
         return {self.key: self.kind}
+
+    def fast(self, arena: Any, column: tuple[Any, ...], b: int, single: bool) -> Any:
+        """The result from the compiled kernel's output (an arena and this key's column, see plan.py): the
+        sparse tensor over views of the arena's values and indices, or the rows of a bytes column. None: take
+        __call__ (an uncommon encoding in the column, or a dtype conversion)."""
+        present, counts, values, total, _, indices, longest = column
+        if present is None:
+            return None
+        if self.spec.dtype == string:
+            rows, start = [], 0
+            for count in np.frombuffer(arena, np.int64, b, counts).tolist():
+                rows.append(values[start : start + count])
+                start += count
+            return rows[0] if single else rows
+        if indices < 0 or self._direct is None:
+            return None
+        where = torch.from_numpy(np.frombuffer(arena, np.int64, 2 * total, indices).reshape(2, total))
+        shape: tuple[int, ...] = (b, longest)
+        if single:
+            where, shape = where[1:], (longest,)
+        return torch.sparse_coo_tensor(where, torch.from_numpy(np.frombuffer(arena, self._direct, total, values)),
+                                       shape, is_coalesced=True, check_invariants=False)  # valid by construction
 
     def __call__(self, units: Units, single: bool = False, steps_per_example: np.ndarray | None = None) -> Any:
         col = units.column(self.key, self.kind)

@@ -141,11 +141,54 @@ done:
     return out;
 }
 
+/* ---- arenas: memory a kernel fills without the GIL, handed to Python as one writable buffer ------------------ */
+
+typedef struct {
+    PyObject_HEAD
+    char *data; /* from PyMem_RawMalloc, owned */
+    Py_ssize_t size;
+} Arena;
+
+static int arena_getbuffer(PyObject *self, Py_buffer *view, int flags) {
+    Arena *arena = (Arena *)self;
+    return PyBuffer_FillInfo(view, self, arena->data, arena->size, 0, flags);
+}
+
+static void arena_dealloc(PyObject *self) {
+    PyMem_RawFree(((Arena *)self)->data);
+    PyObject_Free(self);
+}
+
+static PyBufferProcs arena_as_buffer = {arena_getbuffer, NULL};
+
+static PyTypeObject ArenaType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "tfr_torch._native._core.Arena",
+    .tp_basicsize = sizeof(Arena),
+    .tp_dealloc = arena_dealloc,
+    .tp_as_buffer = &arena_as_buffer,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Memory filled by a kernel (a decoded batch's columns); read it through the buffer protocol.",
+};
+
+/* A new Arena owning `data` (size bytes); frees `data` when the object cannot be made. */
+static PyObject *arena_wrap(char *data, size_t size) {
+    Arena *arena = PyObject_New(Arena, &ArenaType);
+    if (!arena) {
+        PyMem_RawFree(data);
+        return NULL;
+    }
+    arena->data = data;
+    arena->size = (Py_ssize_t)size;
+    return (PyObject *)arena;
+}
+
 /* ---- Example decoding ----------------------------------------------------------------------------------------- */
 
 typedef struct {
     PyObject_HEAD
     tfr_plan plan;
+    uint8_t *indices; /* [nkeys]: 1 where decode() also writes the column's sparse COO indices */
+    uint8_t *spans;   /* [nkeys]: 1 where decode(records, True) gives a bytes column as spans of the records */
 } ExampleDecoder;
 
 /* A plan from Python keys (a sequence of bytes) and kinds (one byte each: 0 bytes, 1 float, 2 int64). */
@@ -189,17 +232,45 @@ done:
     return result;
 }
 
+/* Per-key flags from an optional bytes argument (one byte per key; nonzero sets the flag where the key's kind is
+ * `want` == TFR_BYTES, or is not bytes when `want` is -1) into a new array at *out. */
+static int key_flags(const tfr_plan *plan, const Py_buffer *arg, int want, const char *what, uint8_t **out) {
+    size_t n = plan->nkeys;
+    if (arg->buf && (size_t)arg->len != n) {
+        PyErr_Format(PyExc_ValueError, "ExampleDecoder: %s needs one byte per key", what);
+        return -1;
+    }
+    free(*out);
+    *out = calloc(n ? n : 1, 1);
+    if (!*out) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (size_t k = 0; arg->buf && k < n; k++)
+        (*out)[k] = ((const uint8_t *)arg->buf)[k] && (want < 0 ? plan->kinds[k] != TFR_BYTES : plan->kinds[k] == want);
+    return 0;
+}
+
+/* ExampleDecoder(keys, kinds[, indices[, spans]]): one byte per key in each; `indices` nonzero where decode()
+ * also writes the sparse COO indices of that (numeric) column, `spans` where decode(records, True) gives that
+ * bytes column as spans of the records instead of bytes objects */
 static int decoder_init(ExampleDecoder *self, PyObject *args, PyObject *kwds) {
     PyObject *keys_arg;
-    Py_buffer kinds;
-    if (!PyArg_ParseTuple(args, "Oy*:ExampleDecoder", &keys_arg, &kinds)) return -1;
+    Py_buffer kinds, indices = {0}, spans = {0};
+    if (!PyArg_ParseTuple(args, "Oy*|y*y*:ExampleDecoder", &keys_arg, &kinds, &indices, &spans)) return -1;
     int result = plan_from_python(&self->plan, keys_arg, &kinds, "ExampleDecoder");
+    if (result == 0) result = key_flags(&self->plan, &indices, -1, "indices", &self->indices);
+    if (result == 0) result = key_flags(&self->plan, &spans, TFR_BYTES, "spans", &self->spans);
     PyBuffer_Release(&kinds);
+    if (indices.buf) PyBuffer_Release(&indices);
+    if (spans.buf) PyBuffer_Release(&spans);
     return result;
 }
 
 static void decoder_dealloc(ExampleDecoder *self) {
     tfr_plan_free(&self->plan);
+    free(self->indices);
+    free(self->spans);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -346,21 +417,119 @@ static void fill_numeric_column(int kind, const tfr_slice *features, size_t n, s
     }
 }
 
-/* decode(records) -> (0, columns) | (1, i) | (2, i) | (3, i)
- *   columns[k]: (present: bytearray[b] of 0/1, counts: bytearray of b int64, values: bytearray of float32/int64
- *   or list of bytes, uniform: the count of every record when all have the feature with one count, else -1), or
- *   (None, None, raws, -1) for a column of uncommon encodings;
+/* Where one column's arrays lie in a decoded batch's arena (byte offsets), and the longest row */
+typedef struct {
+    size_t present, counts, values, indices;
+    uint64_t longest;
+} column_layout;
+
+static size_t round8(size_t n) { return (n + 7) & ~(size_t)7; }
+
+/* A bytes column as spans: for each value (record index, start in the record, length), int64 each. Returns -1
+ * when out of memory, or when the values found are not the values counted. */
+static int fill_spans(const batch *s, size_t key, int64_t *out) {
+    uint64_t total = s->totals[key];
+    tfr_slice *values = malloc((total ? (size_t)total : 1) * sizeof(tfr_slice));
+    if (!values) return -1;
+    size_t at = 0;
+    for (size_t i = 0; i < s->b; i++) {
+        tfr_slice feature = s->slots[i * s->k + key];
+        if (!feature.ptr || at + s->counts[key * s->b + i] > total) continue;
+        size_t got = tfr_fill_bytes(feature, values + at);
+        for (size_t j = at; j < at + got; j++, out += 3) {
+            out[0] = (int64_t)i;
+            out[1] = (int64_t)(values[j].ptr - s->data[i]);
+            out[2] = (int64_t)values[j].len;
+        }
+        at += got;
+    }
+    free(values);
+    return at == total ? 0 : -1;
+}
+
+/* Lay out every common column in one arena, allocate it and fill it: presence, counts, numeric values and, where
+ * the plan asks, COO indices. No Python calls: runs without the GIL. Returns NULL when out of memory. */
+static char *fill_arena(const ExampleDecoder *self, const batch *s, int use_spans, column_layout *layout,
+                        size_t *size) {
+    size_t b = s->b, at = 0;
+    for (size_t key = 0; key < s->k; key++) {
+        column_layout *c = &layout[key];
+        if (s->uncommon[key]) continue;
+        uint64_t total = s->totals[key];
+        /* counted values come from the records' bytes (at least one byte each); checked all the same */
+        if (total > (uint64_t)(SIZE_MAX / 64) || b > SIZE_MAX / 64 || at > SIZE_MAX / 4) return NULL;
+        c->present = at;
+        at += round8(b);
+        c->counts = at;
+        at += b * sizeof(uint64_t);
+        if (self->plan.kinds[key] != TFR_BYTES) {
+            c->values = at;
+            at += round8((size_t)total * (self->plan.kinds[key] == TFR_FLOAT ? 4 : 8));
+            if (self->indices[key]) {
+                c->indices = at;
+                at += (size_t)total * 2 * sizeof(int64_t);
+            }
+        } else if (use_spans && self->spans[key]) {
+            c->values = at;
+            at += (size_t)total * 3 * sizeof(int64_t);
+        }
+    }
+    char *arena = PyMem_RawMalloc(at ? at : 1); /* thread-safe without the GIL, and seen by tracemalloc */
+    if (!arena) return NULL;
+    *size = at;
+    for (size_t key = 0; key < s->k; key++) {
+        column_layout *c = &layout[key];
+        if (s->uncommon[key]) continue;
+        const uint64_t *counts = s->counts + key * b;
+        memcpy(arena + c->present, s->present + key * b, b);
+        memcpy(arena + c->counts, counts, b * sizeof(uint64_t));
+        for (size_t i = 0; i < b; i++)
+            if (counts[i] > c->longest) c->longest = counts[i];
+        int kind = self->plan.kinds[key];
+        if (kind == TFR_BYTES) {
+            if (use_spans && self->spans[key] && fill_spans(s, key, (int64_t *)(arena + c->values)) < 0) {
+                PyMem_RawFree(arena);
+                return NULL;
+            }
+            continue;
+        }
+        fill_numeric_column(kind, s->slots + key, b, s->k, arena + c->values);
+        if (self->indices[key]) {
+            int64_t *row_of = (int64_t *)(arena + c->indices), *pos_of = row_of + s->totals[key];
+            for (size_t i = 0, j = 0; i < b; i++)
+                for (uint64_t v = 0; v < counts[i]; v++, j++) {
+                    row_of[j] = (int64_t)i;
+                    pos_of[j] = (int64_t)v;
+                }
+        }
+    }
+    return arena;
+}
+
+/* decode(records) -> (0, arena, columns) | (1, i) | (2, i) | (3, i)
+ *   arena: one writable buffer holding every column's arrays; columns[k]: (present, counts, values, total,
+ *   uniform, indices, longest) where present (b bytes of 0/1) and counts (b int64) are offsets into the arena;
+ *   values is the offset of `total` float32/int64 values, or a list of bytes; uniform is the count of every record
+ *   when all have the feature with one count, else -1; indices is the offset of the [2, total] int64 COO indices
+ *   (row, position) when the decoder was asked for them, else -1; longest is the largest count. A column of
+ *   uncommon encodings is (None, None, raws, 0, -1, -1, 0), raws each record's Feature bytes or None.
  *   1: record i is malformed or uncommon, 2: a feature of record i is malformed or of another kind, 3: record i is
- *   not bytes. For 1-3 the caller decodes the batch with the reference parser, which defines the error. */
-static PyObject *decoder_decode(ExampleDecoder *self, PyObject *arg) {
+ *   not bytes. For 1-3 the caller decodes the batch with the reference parser, which defines the error.
+ * The scan, the count and the filling run in one stretch without the GIL, so decoding scales across threads. */
+static PyObject *decoder_decode(ExampleDecoder *self, PyObject *args) {
+    PyObject *arg;
+    int use_spans = 0;
+    if (!PyArg_ParseTuple(args, "O|p:decode", &arg, &use_spans)) return NULL;
     /* a tuple of our own: its items stay alive and unchanged while the GIL is released */
     PyObject *seq = PySequence_Tuple(arg);
     if (!seq) return NULL;
     size_t b = (size_t)PyTuple_GET_SIZE(seq), k = self->plan.nkeys;
-    PyObject *result = NULL, *columns = NULL;
-    void **numeric_out = NULL;
+    PyObject *result = NULL, *columns = NULL, *arena_obj = NULL;
+    column_layout *layout = NULL;
+    char *arena = NULL;
+    size_t arena_size = 0;
     batch s;
-    if (batch_alloc(&s, b, k) < 0 || !(numeric_out = calloc(k ? k : 1, sizeof(void *)))) {
+    if (batch_alloc(&s, b, k) < 0 || !(layout = calloc(k ? k : 1, sizeof(column_layout)))) {
         PyErr_NoMemory();
         goto done;
     }
@@ -377,32 +546,32 @@ static PyObject *decoder_decode(ExampleDecoder *self, PyObject *arg) {
     int why = 0;
     Py_BEGIN_ALLOW_THREADS
     bad = batch_count(&self->plan, &s, &why);
+    if (bad < 0) arena = fill_arena(self, &s, use_spans, layout, &arena_size);
     Py_END_ALLOW_THREADS
     if (bad >= 0) {
         result = Py_BuildValue("(in)", why, bad);
         goto done;
     }
+    if (!arena || !(arena_obj = arena_wrap(arena, arena_size))) {
+        if (!PyErr_Occurred()) PyErr_NoMemory();
+        goto done;
+    }
     columns = PyList_New((Py_ssize_t)k);
     for (size_t key = 0; columns && key < k; key++) {
         PyObject *column;
+        column_layout *c = &layout[key];
         if (s.uncommon[key]) {
             PyObject *raws = raw_column(&s, key);
-            column = raws ? Py_BuildValue("(OONn)", Py_None, Py_None, raws, (Py_ssize_t)-1) : NULL;
+            column = raws ? Py_BuildValue("(OONiiii)", Py_None, Py_None, raws, 0, -1, -1, 0) : NULL;
         } else {
-            int kind = self->plan.kinds[key];
-            PyObject *present = new_bytearray(s.present + key * b, b);
-            PyObject *counts = new_bytearray(s.counts + key * b, b * sizeof(uint64_t));
-            PyObject *values;
-            if (kind == TFR_BYTES) values = bytes_of_features(s.slots + key, b, k, s.totals[key]);
-            else values = numeric_column(kind, s.totals[key], &numeric_out[key]);
-            if (present && counts && values) {
-                column = Py_BuildValue("(NNNn)", present, counts, values, uniform_count(&s, key));
-            } else {
-                Py_XDECREF(present);
-                Py_XDECREF(counts);
-                Py_XDECREF(values);
-                column = NULL;
-            }
+            PyObject *values = self->plan.kinds[key] == TFR_BYTES && !(use_spans && self->spans[key])
+                                   ? bytes_of_features(s.slots + key, b, k, s.totals[key])
+                                   : PyLong_FromSize_t(c->values);
+            column = values ? Py_BuildValue("(nnNKnnK)", (Py_ssize_t)c->present, (Py_ssize_t)c->counts, values,
+                                            (unsigned long long)s.totals[key], uniform_count(&s, key),
+                                            self->indices[key] ? (Py_ssize_t)c->indices : (Py_ssize_t)-1,
+                                            (unsigned long long)c->longest)
+                            : NULL;
         }
         if (!column) {
             Py_CLEAR(columns);
@@ -411,21 +580,19 @@ static PyObject *decoder_decode(ExampleDecoder *self, PyObject *arg) {
         PyList_SET_ITEM(columns, (Py_ssize_t)key, column);
     }
     if (!columns) goto done;
-    Py_BEGIN_ALLOW_THREADS
-    for (size_t key = 0; key < k; key++)
-        if (numeric_out[key]) fill_numeric_column(self->plan.kinds[key], s.slots + key, b, k, numeric_out[key]);
-    Py_END_ALLOW_THREADS
-    result = Py_BuildValue("(iN)", 0, columns);
+    result = Py_BuildValue("(iON)", 0, arena_obj, columns);
 done:
-    free(numeric_out);
+    Py_XDECREF(arena_obj);
+    free(layout);
     batch_free(&s);
     Py_DECREF(seq);
     return result;
 }
 
 static PyMethodDef decoder_methods[] = {
-    {"decode", (PyCFunction)decoder_decode, METH_O,
-     "decode(records) -> (status, columns or record index): the planned features of a batch of Examples"},
+    {"decode", (PyCFunction)decoder_decode, METH_VARARGS,
+     "decode(records, spans=False) -> (0, arena, columns) or (status, record index): the planned features of a "
+     "batch of Examples"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -767,6 +934,128 @@ static PyObject *py_unpack_bytes(PyObject *self, PyObject *args) {
     return out;
 }
 
+/* ---- bytes values as spans of their records (ExampleDecoder.decode(records, True)) ------------------------- */
+
+/* The `total` spans at `offset` of an arena, each (record index, start, length) as int64, checked against the
+ * records (a tuple of bytes): every span must lie inside its record. Fills ptrs/lens (arrays of total) and *sum;
+ * returns -1 with ValueError otherwise. */
+static int check_spans(PyObject *records, const Py_buffer *arena, Py_ssize_t offset, Py_ssize_t total,
+                       const char **ptrs, Py_ssize_t *lens, Py_ssize_t *sum, const char *who) {
+    Py_ssize_t n = PyTuple_GET_SIZE(records);
+    if (offset < 0 || total < 0 || offset > arena->len || total > (arena->len - offset) / 24) {
+        PyErr_Format(PyExc_ValueError, "%s: %zd spans at offset %zd do not fit in the %zd-byte arena", who, total,
+                     offset, arena->len);
+        return -1;
+    }
+    const char *at = (const char *)arena->buf + offset;
+    *sum = 0;
+    for (Py_ssize_t j = 0; j < total; j++, at += 24) {
+        int64_t span[3];
+        memcpy(span, at, sizeof span);
+        PyObject *record = span[0] >= 0 && span[0] < n ? PyTuple_GET_ITEM(records, (Py_ssize_t)span[0]) : NULL;
+        if (!record || !PyBytes_CheckExact(record) || span[1] < 0 || span[2] < 0 ||
+            span[1] > PyBytes_GET_SIZE(record) || span[2] > PyBytes_GET_SIZE(record) - span[1]) {
+            PyErr_Format(PyExc_ValueError, "%s: span %zd (record %lld, bytes %lld+%lld) is outside the records", who,
+                         j, (long long)span[0], (long long)span[1], (long long)span[2]);
+            return -1;
+        }
+        ptrs[j] = PyBytes_AS_STRING(record) + span[1];
+        lens[j] = (Py_ssize_t)span[2];
+        *sum += lens[j]; /* cannot overflow: each span lies in an object in memory */
+    }
+    return 0;
+}
+
+/* Parse (records, arena, offset, total, ...) and check the spans; the caller frees *ptrs and *lens and releases
+ * *items and *arena. */
+static int spans_args(PyObject *records_arg, PyObject *arena_arg, Py_ssize_t offset, Py_ssize_t total,
+                      PyObject **items, Py_buffer *arena, const char ***ptrs, Py_ssize_t **lens, Py_ssize_t *sum,
+                      const char *who) {
+    *items = PySequence_Tuple(records_arg);
+    if (!*items) return -1;
+    if (PyObject_GetBuffer(arena_arg, arena, PyBUF_SIMPLE) < 0) {
+        Py_CLEAR(*items);
+        return -1;
+    }
+    size_t count = total > 0 ? (size_t)total : 1;
+    *ptrs = total >= 0 && (size_t)total < PY_SSIZE_T_MAX / sizeof(Py_ssize_t) ? malloc(count * sizeof(char *)) : NULL;
+    *lens = *ptrs ? malloc(count * sizeof(Py_ssize_t)) : NULL;
+    if (!*lens) {
+        PyErr_NoMemory();
+    } else if (check_spans(*items, arena, offset, total, *ptrs, *lens, sum, who) == 0) {
+        return 0;
+    }
+    free((void *)*ptrs);
+    free(*lens);
+    PyBuffer_Release(arena);
+    Py_CLEAR(*items);
+    return -1;
+}
+
+/* pack_spans(records, arena, offset, total, buffer, pos) -> lengths: the values the spans name, written back to
+ * back into the writable `buffer` from `pos` (one copy, from the records themselves) */
+static PyObject *py_pack_spans(PyObject *self, PyObject *args) {
+    PyObject *records_arg, *arena_arg, *target, *items, *lengths = NULL;
+    Py_ssize_t offset, total, pos, sum;
+    Py_buffer arena, buf;
+    const char **ptrs;
+    Py_ssize_t *lens;
+    if (!PyArg_ParseTuple(args, "OOnnOn:pack_spans", &records_arg, &arena_arg, &offset, &total, &target, &pos))
+        return NULL;
+    if (spans_args(records_arg, arena_arg, offset, total, &items, &arena, &ptrs, &lens, &sum, "pack_spans") < 0)
+        return NULL;
+    if (PyObject_GetBuffer(target, &buf, PyBUF_WRITABLE) == 0) {
+        if (pos < 0 || pos > buf.len || sum > buf.len - pos) {
+            PyErr_Format(PyExc_ValueError, "pack_spans: %zd bytes from offset %zd do not fit in %zd", sum, pos,
+                         buf.len);
+        } else if ((lengths = PyList_New(total)) != NULL) {
+            for (Py_ssize_t j = 0; lengths && j < total; j++) {
+                PyObject *length = PyLong_FromSsize_t(lens[j]);
+                if (!length) Py_CLEAR(lengths);
+                else PyList_SET_ITEM(lengths, j, length);
+            }
+            if (lengths) {
+                char *out = (char *)buf.buf + pos;
+                Py_BEGIN_ALLOW_THREADS
+                for (Py_ssize_t j = 0; j < total; j++) {
+                    memcpy(out, ptrs[j], (size_t)lens[j]);
+                    out += lens[j];
+                }
+                Py_END_ALLOW_THREADS
+            }
+        }
+        PyBuffer_Release(&buf);
+    }
+    free((void *)ptrs);
+    free(lens);
+    PyBuffer_Release(&arena);
+    Py_DECREF(items);
+    return lengths;
+}
+
+/* bytes_of_spans(records, arena, offset, total) -> list of bytes: the values the spans name, as new bytes */
+static PyObject *py_bytes_of_spans(PyObject *self, PyObject *args) {
+    PyObject *records_arg, *arena_arg, *items, *out;
+    Py_ssize_t offset, total, sum;
+    Py_buffer arena;
+    const char **ptrs;
+    Py_ssize_t *lens;
+    if (!PyArg_ParseTuple(args, "OOnn:bytes_of_spans", &records_arg, &arena_arg, &offset, &total)) return NULL;
+    if (spans_args(records_arg, arena_arg, offset, total, &items, &arena, &ptrs, &lens, &sum, "bytes_of_spans") < 0)
+        return NULL;
+    out = PyList_New(total);
+    for (Py_ssize_t j = 0; out && j < total; j++) {
+        PyObject *item = PyBytes_FromStringAndSize(ptrs[j], lens[j]);
+        if (!item) Py_CLEAR(out);
+        else PyList_SET_ITEM(out, j, item);
+    }
+    free((void *)ptrs);
+    free(lens);
+    PyBuffer_Release(&arena);
+    Py_DECREF(items);
+    return out;
+}
+
 /* ---- module --------------------------------------------------------------------------------------------------- */
 
 static PyMethodDef module_methods[] = {
@@ -785,6 +1074,11 @@ static PyMethodDef module_methods[] = {
     {"bytes_total", py_bytes_total, METH_O, "bytes_total(values) -> total length of a list of bytes, else -1"},
     {"pack_bytes", py_pack_bytes, METH_VARARGS,
      "pack_bytes(values, buffer, offset) -> lengths: a list of bytes written back to back into a writable buffer"},
+    {"pack_spans", py_pack_spans, METH_VARARGS,
+     "pack_spans(records, arena, offset, total, buffer, pos) -> lengths: bytes values named by spans (record, "
+     "start, length) of the records, written back to back into a writable buffer"},
+    {"bytes_of_spans", py_bytes_of_spans, METH_VARARGS,
+     "bytes_of_spans(records, arena, offset, total) -> list of bytes: the values named by spans of the records"},
     {"unpack_bytes", py_unpack_bytes, METH_VARARGS,
      "unpack_bytes(buffer, offset, lengths) -> list of bytes copied out of a buffer"},
     {NULL, NULL, 0, NULL},
@@ -797,7 +1091,7 @@ static struct PyModuleDef module_def = {
 
 PyMODINIT_FUNC PyInit__core(void) {
     tfr_crc32c_init();
-    if (PyType_Ready(&ExampleDecoderType) < 0) return NULL;
+    if (PyType_Ready(&ExampleDecoderType) < 0 || PyType_Ready(&ArenaType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module_def);
     if (!m) return NULL;
     Py_INCREF(&ExampleDecoderType);
