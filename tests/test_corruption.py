@@ -909,3 +909,81 @@ def test_unencodable_step_names_the_feature_list_and_step():
 def test_bad_feature_mappings(features, expected):
     with pytest.raises(TypeError, match=expected):
         tfr_torch.encode_example(features)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Records read straight into their bytes (RecordReader.blocks(sizes), from an index): the same records and the
+# same errors as reading without sizes, whatever the file or the sizes say.
+
+BIG = [bytes([k]) * (4096 + 997 * k) + bytes(range(k)) for k in range(7)]  # above blocks(sizes)'s threshold
+BIG_FILE = b"".join(frame(r) for r in BIG)
+BIG_SIZES = np.array([16 + len(r) for r in BIG], dtype=np.int64)
+
+
+def blocks_outcome(path, sizes=None, **kwargs):
+    """(records, error description, error offset, skipped, the generator's kind) of reading `path` in blocks."""
+    got: list[bytes] = []
+    reader = tfr_torch.RecordReader(path, **kwargs)
+    blocks = reader.blocks(sizes)
+    kind = getattr(blocks, "gi_code", None) and blocks.gi_code.co_name
+    error = offset = None
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        try:
+            for records, _ in blocks:
+                got.extend(records)
+        except TFRecordError as exc:
+            error, offset = describe(exc), exc.offset
+    reader.close()
+    return got, error, offset, reader.skipped, kind
+
+
+def test_blocks_with_sizes_read_straight_into_the_records(tmp_path, backend):
+    path = tmp_path / "big.tfrecord"
+    path.write_bytes(BIG_FILE)
+    got, error, _, _, kind = blocks_outcome(path, BIG_SIZES)
+    assert got == BIG and error is None
+    assert kind == ("_direct" if backend == "native" else "_records")
+    starts = np.cumsum([0, *BIG_SIZES]).tolist()
+    for buffer_size in (64, 9000):  # one record per read, or a few
+        reader = tfr_torch.RecordReader(path, buffer_size=buffer_size)
+        blocks = list(reader.blocks(BIG_SIZES))
+        assert [r for records, _ in blocks for r in records] == BIG
+        assert [offset for _, offset in blocks] == [starts[sum(len(b) for b, _ in blocks[:i])]
+                                                    for i in range(len(blocks))]
+    reader = tfr_torch.RecordReader(path, start=starts[2], end=starts[5])
+    assert [r for records, _ in reader.blocks(BIG_SIZES[2:]) for r in records] == BIG[2:5]  # never past `end`
+
+
+@pytest.mark.parametrize("verify", [True, False])
+@pytest.mark.parametrize("on_error", ["raise", "skip"])
+def test_blocks_with_sizes_meet_every_damage_as_blocks_do(tmp_path, verify, on_error):
+    """Every flipped byte of the framing and samples of the data, cuts at every record's edges, and sizes that
+    lie: the same records, error (message and offset) and skip count as blocks() without sizes."""
+    path = tmp_path / "big.tfrecord"
+    starts = np.cumsum([0, *BIG_SIZES]).tolist()
+    damaged: list[bytes] = []
+    for start, size in zip(starts, BIG_SIZES.tolist()):
+        for rel in [*range(12), 12, 13, size // 2, size - 5, *range(size - 4, size)]:
+            data = bytearray(BIG_FILE)
+            data[start + rel] ^= 0x20
+            damaged.append(bytes(data))
+        for cut in (start + 5, start + 12, start + size // 2, start + size - 1):
+            damaged.append(BIG_FILE[:cut])
+    failures = []
+    for data in damaged:
+        path.write_bytes(data)
+        want = blocks_outcome(path, None, verify=verify, on_error=on_error)[:4]
+        got = blocks_outcome(path, BIG_SIZES, verify=verify, on_error=on_error)[:4]
+        if got != want:
+            failures.append(f"{len(data)} bytes: {got[1:]} != {want[1:]}")
+    path.write_bytes(BIG_FILE)
+    want = blocks_outcome(path)[:4]
+    for k in range(len(BIG)):
+        for delta in (-1, 1, 4096):
+            lying = BIG_SIZES.copy()
+            lying[k] += delta
+            got = blocks_outcome(path, lying, verify=verify, on_error=on_error)[:4]
+            if got != want:
+                failures.append(f"size {k} {delta:+}: {got[1:]} != {want[1:]}")
+    check(failures)

@@ -97,7 +97,7 @@ def iter_run(source: Source, run: Run) -> Iterator[Block]:
     checked = source.counts if offsets is None else None  # counts to check the file against as it is read
     with RecordReader(path, source.compression, source.verify, start=start, end=end,
                       on_error=source.on_error) as reader:
-        blocks = reader.blocks()
+        blocks = reader.blocks(None if offsets is None else offsets[run.start : run.stop, 1])
         read = given = 0  # records read from the file; records yielded
         extra: int | None = None  # the offset of a record past the run, once one is read
         for records, offset in blocks:

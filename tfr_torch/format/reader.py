@@ -39,6 +39,7 @@ __all__ = ["HEADER_SIZE", "FOOTER_SIZE", "RecordReader", "RecordFile", "read_rec
 _BUFFER = 1 << 20
 _SCAN_BATCH = 4096  # records the compiled kernel frames per call
 _NO_END = float("inf")
+_DIRECT_FROM = 4096  # mean framed record size from which blocks(sizes) reads records straight into their bytes
 
 class _Stream(Protocol):
     """What the record loop reads from: a file opened by open_input, `_Prefixed` or an `Inflater`."""
@@ -140,12 +141,66 @@ class RecordReader:
     def __next__(self) -> bytes:
         return cast(bytes, next(self._generator("records")))
 
-    def blocks(self) -> Iterator[tuple[list[bytes], int]]:
+    def blocks(self, sizes: np.ndarray | None = None) -> Iterator[tuple[list[bytes], int]]:
         """The records in blocks, as the reader frames them: `(records, offset)`, a non-empty list of consecutive
         records (each a fresh `bytes`) and the byte offset of the first; each next record starts its framing
         (OVERHEAD, 16 bytes) after the one before ends. One Python step per block instead of per record, for callers
-        that batch. A reader is iterated one way only: record by record, in blocks, or in lengths."""
+        that batch. A reader is iterated one way only: record by record, in blocks, or in lengths.
+
+        `sizes`: the framed sizes of the records from `start` on, from an index checked against the file. Where
+        they pay (an uncompressed local file, records of a few KB or more, the compiled core), records are then read
+        straight into their own bytes (one copy from the file instead of two) and checked as usual: from the
+        first one that does not match its size or fails a check, reading goes on as without `sizes`, which
+        reports what is wrong in the same words."""
+        if sizes is not None and self._gen is None and self._direct_ok(sizes):
+            self._gen = self._direct(sizes)
+            self._mode = "blocks"
         return self._generator("blocks")
+
+    def _direct_ok(self, sizes: np.ndarray) -> bool:
+        if self.compression != NONE or len(sizes) == 0 or _native.core is None:
+            return False
+        if not hasattr(_native.core, "read_framed") or float(np.mean(sizes)) < _DIRECT_FROM:
+            return False
+        try:
+            self._raw.fileno()
+        except (AttributeError, OSError, ValueError):  # not a local file (fsspec's, a pipe wrapper)
+            return False
+        return True
+
+    def _direct(self, sizes: np.ndarray) -> Generator[Any, None, None]:
+        """blocks(sizes): groups of about a buffer's worth of records read by the compiled core's preadv; then
+        the usual loop from the first record not read that way (to `end`)."""
+        core = _native.core
+        assert core is not None  # _direct_ok
+        sizes = np.ascontiguousarray(sizes, dtype=np.int64)
+        ends = np.cumsum(sizes)
+        fd = self._raw.fileno()
+        end = self.end if self.end is not None else _NO_END
+        start = pos = self.start
+        if self.end is not None:  # never read past `end`, whatever `sizes` says
+            sizes = sizes[: int(np.searchsorted(ends, self.end - start, side="right"))]
+        i = 0
+        try:
+            while i < len(sizes) and pos < end:
+                first = int(ends[i] - sizes[i])  # where record i starts, from `start`
+                j = max(int(np.searchsorted(ends, first + self._buffer_size, side="right")), i + 1)
+                records, good = core.read_framed(fd, pos, sizes[i:j], self.verify)
+                if good:
+                    self.offset = pos
+                    yield records, pos  # self.offset is `pos` while the caller holds the block
+                    self.records += good
+                    pos = start + int(ends[i + good - 1])
+                    self.offset = pos
+                if good < j - i:
+                    break
+                i = j
+        except BaseException:
+            self._close_input()
+            raise
+        self.start = pos  # the usual loop takes over from here (to `end`)
+        self._raw.seek(pos)
+        yield from self._records(blocks=True)
 
     def lengths(self) -> Iterator[tuple[np.ndarray, int]]:
         """As `blocks()`, but the lengths of the records (an int64 array) instead of the records: the compiled core

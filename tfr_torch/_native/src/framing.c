@@ -72,6 +72,15 @@ size_t tfr_find_header(const uint8_t *buf, size_t lo, size_t hi) {
     return (size_t)-1;
 }
 
+size_t tfr_check_framed(const uint8_t *headers, uint8_t *const *datas, const size_t *lens, size_t n, int verify) {
+    for (size_t i = 0; i < n; i++) {
+        const uint8_t *header = headers + 4 + 16 * i, *footer = headers + 16 * (i + 1);
+        if (!header_ok(header) || load_u64(header) != (uint64_t)lens[i]) return i;
+        if (verify && tfr_mask_crc(tfr_crc32c(0, datas[i], lens[i])) != load_u32(footer)) return i;
+    }
+    return n;
+}
+
 void tfr_frame(uint8_t *out, const uint8_t *data, size_t n) {
     uint64_t length = (uint64_t)n;
     for (int i = 0; i < 8; i++) out[i] = (uint8_t)(length >> (8 * i));

@@ -29,6 +29,11 @@ int tfr_scan_records(const uint8_t *buf, size_t lo, size_t hi, size_t limit, int
 /* The first offset in [lo, hi - 12] where a header passes its length CRC, or (size_t)-1. */
 size_t tfr_find_header(const uint8_t *buf, size_t lo, size_t hi);
 
+/* Check n records read apart from their framing: record i's header (12 bytes) is at headers + 4 + 16 i and its
+ * footer (4 bytes) at headers + 16 (i + 1); its data (lens[i] bytes) at datas[i]. Each header must pass its CRC
+ * and hold lens[i]; each data CRC must match when `verify`. Returns how many records from the first are good. */
+size_t tfr_check_framed(const uint8_t *headers, uint8_t *const *datas, const size_t *lens, size_t n, int verify);
+
 /* Write `data` framed (16 + n bytes) at `out`. */
 void tfr_frame(uint8_t *out, const uint8_t *data, size_t n);
 

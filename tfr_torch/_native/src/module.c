@@ -3,9 +3,15 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#ifndef _WIN32
+#include <sys/types.h>
+#include <sys/uio.h>
+#include <unistd.h>
+#endif
 
 #include "crc32c.h"
 #include "example.h"
@@ -86,6 +92,110 @@ static PyObject *py_scan_records(PyObject *self, PyObject *args) {
     if (!records) return NULL;
     return Py_BuildValue("(Nni)", records, (Py_ssize_t)stop, status);
 }
+
+#ifndef _WIN32
+/* read_framed(fd, offset, sizes, verify) -> (records, good): the consecutive records whose framed sizes (int64,
+ * each >= 16, from a checked index) are `sizes`, from byte `offset` of file `fd`, read by preadv straight into
+ * their bytes objects (their framing into a scratch buffer): one copy from the file, none after. `good` records
+ * from the first are whole and pass their checks (header CRC, the length the index gave, the data CRC when
+ * `verify`); `records` holds just those. From the first that does not, the caller reads on as usual, which says
+ * what is wrong. */
+static PyObject *py_read_framed(PyObject *self, PyObject *args) {
+    int fd, verify;
+    long long offset;
+    Py_buffer sizes_buf;
+    if (!PyArg_ParseTuple(args, "iLy*p:read_framed", &fd, &offset, &sizes_buf, &verify)) return NULL;
+    size_t n = (size_t)sizes_buf.len / sizeof(int64_t);
+    PyObject *records = NULL, *result = NULL;
+    uint8_t *scratch = NULL, **datas = NULL;
+    size_t *lens = NULL;
+    struct iovec *iov = NULL;
+    if (sizes_buf.len % (Py_ssize_t)sizeof(int64_t) || offset < 0 || n > (1u << 20)) {
+        PyErr_SetString(PyExc_ValueError, "read_framed: sizes must be int64 framed sizes, offset >= 0");
+        goto done;
+    }
+    scratch = malloc(16 * (n + 1));
+    datas = malloc((n ? n : 1) * sizeof(*datas));
+    lens = malloc((n ? n : 1) * sizeof(*lens));
+    iov = malloc((2 * n + 1) * sizeof(*iov));
+    records = PyList_New((Py_ssize_t)n);
+    if (!scratch || !datas || !lens || !iov || !records) {
+        if (!PyErr_Occurred()) PyErr_NoMemory();
+        goto done;
+    }
+    uint64_t total = 0;
+    for (size_t i = 0; i < n; i++) {
+        int64_t size;
+        memcpy(&size, (const char *)sizes_buf.buf + i * sizeof size, sizeof size);
+        if (size < TFR_HEADER + TFR_FOOTER || (uint64_t)size > (uint64_t)PY_SSIZE_T_MAX - total) {
+            PyErr_Format(PyExc_ValueError, "read_framed: framed size %lld of record %zu is out of range",
+                         (long long)size, i);
+            goto done;
+        }
+        total += (uint64_t)size;
+    }
+    for (size_t i = 0; i < n; i++) {
+        int64_t size;
+        memcpy(&size, (const char *)sizes_buf.buf + i * sizeof size, sizeof size);
+        PyObject *record = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)size - TFR_HEADER - TFR_FOOTER);
+        if (!record) goto done;
+        PyList_SET_ITEM(records, (Py_ssize_t)i, record);
+        datas[i] = (uint8_t *)PyBytes_AS_STRING(record);
+        lens[i] = (size_t)size - TFR_HEADER - TFR_FOOTER;
+    }
+    /* header 0; then each record's data and the 16 bytes of its footer and the next header; the last footer */
+    size_t niov = 0;
+    iov[niov].iov_base = scratch + 4;
+    iov[niov++].iov_len = TFR_HEADER;
+    for (size_t i = 0; i < n; i++) {
+        iov[niov].iov_base = datas[i];
+        iov[niov++].iov_len = lens[i];
+        iov[niov].iov_base = scratch + 16 * (i + 1);
+        iov[niov++].iov_len = i + 1 < n ? 16 : TFR_FOOTER;
+    }
+    size_t good = 0;
+    int err = 0;
+    Py_BEGIN_ALLOW_THREADS
+    size_t first = n ? 0 : niov; /* the first iovec not yet filled */
+    off_t pos = (off_t)offset;
+    while (first < niov) {
+        int count = niov - first < 1024 ? (int)(niov - first) : 1024; /* IOV_MAX on Linux and macOS */
+        ssize_t got = preadv(fd, iov + first, count, pos);
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) {
+            err = got < 0 ? errno : 0;
+            break;
+        }
+        pos += got;
+        while (got > 0 && first < niov) { /* advance past what was filled; a partly filled iovec shrinks */
+            if ((size_t)got >= iov[first].iov_len) {
+                got -= (ssize_t)iov[first].iov_len;
+                iov[first++].iov_len = 0;
+            } else {
+                iov[first].iov_base = (char *)iov[first].iov_base + got;
+                iov[first].iov_len -= (size_t)got;
+                got = 0;
+            }
+        }
+    }
+    /* records whose data and footer were read in full: iovecs 0 .. 2 i + 2 */
+    size_t whole = first >= niov ? n : (first >= 2 ? (first - 1) / 2 : 0);
+    if (whole > n) whole = n;
+    good = tfr_check_framed(scratch, datas, lens, whole, verify);
+    Py_END_ALLOW_THREADS
+    (void)err; /* a read error stops here too: the caller's reader meets it again and reports it */
+    if (PyList_SetSlice(records, (Py_ssize_t)good, (Py_ssize_t)n, NULL) < 0) goto done;
+    result = Py_BuildValue("(On)", records, (Py_ssize_t)good);
+done:
+    Py_XDECREF(records);
+    free(scratch);
+    free(datas);
+    free(lens);
+    free(iov);
+    PyBuffer_Release(&sizes_buf);
+    return result;
+}
+#endif
 
 /* find_header(buffer, lo, hi) -> offset of the first header passing its length CRC in [lo, hi), or -1 */
 static PyObject *py_find_header(PyObject *self, PyObject *args) {
@@ -1066,6 +1176,11 @@ static PyMethodDef module_methods[] = {
      "scan_records(buffer, lo, hi, limit, verify, max_records[, lengths]) -> (records or their int64 lengths, stop, "
      "status)"},
     {"find_header", py_find_header, METH_VARARGS, "find_header(buffer, lo, hi) -> offset or -1"},
+#ifndef _WIN32
+    {"read_framed", py_read_framed, METH_VARARGS,
+     "read_framed(fd, offset, sizes, verify) -> (records, good): consecutive records of known framed sizes read "
+     "from a file straight into their bytes objects, checked"},
+#endif
     {"frame_records", py_frame_records, METH_O, "frame_records(records) -> bytes: the records framed back to back"},
     {"sparse_indices", py_sparse_indices, METH_O,
      "sparse_indices(counts) -> bytearray: [2, sum(counts)] int64 COO indices (row, position) of per-row counts"},
