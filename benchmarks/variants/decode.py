@@ -74,7 +74,7 @@ def _threads_line(row: Row, rows: list[Row]) -> str:
     control = (row.metrics or {}).get("gil_free_2_threads")
     if control:
         text += (f"; what this machine gives GIL-free code, zlib.compress of the same bytes from 2 threads: "
-                 f"{control:.2f}x one thread (2 vCPUs that share a core's units give less than 2x)")
+                 f"{control:.2f}x one thread")
     return text
 
 
