@@ -33,8 +33,8 @@ class Counting(TFRecordDataset):
 
     decoded = 0
 
-    def _batches(self, records, plan):
-        for batch in super()._batches(records, plan):
+    def _batches(self, records, plan, *options):
+        for batch in super()._batches(records, plan, *options):
             type(self).decoded += len(batch["id"])
             yield batch
 
