@@ -987,3 +987,18 @@ def test_blocks_with_sizes_meet_every_damage_as_blocks_do(tmp_path, verify, on_e
             if got != want:
                 failures.append(f"size {k} {delta:+}: {got[1:]} != {want[1:]}")
     check(failures)
+
+
+@pytest.mark.parametrize("k", [0, 3, 6])
+def test_blocks_with_sizes_never_allocate_what_a_lying_size_claims(tmp_path, k):
+    """A size of 1 TiB (a forged index) allocates nothing near it: records past the end of the file are left to
+    the usual loop, which reports what the file holds."""
+    path = tmp_path / "big.tfrecord"
+    path.write_bytes(BIG_FILE)
+    lying = BIG_SIZES.copy()
+    lying[k] = 1 << 40
+    want = blocks_outcome(path)[:4]
+    with bounded(20) as usage:
+        got = blocks_outcome(path, lying)[:4]
+    assert got == want
+    assert usage.peak < 4 * len(BIG_FILE) + (1 << 20)

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #ifndef _WIN32
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -118,22 +119,34 @@ static PyObject *py_read_framed(PyObject *self, PyObject *args) {
     datas = malloc((n ? n : 1) * sizeof(*datas));
     lens = malloc((n ? n : 1) * sizeof(*lens));
     iov = malloc((2 * n + 1) * sizeof(*iov));
-    records = PyList_New((Py_ssize_t)n);
-    if (!scratch || !datas || !lens || !iov || !records) {
+    if (!scratch || !datas || !lens || !iov) {
         if (!PyErr_Occurred()) PyErr_NoMemory();
         goto done;
     }
-    uint64_t total = 0;
+    /* only records that end inside the file are allocated: a size that lies (a stale or forged index) never
+     * allocates more than the file holds; the caller's reader meets the rest and reports it */
+    struct stat st;
+    if (fstat(fd, &st) < 0) {
+        PyErr_SetFromErrno(PyExc_OSError);
+        goto done;
+    }
+    uint64_t total = 0, room = (uint64_t)st.st_size > (uint64_t)offset ? (uint64_t)st.st_size - (uint64_t)offset : 0;
     for (size_t i = 0; i < n; i++) {
         int64_t size;
         memcpy(&size, (const char *)sizes_buf.buf + i * sizeof size, sizeof size);
-        if (size < TFR_HEADER + TFR_FOOTER || (uint64_t)size > (uint64_t)PY_SSIZE_T_MAX - total) {
+        if (size < TFR_HEADER + TFR_FOOTER) {
             PyErr_Format(PyExc_ValueError, "read_framed: framed size %lld of record %zu is out of range",
                          (long long)size, i);
             goto done;
         }
+        if ((uint64_t)size > room - total) { /* past the end of the file: read up to the record before */
+            n = i;
+            break;
+        }
         total += (uint64_t)size;
     }
+    records = PyList_New((Py_ssize_t)n);
+    if (!records) goto done;
     for (size_t i = 0; i < n; i++) {
         int64_t size;
         memcpy(&size, (const char *)sizes_buf.buf + i * sizeof size, sizeof size);
