@@ -20,6 +20,7 @@ import pickle
 import re
 from collections import Counter
 
+import numpy as np
 import pytest
 import torch
 from torch.utils.data import DataLoader, DistributedSampler, Subset, random_split
@@ -688,3 +689,79 @@ def test_dataset_of_only_empty_files(tmp_path):
             assert len(ds) == 0
     assert len(TFRecordDataset([path, path], SPEC, rank=1, world_size=2)) == 0  # counted at construction
     assert len(IndexedTFRecordDataset(path)) == 0
+
+
+def _indexed_files(tmp_path, sizes=(7, 5)):
+    """Files of Examples with ids counting on from 0 across them (payloads of a few KB), each indexed."""
+    paths, i = [], 0
+    for f, count in enumerate(sizes):
+        path = str(tmp_path / f"part-{f}.tfrecord")
+        with tfr_torch.TFRecordWriter(path) as writer:
+            for _ in range(count):
+                writer.write(tfr_torch.encode_example({"id": i, "data": bytes([i % 251]) * (3000 + 101 * i)}))
+                i += 1
+        tfr_torch.build_index(path)
+        paths.append(path)
+    return paths
+
+
+SPEC_ID_DATA = {"id": tfr_torch.FixedLenFeature([], torch.int64),
+                "data": tfr_torch.FixedLenFeature([], tfr_torch.string)}
+
+
+def test_indexed_getitems_reads_each_file_together_in_the_callers_order(tmp_path, backend):
+    """__getitems__ reads the records of each file in one call (RecordFile.read_many) and gives them back in the
+    order asked, negative numbers and repeats included, each equal to ds[i] and named by its own location."""
+    ds = IndexedTFRecordDataset(_indexed_files(tmp_path), SPEC_ID_DATA)
+    order = [11, 0, 5, 7, -1, 3, 3, np.int64(8), -12]
+    got = ds.__getitems__(order)
+    assert [int(item["id"]) for item in got] == [11, 0, 5, 7, 11, 3, 3, 8, 0]
+    for item, i in zip(got, order):
+        assert item["data"] == ds[int(i)]["data"]
+    handle = ds._file(1)
+    table = ds.offsets[1]
+    assert handle.read_many(table[[3, 0], 0], table[[3, 0], 1]) == [handle.read(int(table[3, 0])),
+                                                                      handle.read(int(table[0, 0]))]
+
+
+def test_indexed_getitems_raises_what_the_first_bad_item_raises(tmp_path, backend):
+    """A bad index (bool, out of range) or a damaged record: the error that the first bad one in the caller's
+    order gives alone, as reading them one by one did."""
+    paths = _indexed_files(tmp_path)
+    ds = IndexedTFRecordDataset(paths, SPEC_ID_DATA)
+    with pytest.raises(TypeError, match="record numbers are ints, got bool"):
+        ds.__getitems__([1, True])
+    with pytest.raises(IndexError, match="record 12 is out of range: the dataset has 12 records"):
+        ds.__getitems__([1, 12])
+    offsets = ds.offsets
+    data = bytearray(open(paths[1], "rb").read())
+    data[int(offsets[1][2, 0]) + 40] ^= 1  # record 9 (third of the second file): its data CRC fails
+    data[int(offsets[1][4, 0]) + 99] ^= 1  # record 11 too
+    open(paths[1], "wb").write(bytes(data))
+    damaged = IndexedTFRecordDataset(paths, SPEC_ID_DATA)
+    for order, bad in (([0, 11, 9], 11), ([9, 11, 1], 9), ([2, 9], 9)):
+        with pytest.raises(tfr_torch.TFRecordError) as many:
+            damaged.__getitems__(order)
+        with pytest.raises(tfr_torch.TFRecordError) as alone:
+            damaged[bad]
+        assert (str(many.value), many.value.offset) == (str(alone.value), alone.value.offset)
+    assert [int(x["id"]) for x in damaged.__getitems__([8, 0, 10])] == [8, 0, 10]
+
+
+def test_read_many_never_allocates_what_a_lying_index_claims(tmp_path, backend):
+    """Sizes from a forged index: records that would end past the file are not allocated; `read` reports them."""
+    import tracemalloc
+
+    path = _indexed_files(tmp_path, (4,))[0]
+    handle = tfr_torch.format.reader.RecordFile(path)
+    table = tfr_torch.read_index(path + ".idx")
+    sizes = table[:, 1].copy()
+    sizes[1] = 1 << 40
+    tracemalloc.start()
+    try:
+        with pytest.raises(tfr_torch.TFRecordError, match="index says 1099511627776"):
+            handle.read_many(table[:, 0], sizes)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20

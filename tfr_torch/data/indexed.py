@@ -14,6 +14,7 @@ from tfr_torch.data.dataset import _is_tfds, auto_features, existing_sizes, plan
 from tfr_torch.data.indexes import resolve_indexes
 from tfr_torch.decode.hints import check_features_argument
 from tfr_torch.data.transport import Batch, shared_memory_available
+from tfr_torch.errors import TFRecordError
 from tfr_torch.format.index import scan_index
 from tfr_torch.format.location import RecordLocation
 from tfr_torch.format.paths import PathLike, expand_paths
@@ -107,13 +108,43 @@ class IndexedTFRecordDataset(Dataset[Any]):
     def _read(self, index: int) -> tuple[bytes, RecordLocation]:
         """Record `index` and its location (its example name)."""
         f, offset, size = self._where(index)
-        path = self.paths[f]
+        return self._file(f).read(offset, size), RecordLocation(self.paths[f], offset)
+
+    def _file(self, f: int) -> RecordFile:
         if self._pid != os.getpid():  # forked into a DataLoader worker: never share the parent's file handles
             self._files, self._pid = {}, os.getpid()
         handle = self._files.get(f)
         if handle is None:
-            handle = self._files[f] = RecordFile(path, verify=self.verify)
-        return handle.read(offset, size), RecordLocation(path, offset)
+            handle = self._files[f] = RecordFile(self.paths[f], verify=self.verify)
+        return handle
+
+    def _read_many(self, indices: list[int]) -> tuple[list[bytes], list[RecordLocation]]:
+        """Records `indices` (in order) and their locations, each file's read together (RecordFile.read_many).
+        Any index that is not a valid record number, or any record that does not read, sends the whole call to
+        `_read` index by index, which raises what the first bad one gives alone."""
+        n = len(self)
+        wanted = np.fromiter(indices, dtype=np.int64, count=len(indices)) if all(
+            type(i) is int or (isinstance(i, np.integer) and not isinstance(i, np.bool_)) for i in indices) else None
+        if wanted is None or not len(wanted) or wanted.min() < -n or wanted.max() >= n:
+            read = [self._read(i) for i in indices]
+            return [data for data, _ in read], [name for _, name in read]
+        wanted = np.where(wanted < 0, wanted + n, wanted)
+        files = np.searchsorted(self._ends, wanted, side="right")
+        records: list[bytes] = [b""] * len(indices)
+        names: list[RecordLocation] = [cast(RecordLocation, None)] * len(indices)
+        try:
+            for f in np.unique(files).tolist():
+                at = np.flatnonzero(files == f)
+                local = wanted[at] - (int(self._ends[f - 1]) if f else 0)
+                table = self.offsets[f][local]
+                path = self.paths[f]
+                for k, data, offset in zip(at.tolist(), self._file(f).read_many(table[:, 0], table[:, 1]),
+                                           table[:, 0].tolist()):
+                    records[k], names[k] = data, RecordLocation(path, offset)
+        except TFRecordError:
+            read = [self._read(i) for i in indices]  # the error of the first bad record in the caller's order
+            return [data for data, _ in read], [name for _, name in read]
+        return records, names
 
     def _plan_here(self) -> Any:
         if self._plan is None:
@@ -142,8 +173,8 @@ class IndexedTFRecordDataset(Dataset[Any]):
         indices = list(indices)
         if self.features is None or len(indices) < 2:
             return [self[i] for i in indices]
-        read = [self._read(i) for i in indices]
-        rows = self._plan_here().iter_rows([data for data, _ in read], [name for _, name in read])
+        records, names = self._read_many(indices)
+        rows = self._plan_here().iter_rows(records, names)
         mark = self._mark()
         return [self._finish(row, mark) for row in rows]
 

@@ -208,6 +208,102 @@ done:
     PyBuffer_Release(&sizes_buf);
     return result;
 }
+
+/* read_at(fd, offsets, sizes, verify) -> (records, good): records anywhere in a file (int64 byte offsets and
+ * framed sizes, from an index), each read by one preadv straight into its bytes object and checked as
+ * read_framed checks them; `good` from the first are whole and pass, `records` holds just those. A record that
+ * would end past the file is not allocated (nor any after it). */
+static PyObject *py_read_at(PyObject *self, PyObject *args) {
+    int fd, verify;
+    Py_buffer offsets_buf, sizes_buf;
+    if (!PyArg_ParseTuple(args, "iy*y*p:read_at", &fd, &offsets_buf, &sizes_buf, &verify)) return NULL;
+    size_t n = (size_t)sizes_buf.len / sizeof(int64_t);
+    PyObject *records = NULL, *result = NULL;
+    uint8_t *scratch = NULL, **datas = NULL;
+    size_t *lens = NULL;
+    int64_t *offsets = NULL;
+    struct stat st;
+    if (sizes_buf.len % (Py_ssize_t)sizeof(int64_t) || offsets_buf.len != sizes_buf.len || n > (1u << 20)) {
+        PyErr_SetString(PyExc_ValueError, "read_at: offsets and sizes must be int64 arrays of one length");
+        goto done;
+    }
+    if (fstat(fd, &st) < 0) {
+        PyErr_SetFromErrno(PyExc_OSError);
+        goto done;
+    }
+    scratch = malloc(16 * (n + 1));
+    datas = malloc((n ? n : 1) * sizeof(*datas));
+    lens = malloc((n ? n : 1) * sizeof(*lens));
+    offsets = malloc((n ? n : 1) * sizeof(*offsets));
+    if (!scratch || !datas || !lens || !offsets) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (size_t i = 0; i < n; i++) {
+        int64_t size, offset;
+        memcpy(&size, (const char *)sizes_buf.buf + i * sizeof size, sizeof size);
+        memcpy(&offset, (const char *)offsets_buf.buf + i * sizeof offset, sizeof offset);
+        if (size < TFR_HEADER + TFR_FOOTER || offset < 0) {
+            PyErr_Format(PyExc_ValueError, "read_at: record %zu at offset %lld, framed size %lld, is out of range", i,
+                         (long long)offset, (long long)size);
+            goto done;
+        }
+        if ((uint64_t)offset > (uint64_t)st.st_size || (uint64_t)size > (uint64_t)st.st_size - (uint64_t)offset) {
+            n = i; /* past the end of the file: read up to the record before */
+            break;
+        }
+        offsets[i] = offset;
+        lens[i] = (size_t)size - TFR_HEADER - TFR_FOOTER;
+    }
+    records = PyList_New((Py_ssize_t)n);
+    if (!records) goto done;
+    for (size_t i = 0; i < n; i++) {
+        PyObject *record = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)lens[i]);
+        if (!record) goto done;
+        PyList_SET_ITEM(records, (Py_ssize_t)i, record);
+        datas[i] = (uint8_t *)PyBytes_AS_STRING(record);
+    }
+    size_t whole = 0, good;
+    Py_BEGIN_ALLOW_THREADS
+    for (; whole < n; whole++) { /* header, data and footer of each record, in the layout tfr_check_framed reads */
+        struct iovec iov[3] = {{scratch + 4 + 16 * whole, TFR_HEADER}, {datas[whole], lens[whole]},
+                               {scratch + 16 * (whole + 1), TFR_FOOTER}};
+        size_t want = lens[whole] + TFR_HEADER + TFR_FOOTER, got = 0;
+        int first = 0;
+        off_t pos = (off_t)offsets[whole];
+        while (got < want) {
+            ssize_t r = preadv(fd, iov + first, 3 - first, pos);
+            if (r < 0 && errno == EINTR) continue;
+            if (r <= 0) break;
+            got += (size_t)r;
+            pos += r;
+            while (r > 0 && first < 3) {
+                if ((size_t)r >= iov[first].iov_len) {
+                    r -= (ssize_t)iov[first].iov_len;
+                    iov[first++].iov_len = 0;
+                } else {
+                    iov[first].iov_base = (char *)iov[first].iov_base + r;
+                    iov[first].iov_len -= (size_t)r;
+                    r = 0;
+                }
+            }
+        }
+        if (got < want) break; /* a read error or the end of the file: the caller's reader reports it */
+    }
+    good = tfr_check_framed(scratch, datas, lens, whole, verify);
+    Py_END_ALLOW_THREADS
+    if (PyList_SetSlice(records, (Py_ssize_t)good, (Py_ssize_t)n, NULL) < 0) goto done;
+    result = Py_BuildValue("(On)", records, (Py_ssize_t)good);
+done:
+    Py_XDECREF(records);
+    free(scratch);
+    free(datas);
+    free(lens);
+    free(offsets);
+    PyBuffer_Release(&offsets_buf);
+    PyBuffer_Release(&sizes_buf);
+    return result;
+}
 #endif
 
 /* find_header(buffer, lo, hi) -> offset of the first header passing its length CRC in [lo, hi), or -1 */
@@ -1193,6 +1289,9 @@ static PyMethodDef module_methods[] = {
     {"read_framed", py_read_framed, METH_VARARGS,
      "read_framed(fd, offset, sizes, verify) -> (records, good): consecutive records of known framed sizes read "
      "from a file straight into their bytes objects, checked"},
+    {"read_at", py_read_at, METH_VARARGS,
+     "read_at(fd, offsets, sizes, verify) -> (records, good): records at known offsets and framed sizes read from a "
+     "file straight into their bytes objects, checked"},
 #endif
     {"frame_records", py_frame_records, METH_O, "frame_records(records) -> bytes: the records framed back to back"},
     {"sparse_indices", py_sparse_indices, METH_O,
