@@ -1002,3 +1002,19 @@ def test_blocks_with_sizes_never_allocate_what_a_lying_size_claims(tmp_path, k):
         got = blocks_outcome(path, lying)[:4]
     assert got == want
     assert usage.peak < 4 * len(BIG_FILE) + (1 << 20)
+
+
+def test_blocks_with_sizes_read_empty_records(tmp_path, backend):
+    """Empty records between large ones (zero-length reads into their bytes): the same records, one per read or
+    several."""
+    records = [b"x" * 20000, b"", b"y" * 7000, b"", b""]
+    path = tmp_path / "empty.tfrecord"
+    path.write_bytes(b"".join(frame(r) for r in records))
+    sizes = np.array([16 + len(r) for r in records], dtype=np.int64)
+    for buffer_size in (64, 1 << 20):
+        got, error, _, _, kind = blocks_outcome(path, sizes, buffer_size=buffer_size)
+        assert got == records and error is None
+        assert kind == ("_direct" if backend == "native" else "_records")
+    handle = tfr_torch.format.reader.RecordFile(path)
+    starts = np.cumsum([0, *sizes[:-1]])
+    assert handle.read_many(starts[::-1].copy(), sizes[::-1].copy()) == records[::-1]

@@ -95,6 +95,31 @@ static PyObject *py_scan_records(PyObject *self, PyObject *args) {
 }
 
 #ifndef _WIN32
+/* Fill iov[0 .. niov) from byte `pos` of file `fd` (preadv, up to 1024 iovecs a call: IOV_MAX on Linux and macOS).
+ * Returns the index of the first iovec not filled whole: niov when all were, less at the end of the file or on a
+ * read error. Filled iovecs are left with iov_len 0, a partly filled one shrunk. No Python calls. */
+static size_t read_iovecs(int fd, struct iovec *iov, size_t niov, off_t pos) {
+    size_t first = 0;
+    while (first < niov) {
+        int count = niov - first < 1024 ? (int)(niov - first) : 1024;
+        ssize_t got = preadv(fd, iov + first, count, pos);
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) break;
+        pos += got;
+        while (got > 0 && first < niov) {
+            if ((size_t)got >= iov[first].iov_len) {
+                got -= (ssize_t)iov[first].iov_len;
+                iov[first++].iov_len = 0;
+            } else {
+                iov[first].iov_base = (char *)iov[first].iov_base + got;
+                iov[first].iov_len -= (size_t)got;
+                got = 0;
+            }
+        }
+    }
+    return first;
+}
+
 /* read_framed(fd, offset, sizes, verify) -> (records, good): the consecutive records whose framed sizes (int64,
  * each >= 16, from a checked index) are `sizes`, from byte `offset` of file `fd`, read by preadv straight into
  * their bytes objects (their framing into a scratch buffer): one copy from the file, none after. `good` records
@@ -167,36 +192,14 @@ static PyObject *py_read_framed(PyObject *self, PyObject *args) {
         iov[niov++].iov_len = i + 1 < n ? 16 : TFR_FOOTER;
     }
     size_t good = 0;
-    int err = 0;
     Py_BEGIN_ALLOW_THREADS
-    size_t first = n ? 0 : niov; /* the first iovec not yet filled */
-    off_t pos = (off_t)offset;
-    while (first < niov) {
-        int count = niov - first < 1024 ? (int)(niov - first) : 1024; /* IOV_MAX on Linux and macOS */
-        ssize_t got = preadv(fd, iov + first, count, pos);
-        if (got < 0 && errno == EINTR) continue;
-        if (got <= 0) {
-            err = got < 0 ? errno : 0;
-            break;
-        }
-        pos += got;
-        while (got > 0 && first < niov) { /* advance past what was filled; a partly filled iovec shrinks */
-            if ((size_t)got >= iov[first].iov_len) {
-                got -= (ssize_t)iov[first].iov_len;
-                iov[first++].iov_len = 0;
-            } else {
-                iov[first].iov_base = (char *)iov[first].iov_base + got;
-                iov[first].iov_len -= (size_t)got;
-                got = 0;
-            }
-        }
-    }
+    /* a read error or the end of the file stops it early: the caller's reader meets it again and reports it */
+    size_t first = n ? read_iovecs(fd, iov, niov, (off_t)offset) : niov; /* the first iovec not filled */
     /* records whose data and footer were read in full: iovecs 0 .. 2 i + 2 */
     size_t whole = first >= niov ? n : (first >= 2 ? (first - 1) / 2 : 0);
     if (whole > n) whole = n;
     good = tfr_check_framed(scratch, datas, lens, whole, verify);
     Py_END_ALLOW_THREADS
-    (void)err; /* a read error stops here too: the caller's reader meets it again and reports it */
     if (PyList_SetSlice(records, (Py_ssize_t)good, (Py_ssize_t)n, NULL) < 0) goto done;
     result = Py_BuildValue("(On)", records, (Py_ssize_t)good);
 done:
@@ -268,27 +271,7 @@ static PyObject *py_read_at(PyObject *self, PyObject *args) {
     for (; whole < n; whole++) { /* header, data and footer of each record, in the layout tfr_check_framed reads */
         struct iovec iov[3] = {{scratch + 4 + 16 * whole, TFR_HEADER}, {datas[whole], lens[whole]},
                                {scratch + 16 * (whole + 1), TFR_FOOTER}};
-        size_t want = lens[whole] + TFR_HEADER + TFR_FOOTER, got = 0;
-        int first = 0;
-        off_t pos = (off_t)offsets[whole];
-        while (got < want) {
-            ssize_t r = preadv(fd, iov + first, 3 - first, pos);
-            if (r < 0 && errno == EINTR) continue;
-            if (r <= 0) break;
-            got += (size_t)r;
-            pos += r;
-            while (r > 0 && first < 3) {
-                if ((size_t)r >= iov[first].iov_len) {
-                    r -= (ssize_t)iov[first].iov_len;
-                    iov[first++].iov_len = 0;
-                } else {
-                    iov[first].iov_base = (char *)iov[first].iov_base + r;
-                    iov[first].iov_len -= (size_t)r;
-                    r = 0;
-                }
-            }
-        }
-        if (got < want) break; /* a read error or the end of the file: the caller's reader reports it */
+        if (read_iovecs(fd, iov, 3, (off_t)offsets[whole]) < 3) break; /* the caller's reader reports why */
     }
     good = tfr_check_framed(scratch, datas, lens, whole, verify);
     Py_END_ALLOW_THREADS
