@@ -598,9 +598,9 @@ class RecordFile:
         `read`, which raises what is wrong."""
         core = _native.core
         out: list[bytes] = []
-        if core is not None and self._fd is not None and hasattr(core, "read_at") and len(offsets):
-            out, _ = core.read_at(self._fd, np.ascontiguousarray(offsets, dtype=np.int64),
-                                  np.ascontiguousarray(sizes, dtype=np.int64), self.verify)
+        if core is not None and self._fd is not None and hasattr(core, "read_framed") and len(offsets):
+            out, _ = core.read_framed(self._fd, np.ascontiguousarray(offsets, dtype=np.int64),
+                                      np.ascontiguousarray(sizes, dtype=np.int64), self.verify)
         for offset, size in zip(offsets[len(out):].tolist(), sizes[len(out):].tolist()):
             out.append(self.read(offset, size))
         return out

@@ -120,114 +120,37 @@ static size_t read_iovecs(int fd, struct iovec *iov, size_t niov, off_t pos) {
     return first;
 }
 
-/* read_framed(fd, offset, sizes, verify) -> (records, good): the consecutive records whose framed sizes (int64,
- * each >= 16, from a checked index) are `sizes`, from byte `offset` of file `fd`, read by preadv straight into
- * their bytes objects (their framing into a scratch buffer): one copy from the file, none after. `good` records
- * from the first are whole and pass their checks (header CRC, the length the index gave, the data CRC when
- * `verify`); `records` holds just those. From the first that does not, the caller reads on as usual, which says
- * what is wrong. */
+/* read_framed(fd, where, sizes, verify) -> (records, good): records of known framed sizes (int64, each >= 16, from
+ * an index) read from file `fd` straight into their bytes objects (their framing into a scratch buffer): one copy
+ * from the file, none after. `where` is either the byte offset of the first of records that lie back to back
+ * (read by a few preadv calls for all of them), or an int64 array of one offset per record (one preadv each).
+ * `good` records from the first are whole and pass their checks (header CRC, the length the index gave, the
+ * data CRC when `verify`); `records` holds just those. From the first that does not, the caller reads on as
+ * usual, which says what is wrong. A record that would end past the file is not allocated (nor any after it). */
 static PyObject *py_read_framed(PyObject *self, PyObject *args) {
     int fd, verify;
-    long long offset;
-    Py_buffer sizes_buf;
-    if (!PyArg_ParseTuple(args, "iLy*p:read_framed", &fd, &offset, &sizes_buf, &verify)) return NULL;
-    size_t n = (size_t)sizes_buf.len / sizeof(int64_t);
-    PyObject *records = NULL, *result = NULL;
-    uint8_t *scratch = NULL, **datas = NULL;
-    size_t *lens = NULL;
-    struct iovec *iov = NULL;
-    if (sizes_buf.len % (Py_ssize_t)sizeof(int64_t) || offset < 0 || n > (1u << 20)) {
-        PyErr_SetString(PyExc_ValueError, "read_framed: sizes must be int64 framed sizes, offset >= 0");
-        goto done;
-    }
-    scratch = malloc(16 * (n + 1));
-    datas = malloc((n ? n : 1) * sizeof(*datas));
-    lens = malloc((n ? n : 1) * sizeof(*lens));
-    iov = malloc((2 * n + 1) * sizeof(*iov));
-    if (!scratch || !datas || !lens || !iov) {
-        if (!PyErr_Occurred()) PyErr_NoMemory();
-        goto done;
-    }
-    /* only records that end inside the file are allocated: a size that lies (a stale or forged index) never
-     * allocates more than the file holds; the caller's reader meets the rest and reports it */
-    struct stat st;
-    if (fstat(fd, &st) < 0) {
-        PyErr_SetFromErrno(PyExc_OSError);
-        goto done;
-    }
-    uint64_t total = 0, room = (uint64_t)st.st_size > (uint64_t)offset ? (uint64_t)st.st_size - (uint64_t)offset : 0;
-    for (size_t i = 0; i < n; i++) {
-        int64_t size;
-        memcpy(&size, (const char *)sizes_buf.buf + i * sizeof size, sizeof size);
-        if (size < TFR_HEADER + TFR_FOOTER) {
-            PyErr_Format(PyExc_ValueError, "read_framed: framed size %lld of record %zu is out of range",
-                         (long long)size, i);
-            goto done;
-        }
-        if ((uint64_t)size > room - total) { /* past the end of the file: read up to the record before */
-            n = i;
-            break;
-        }
-        total += (uint64_t)size;
-    }
-    records = PyList_New((Py_ssize_t)n);
-    if (!records) goto done;
-    for (size_t i = 0; i < n; i++) {
-        int64_t size;
-        memcpy(&size, (const char *)sizes_buf.buf + i * sizeof size, sizeof size);
-        PyObject *record = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)size - TFR_HEADER - TFR_FOOTER);
-        if (!record) goto done;
-        PyList_SET_ITEM(records, (Py_ssize_t)i, record);
-        datas[i] = (uint8_t *)PyBytes_AS_STRING(record);
-        lens[i] = (size_t)size - TFR_HEADER - TFR_FOOTER;
-    }
-    /* header 0; then each record's data and the 16 bytes of its footer and the next header; the last footer */
-    size_t niov = 0;
-    iov[niov].iov_base = scratch + 4;
-    iov[niov++].iov_len = TFR_HEADER;
-    for (size_t i = 0; i < n; i++) {
-        iov[niov].iov_base = datas[i];
-        iov[niov++].iov_len = lens[i];
-        iov[niov].iov_base = scratch + 16 * (i + 1);
-        iov[niov++].iov_len = i + 1 < n ? 16 : TFR_FOOTER;
-    }
-    size_t good = 0;
-    Py_BEGIN_ALLOW_THREADS
-    /* a read error or the end of the file stops it early: the caller's reader meets it again and reports it */
-    size_t first = n ? read_iovecs(fd, iov, niov, (off_t)offset) : niov; /* the first iovec not filled */
-    /* records whose data and footer were read in full: iovecs 0 .. 2 i + 2 */
-    size_t whole = first >= niov ? n : (first >= 2 ? (first - 1) / 2 : 0);
-    if (whole > n) whole = n;
-    good = tfr_check_framed(scratch, datas, lens, whole, verify);
-    Py_END_ALLOW_THREADS
-    if (PyList_SetSlice(records, (Py_ssize_t)good, (Py_ssize_t)n, NULL) < 0) goto done;
-    result = Py_BuildValue("(On)", records, (Py_ssize_t)good);
-done:
-    Py_XDECREF(records);
-    free(scratch);
-    free(datas);
-    free(lens);
-    free(iov);
-    PyBuffer_Release(&sizes_buf);
-    return result;
-}
-
-/* read_at(fd, offsets, sizes, verify) -> (records, good): records anywhere in a file (int64 byte offsets and
- * framed sizes, from an index), each read by one preadv straight into its bytes object and checked as
- * read_framed checks them; `good` from the first are whole and pass, `records` holds just those. A record that
- * would end past the file is not allocated (nor any after it). */
-static PyObject *py_read_at(PyObject *self, PyObject *args) {
-    int fd, verify;
-    Py_buffer offsets_buf, sizes_buf;
-    if (!PyArg_ParseTuple(args, "iy*y*p:read_at", &fd, &offsets_buf, &sizes_buf, &verify)) return NULL;
+    PyObject *where;
+    Py_buffer sizes_buf, offsets_buf = {0};
+    if (!PyArg_ParseTuple(args, "iOy*p:read_framed", &fd, &where, &sizes_buf, &verify)) return NULL;
     size_t n = (size_t)sizes_buf.len / sizeof(int64_t);
     PyObject *records = NULL, *result = NULL;
     uint8_t *scratch = NULL, **datas = NULL;
     size_t *lens = NULL;
     int64_t *offsets = NULL;
+    struct iovec *iov = NULL;
+    long long first_offset = 0;
+    int back_to_back = PyLong_Check(where);
     struct stat st;
-    if (sizes_buf.len % (Py_ssize_t)sizeof(int64_t) || offsets_buf.len != sizes_buf.len || n > (1u << 20)) {
-        PyErr_SetString(PyExc_ValueError, "read_at: offsets and sizes must be int64 arrays of one length");
+    if (back_to_back) {
+        first_offset = PyLong_AsLongLong(where);
+        if (first_offset == -1 && PyErr_Occurred()) goto done;
+    } else if (PyObject_GetBuffer(where, &offsets_buf, PyBUF_SIMPLE) < 0) {
+        goto done;
+    }
+    if (sizes_buf.len % (Py_ssize_t)sizeof(int64_t) || first_offset < 0 || n > (1u << 20) ||
+        (!back_to_back && offsets_buf.len != sizes_buf.len)) {
+        PyErr_SetString(PyExc_ValueError, "read_framed: sizes must be int64 framed sizes, with an offset >= 0 or one "
+                                          "int64 offset per record");
         goto done;
     }
     if (fstat(fd, &st) < 0) {
@@ -238,21 +161,23 @@ static PyObject *py_read_at(PyObject *self, PyObject *args) {
     datas = malloc((n ? n : 1) * sizeof(*datas));
     lens = malloc((n ? n : 1) * sizeof(*lens));
     offsets = malloc((n ? n : 1) * sizeof(*offsets));
-    if (!scratch || !datas || !lens || !offsets) {
+    iov = back_to_back ? malloc((2 * n + 1) * sizeof(*iov)) : NULL;
+    if (!scratch || !datas || !lens || !offsets || (back_to_back && !iov)) {
         PyErr_NoMemory();
         goto done;
     }
     for (size_t i = 0; i < n; i++) {
         int64_t size, offset;
         memcpy(&size, (const char *)sizes_buf.buf + i * sizeof size, sizeof size);
-        memcpy(&offset, (const char *)offsets_buf.buf + i * sizeof offset, sizeof offset);
+        if (back_to_back) offset = i ? offsets[i - 1] + (int64_t)lens[i - 1] + TFR_HEADER + TFR_FOOTER : first_offset;
+        else memcpy(&offset, (const char *)offsets_buf.buf + i * sizeof offset, sizeof offset);
         if (size < TFR_HEADER + TFR_FOOTER || offset < 0) {
-            PyErr_Format(PyExc_ValueError, "read_at: record %zu at offset %lld, framed size %lld, is out of range", i,
-                         (long long)offset, (long long)size);
+            PyErr_Format(PyExc_ValueError, "read_framed: record %zu at offset %lld, framed size %lld, is out of range",
+                         i, (long long)offset, (long long)size);
             goto done;
         }
         if ((uint64_t)offset > (uint64_t)st.st_size || (uint64_t)size > (uint64_t)st.st_size - (uint64_t)offset) {
-            n = i; /* past the end of the file: read up to the record before */
+            n = i; /* past the end of the file (a size that lies never allocates more than the file holds) */
             break;
         }
         offsets[i] = offset;
@@ -266,14 +191,31 @@ static PyObject *py_read_at(PyObject *self, PyObject *args) {
         PyList_SET_ITEM(records, (Py_ssize_t)i, record);
         datas[i] = (uint8_t *)PyBytes_AS_STRING(record);
     }
+    /* the layout tfr_check_framed reads: header i at scratch + 4 + 16 i, its footer at scratch + 16 (i + 1), so a
+     * footer and the next header are 16 adjacent bytes */
     size_t whole = 0, good;
     Py_BEGIN_ALLOW_THREADS
-    for (; whole < n; whole++) { /* header, data and footer of each record, in the layout tfr_check_framed reads */
-        struct iovec iov[3] = {{scratch + 4 + 16 * whole, TFR_HEADER}, {datas[whole], lens[whole]},
-                               {scratch + 16 * (whole + 1), TFR_FOOTER}};
-        if (read_iovecs(fd, iov, 3, (off_t)offsets[whole]) < 3) break; /* the caller's reader reports why */
+    if (back_to_back && n) { /* header 0; each record's data, then its footer and the next header; the last footer */
+        size_t niov = 0;
+        iov[niov].iov_base = scratch + 4;
+        iov[niov++].iov_len = TFR_HEADER;
+        for (size_t i = 0; i < n; i++) {
+            iov[niov].iov_base = datas[i];
+            iov[niov++].iov_len = lens[i];
+            iov[niov].iov_base = scratch + 16 * (i + 1);
+            iov[niov++].iov_len = i + 1 < n ? 16 : TFR_FOOTER;
+        }
+        size_t filled = read_iovecs(fd, iov, niov, (off_t)first_offset);
+        whole = filled >= niov ? n : (filled >= 2 ? (filled - 1) / 2 : 0); /* record i ends with iovec 2 i + 2 */
+    } else {
+        for (; whole < n; whole++) {
+            struct iovec one[3] = {{scratch + 4 + 16 * whole, TFR_HEADER}, {datas[whole], lens[whole]},
+                                   {scratch + 16 * (whole + 1), TFR_FOOTER}};
+            if (read_iovecs(fd, one, 3, (off_t)offsets[whole]) < 3) break;
+        }
     }
-    good = tfr_check_framed(scratch, datas, lens, whole, verify);
+    if (whole > n) whole = n;
+    good = tfr_check_framed(scratch, datas, lens, whole, verify); /* a short read: the caller's reader says why */
     Py_END_ALLOW_THREADS
     if (PyList_SetSlice(records, (Py_ssize_t)good, (Py_ssize_t)n, NULL) < 0) goto done;
     result = Py_BuildValue("(On)", records, (Py_ssize_t)good);
@@ -283,7 +225,8 @@ done:
     free(datas);
     free(lens);
     free(offsets);
-    PyBuffer_Release(&offsets_buf);
+    free(iov);
+    if (offsets_buf.buf) PyBuffer_Release(&offsets_buf);
     PyBuffer_Release(&sizes_buf);
     return result;
 }
@@ -1270,11 +1213,8 @@ static PyMethodDef module_methods[] = {
     {"find_header", py_find_header, METH_VARARGS, "find_header(buffer, lo, hi) -> offset or -1"},
 #ifndef _WIN32
     {"read_framed", py_read_framed, METH_VARARGS,
-     "read_framed(fd, offset, sizes, verify) -> (records, good): consecutive records of known framed sizes read "
-     "from a file straight into their bytes objects, checked"},
-    {"read_at", py_read_at, METH_VARARGS,
-     "read_at(fd, offsets, sizes, verify) -> (records, good): records at known offsets and framed sizes read from a "
-     "file straight into their bytes objects, checked"},
+     "read_framed(fd, offset or offsets, sizes, verify) -> (records, good): records of known framed sizes (back to "
+     "back from an offset, or one offset each) read from a file straight into their bytes objects, checked"},
 #endif
     {"frame_records", py_frame_records, METH_O, "frame_records(records) -> bytes: the records framed back to back"},
     {"sparse_indices", py_sparse_indices, METH_O,
