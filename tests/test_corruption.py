@@ -1018,3 +1018,18 @@ def test_blocks_with_sizes_read_empty_records(tmp_path, backend):
     handle = tfr_torch.format.reader.RecordFile(path)
     starts = np.cumsum([0, *sizes[:-1]])
     assert handle.read_many(starts[::-1].copy(), sizes[::-1].copy()) == records[::-1]
+
+
+def test_sizes_no_record_can_have_are_read_as_the_file_says(tmp_path, backend):
+    """A framed size under 16 bytes (no record has one): blocks(sizes) reads what the file holds, and read_many
+    raises what `read` raises, naming the file and the offset."""
+    path = tmp_path / "big.tfrecord"
+    path.write_bytes(BIG_FILE)
+    sizes = BIG_SIZES.copy()
+    sizes[1] = 5
+    assert blocks_outcome(path, sizes)[:2] == (BIG, None)
+    starts = np.cumsum([0, *BIG_SIZES[:-1]])
+    with pytest.raises(CorruptRecordError) as info:
+        tfr_torch.format.reader.RecordFile(path).read_many(starts, sizes)
+    assert (info.value.path, info.value.offset) == (str(path), int(starts[1]))
+    assert f"the record here has {BIG_SIZES[1]} bytes but the index says 5" in str(info.value)

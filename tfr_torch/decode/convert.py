@@ -11,10 +11,10 @@ from tfr_torch.decode.dtypes import DType
 from tfr_torch.decode.specs import string, wire_kind
 from tfr_torch.format.tensor import nest
 
-__all__ = ["DIRECT_DTYPE", "DoesNotFit", "to_torch", "wire_default", "nest", "NUMPY_OF_WIRE"]
+__all__ = ["DoesNotFit", "direct_numpy", "to_torch", "wire_default", "nest", "NUMPY_OF_WIRE"]
 
 NUMPY_OF_WIRE = {"float": np.float32, "int64": np.int64}
-DIRECT_DTYPE = {"float": torch.float32, "int64": torch.int64}  # the torch dtypes of wire values as they are
+_DIRECT_DTYPE = {"float": torch.float32, "int64": torch.int64}  # the torch dtypes of wire values as they are
 _NUMPY_OF_TORCH = {torch.int32: np.int32, torch.int16: np.int16, torch.int8: np.int8, torch.uint8: np.uint8}
 
 
@@ -25,6 +25,13 @@ class DoesNotFit(ValueError):
         self.position = position
         self.detail = f"value {value} does not fit in {dtype} (range {lo} to {hi})"
         super().__init__(f"cannot be converted: {self.detail}")
+
+
+def direct_numpy(dtype: Any) -> Any:
+    """The numpy dtype of the wire values of a feature of `dtype` when they are its result's values as they are
+    (float32 from a FloatList, int64 from an Int64List: no conversion), else None."""
+    kind = wire_kind(dtype)
+    return NUMPY_OF_WIRE.get(kind) if dtype == _DIRECT_DTYPE.get(kind) else None
 
 
 def to_torch(array: np.ndarray, dtype: torch.dtype) -> torch.Tensor:

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from tfr_torch.decode.convert import DIRECT_DTYPE, NUMPY_OF_WIRE, nest, wire_default
+from tfr_torch.decode.convert import NUMPY_OF_WIRE, direct_numpy, nest, wire_default
 from tfr_torch.decode.specs import FixedLenFeature, FixedLenSequenceFeature, string, wire_kind
 from tfr_torch.decode.units import Units
 from tfr_torch.format.options import FeatureKind
@@ -37,7 +37,7 @@ class FixedLenDecoder:
         self.default: Any = None if spec.default_value is None else wire_default(
             spec.default_value, spec.dtype, self.count, key, "FixedLenFeature")
         # the numpy dtype of the wire values when they are the result's values as they are (no conversion)
-        self._direct = NUMPY_OF_WIRE.get(self.kind) if spec.dtype == DIRECT_DTYPE.get(self.kind) else None
+        self._direct = direct_numpy(spec.dtype)
         self._string_scalar = spec.dtype == string and not spec.shape
         # one string per example: the compiled kernel may leave the values in the records (see plan.py)
         self.kernel_spans = (key,) if self._string_scalar else ()

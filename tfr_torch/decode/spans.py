@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Callable
 
+import numpy as np
+
 __all__ = ["RecordSpans"]
 
 
@@ -35,8 +37,6 @@ class RecordSpans:
 
     def nbytes(self) -> int:
         """The total length of the values."""
-        import numpy as np
-
         spans = np.frombuffer(self.arena, np.int64, 3 * self.total, self.offset)
         return int(spans[2::3].sum())
 

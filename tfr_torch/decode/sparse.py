@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from tfr_torch import _native
-from tfr_torch.decode.convert import DIRECT_DTYPE, NUMPY_OF_WIRE
+from tfr_torch.decode.convert import direct_numpy
 from tfr_torch.decode.results import SparseBytes
 from tfr_torch.decode.specs import SparseFeature, VarLenFeature, string, wire_kind
 from tfr_torch.decode.units import Units
@@ -47,7 +47,7 @@ class VarLenDecoder:
         self.key, self.spec = key, spec
         self.kind = wire_kind(spec.dtype)
         # the numpy dtype of the wire values when they are the result's values as they are (no conversion)
-        self._direct = NUMPY_OF_WIRE.get(self.kind) if spec.dtype == DIRECT_DTYPE.get(self.kind) else None
+        self._direct = direct_numpy(spec.dtype)
         # the compiled kernel writes this key's COO indices when they are used as they are (see fast)
         self.kernel_indices = (key,) if self._direct is not None else ()
 

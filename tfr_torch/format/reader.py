@@ -162,6 +162,8 @@ class RecordReader:
             return False
         if not hasattr(_native.core, "read_framed") or float(np.mean(sizes)) < _DIRECT_FROM:
             return False
+        if int(np.min(sizes)) < OVERHEAD:  # no record has that size: the usual loop reads what the file holds
+            return False
         try:
             self._raw.fileno()
         except (AttributeError, OSError, ValueError):  # not a local file (fsspec's, a pipe wrapper)
@@ -598,7 +600,8 @@ class RecordFile:
         `read`, which raises what is wrong."""
         core = _native.core
         out: list[bytes] = []
-        if core is not None and self._fd is not None and hasattr(core, "read_framed") and len(offsets):
+        if (core is not None and self._fd is not None and hasattr(core, "read_framed") and len(offsets)
+                and int(np.min(sizes)) >= OVERHEAD and int(np.min(offsets)) >= 0):  # else `read` says what is wrong
             out, _ = core.read_framed(self._fd, np.ascontiguousarray(offsets, dtype=np.int64),
                                       np.ascontiguousarray(sizes, dtype=np.int64), self.verify)
         for offset, size in zip(offsets[len(out):].tolist(), sizes[len(out):].tolist()):
