@@ -85,8 +85,10 @@ def test_loader_rows_report_cpu_and_peak_memory_per_process(tmp_path):
 def test_decode_rows_include_parse_example_from_two_threads(tmp_path):
     stdout, rows = run_rows(tmp_path, "decode-tabular")
     keys = [(r["library"], r["key"]) for r in rows]
-    assert keys == [("tfr_torch", "parse"), ("tfr_torch", "threads"), ("tfr_torch-python", "parse")]
-    assert "- decode-tabular: parse_example from 2 threads: " in stdout and "x one thread" in stdout
+    assert keys == [("tfr_torch", "parse"), ("tfr_torch", "threads"), ("tfr_torch", "threads-pool"),
+                    ("tfr_torch-python", "parse")]
+    assert "- decode-tabular: parse_example from 2 threads (each thread decoding every other batch): " in stdout
+    assert "- decode-tabular: parse_example from 2 threads (ThreadPoolExecutor(2).map, one task per batch): " in stdout
     threads = next(r for r in rows if r["key"] == "threads")
     assert threads["metrics"]["gil_free_2_threads"] > 0  # the machine's own 2-thread scaling, for comparison
     assert "zlib.compress of the same bytes from 2 threads: " in stdout
