@@ -647,3 +647,32 @@ def test_native_results_are_writable_and_do_not_share_values():
     assert torch.equal(ids, expected["id"] + 1000)
     assert torch.equal(tags.values(), -expected["tags"].values())
     assert torch.equal(tags.indices(), expected["tags"].indices())
+
+
+def _int64_records(runs: list[bytes]) -> list[bytes]:
+    """Examples whose int64 feature "t" is one packed run of exactly these bytes (Int64List.value, field 1)."""
+    from wirebytes import int64_feature, ld, raw_example
+
+    return [raw_example({"t": int64_feature(ld(1, run))}) for run in runs]
+
+
+@needs_core
+@pytest.mark.parametrize("runs", [
+    [bytes(range(0x00, 0x40)), bytes([0x80 | 5, 0x01]) * 9],  # one-byte values, two-byte values across 8-byte words
+    [b"\xff" * 9 + b"\x01", b"\x80" * 9 + b"\x7f" + b"\x05"],  # 10-byte varints: bits past 64 are dropped
+    [b"\x01\x02", b"\x80" * 10 + b"\x01"],  # an 11-byte varint: malformed
+    [b"\x01" * 15 + b"\x85"],  # the last varint cut off at the run's end
+    [b"\x01\x02\x03", b"\x85" * 12 + b"\x01" + b"\x02" * 7],  # 12 continuation bytes spanning a word boundary
+])
+@pytest.mark.parametrize("spec", [tfr_torch.VarLenFeature(torch.int64), tfr_torch.FixedLenFeature([2], torch.int64)])
+def test_packed_int64_runs_decode_as_the_reference_decodes_them(runs, spec):
+    """The kernel counts a packed int64 run by its varints' last bytes and finds a varint longer than 10 bytes only
+    when it decodes the run: the values, or the error, are still the reference's."""
+    records = _int64_records(runs)
+    reference, compiled = _both(lambda: tfr_torch.parse_example(records, {"t": spec}))
+    assert compiled == reference
+    status = core.ExampleDecoder([b"t"], bytes([2])).decode(records)[0]
+    malformed = any(b"\x80" * 10 in run or b"\x85" * 10 in run or run[-1] >= 0x80 for run in runs)
+    assert (status == 2) == malformed  # a malformed record sends the batch to the reference, which names it
+    if malformed:
+        assert reference[0] == "error"

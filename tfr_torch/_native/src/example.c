@@ -62,14 +62,31 @@ void tfr_plan_free(tfr_plan *plan) {
     memset(plan, 0, sizeof(*plan));
 }
 
+static int same_key(const tfr_plan *plan, size_t k, const uint8_t *key, size_t n) {
+    if (plan->key_len[k] != n) return 0;
+    const uint8_t *planned = plan->key_data + plan->key_start[k];
+    for (size_t i = 0; i < n; i++) /* keys are short: a loop beats a call to memcmp */
+        if (planned[i] != key[i]) return 0;
+    return 1;
+}
+
 static long find_key(const tfr_plan *plan, const uint8_t *key, size_t n) {
     size_t slot = hash_key(key, n) & plan->table_mask;
     for (;;) {
         int32_t k = plan->table[slot];
         if (!k) return -1;
-        if (plan->key_len[k - 1] == n && memcmp(plan->key_data + plan->key_start[k - 1], key, n) == 0) return k - 1;
+        if (same_key(plan, (size_t)(k - 1), key, n)) return k - 1;
         slot = (slot + 1) & plan->table_mask;
     }
+}
+
+/* find_key, first trying the key that the entry at this position of the map held in the last record (*hint: its
+ * index + 1, 0 for none): a writer emits every record's keys in one order, so the hash is rarely needed. */
+static long find_key_hinted(const tfr_plan *plan, const uint8_t *key, size_t n, int32_t *hint) {
+    if (hint && *hint && same_key(plan, (size_t)(*hint - 1), key, n)) return *hint - 1;
+    long k = find_key(plan, key, n);
+    if (hint) *hint = (int32_t)(k + 1);
+    return k;
 }
 
 /* A tag: a minimally encoded varint (TensorFlow's parser compares tags byte for byte, so a padded tag reads
@@ -120,27 +137,30 @@ static int map_entry(const uint8_t *p, const uint8_t *end, tfr_slice *key, tfr_s
 
 /* One Features map entry: a planned key's value goes to its slot; any other key must be valid UTF-8 (as a
  * protobuf string). With no plan (NULL), every key is checked and nothing is kept. */
-static int scan_entry(const tfr_plan *plan, const uint8_t *p, const uint8_t *end, tfr_slice *slots) {
+static int scan_entry(const tfr_plan *plan, const uint8_t *p, const uint8_t *end, tfr_slice *slots, int32_t *hint) {
     tfr_slice key, value;
     if (map_entry(p, end, &key, &value) < 0) return -1;
-    long k = plan ? find_key(plan, key.ptr, key.len) : -1; /* planned keys came from Python str: valid UTF-8 */
+    long k = plan ? find_key_hinted(plan, key.ptr, key.len, hint) : -1; /* planned keys came from Python str: valid UTF-8 */
     if (k >= 0) slots[k] = value;
     else if (!valid_utf8(key.ptr, key.len)) return -1;
     return 0;
 }
 
 /* Features: map entries only (TensorFlow's parser rejects anything else here). */
-static int scan_features(const tfr_plan *plan, const uint8_t *p, const uint8_t *end, tfr_slice *slots) {
-    while (p < end) {
+static int scan_features(const tfr_plan *plan, const uint8_t *p, const uint8_t *end, tfr_slice *slots,
+                         int32_t *hints) {
+    for (size_t j = 0; p < end; j++) {
         const uint8_t *entry;
         size_t len;
-        if (*p++ != TAG_MAP_ENTRY || !wire_bytes(&p, end, &entry, &len) || scan_entry(plan, entry, entry + len, slots) < 0)
+        int32_t *hint = hints && j < TFR_KEY_HINTS ? &hints[j] : NULL;
+        if (*p++ != TAG_MAP_ENTRY || !wire_bytes(&p, end, &entry, &len) ||
+            scan_entry(plan, entry, entry + len, slots, hint) < 0)
             return -1;
     }
     return 0;
 }
 
-int tfr_scan_example(const tfr_plan *plan, const uint8_t *rec, size_t n, tfr_slice *slots) {
+int tfr_scan_example(const tfr_plan *plan, const uint8_t *rec, size_t n, tfr_slice *slots, int32_t *hints) {
     const uint8_t *p = rec, *end = rec + n;
     while (p < end) { /* several `features` fields merge, as protobuf merges a repeated message field */
         uint64_t tag;
@@ -148,7 +168,7 @@ int tfr_scan_example(const tfr_plan *plan, const uint8_t *rec, size_t n, tfr_sli
         if (tag == TAG_EXAMPLE_FEATURES) {
             const uint8_t *features;
             size_t len;
-            if (!wire_bytes(&p, end, &features, &len) || scan_features(plan, features, features + len, slots) < 0)
+            if (!wire_bytes(&p, end, &features, &len) || scan_features(plan, features, features + len, slots, hints) < 0)
                 return -1;
         } else if (!wire_skip(&p, end, (unsigned)(tag & 7))) {
             return -1;
@@ -242,6 +262,94 @@ static void copy_floats(float *out, const uint8_t *p, size_t n) {
 #endif
 }
 
+/* The number of varints in a packed run counted by their last bytes (those below 0x80), 8 bytes at a time; 0 when
+ * the run's last varint is cut off. A varint longer than 10 bytes is not seen here: decode_varints finds it. */
+static int count_terminators(const uint8_t *p, size_t n, uint64_t *count) {
+    if (n && p[n - 1] >= 0x80) return 0;
+    uint64_t c = 0;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, p + i, 8);
+        /* one bit per byte that ends a varint, moved to the byte's low bit, then summed over the 8 bytes */
+        c += (((~w & 0x8080808080808080ULL) >> 7) * 0x0101010101010101ULL) >> 56;
+    }
+    for (; i < n; i++) c += p[i] < 0x80;
+    *count = c;
+    return 1;
+}
+
+int tfr_count_run(int kind, tfr_slice feature, uint64_t *count, int *present, tfr_slice *run) {
+    run->ptr = NULL;
+    run->len = 0;
+    if (kind == TFR_BYTES) return tfr_count_feature(kind, feature, count, present);
+    const uint8_t *p, *end;
+    int status = feature_list(kind, feature, &p, &end, present);
+    *count = 0;
+    if (status != TFR_F_OK || !*present) return status;
+    if (p == end) { /* an empty list */
+        run->ptr = p;
+        return TFR_F_OK;
+    }
+    if (kind != TFR_BYTES && *p == TAG_LIST_PACKED) {
+        const uint8_t *q = p + 1, *values;
+        size_t len;
+        if (wire_bytes(&q, end, &values, &len) && q == end) {
+            if (kind == TFR_FLOAT) {
+                if (len % 4) return TFR_F_MALFORMED;
+                *count = len / 4;
+            } else if (!count_terminators(values, len, count)) {
+                return TFR_F_MALFORMED;
+            }
+            run->ptr = values;
+            run->len = len;
+            return TFR_F_OK;
+        }
+    }
+    return tfr_count_feature(kind, feature, count, present); /* every other form, checked value by value */
+}
+
+/* The varints of a packed run as int64 into `out`; the number decoded, which is short of the run's terminating
+ * bytes when a varint is longer than 10 bytes. */
+static size_t decode_varints(const uint8_t *p, const uint8_t *end, int64_t *out) {
+    size_t n = 0;
+#if defined(__GNUC__) && defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    /* 8 bytes at a time: the first byte below 0x80 ends the varint, and its 7-bit groups are gathered without a
+     * branch per byte (a mix of 1- to 3-byte values mispredicts the byte loop's branches) */
+    while (end - p >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        uint64_t stop = ~w & 0x8080808080808080ULL;
+        if (!stop) break; /* 9 bytes or more: the byte loop below */
+        unsigned bits = (unsigned)__builtin_ctzll(stop) + 1; /* 8 x the varint's length */
+        uint64_t x = bits == 64 ? w : w & ((1ULL << bits) - 1);
+        x = (x & 0x7F) | ((x >> 1) & (0x7FULL << 7)) | ((x >> 2) & (0x7FULL << 14)) | ((x >> 3) & (0x7FULL << 21)) |
+            ((x >> 4) & (0x7FULL << 28)) | ((x >> 5) & (0x7FULL << 35)) | ((x >> 6) & (0x7FULL << 42)) |
+            ((x >> 7) & (0x7FULL << 49));
+        out[n++] = (int64_t)x;
+        p += bits >> 3;
+    }
+#endif
+    while (p < end) {
+        if (*p < 0x80) { /* one byte: most small values */
+            out[n++] = *p++;
+            continue;
+        }
+        uint64_t value;
+        if (!wire_varint(&p, end, &value)) break;
+        out[n++] = (int64_t)value;
+    }
+    return n;
+}
+
+size_t tfr_fill_run(int kind, tfr_slice run, void *out) {
+    if (kind == TFR_FLOAT) {
+        copy_floats(out, run.ptr, run.len / 4);
+        return run.len / 4;
+    }
+    return decode_varints(run.ptr, run.ptr + run.len, out);
+}
+
 size_t tfr_fill_numeric(int kind, tfr_slice feature, void *out) {
     const uint8_t *p, *end;
     int present;
@@ -302,7 +410,7 @@ int tfr_scan_sequence(const tfr_plan *plan, const uint8_t *rec, size_t n, tfr_sl
         uint8_t tag = *p++;
         if (tag == TAG_SEQ_CONTEXT && !seen_context && !seen_lists) {
             /* the context is decoded as an Example (see plan.py): here its layout is only checked */
-            if (!wire_bytes(&p, end, &field, &len) || scan_features(NULL, field, field + len, NULL) < 0) return -1;
+            if (!wire_bytes(&p, end, &field, &len) || scan_features(NULL, field, field + len, NULL, NULL) < 0) return -1;
             seen_context = 1;
         } else if (tag == TAG_SEQ_FEATURE_LISTS && !seen_lists) {
             if (!wire_bytes(&p, end, &field, &len)) return -1;

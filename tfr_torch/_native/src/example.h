@@ -43,11 +43,24 @@ int tfr_plan_init(tfr_plan *plan, size_t nkeys, const uint8_t *const *keys, cons
 void tfr_plan_free(tfr_plan *plan);
 
 /* Find each planned key's Feature in one serialized Example (the last entry wins, as in a map). Returns 0, or -1
- * when the record is malformed or uncommon (groups, map entries other than key-then-value): use the reference. */
-int tfr_scan_example(const tfr_plan *plan, const uint8_t *rec, size_t n, tfr_slice *slots);
+ * when the record is malformed or uncommon (groups, map entries other than key-then-value): use the reference.
+ * `hints` (NULL, or TFR_KEY_HINTS zeroed int32 kept from record to record of a batch) remembers which key each of
+ * the map's first entries held, the first guess for the next record. */
+#define TFR_KEY_HINTS 64
+int tfr_scan_example(const tfr_plan *plan, const uint8_t *rec, size_t n, tfr_slice *slots, int32_t *hints);
 
 /* Count the values of one Feature of kind `kind`; `*present` is 0 for a Feature with no kind set. */
 int tfr_count_feature(int kind, tfr_slice feature, uint64_t *count, int *present);
+
+/* tfr_count_feature for the batch decoder, with where the values are: for a numeric list in one packed run (the
+ * common encoding) or an empty list, *run is that run's bytes, so that filling reads them straight (tfr_fill_run);
+ * else run->ptr is NULL (bytes lists, unpacked values, no kind set). A packed int64 run is counted by its varints'
+ * last bytes only: tfr_fill_run finds a varint longer than 10 bytes. */
+int tfr_count_run(int kind, tfr_slice feature, uint64_t *count, int *present, tfr_slice *run);
+
+/* The values of a run found by tfr_count_run as float32 / int64 at `out`: returns the number written, fewer than
+ * counted when an int64 varint is longer than 10 bytes (the record is then malformed). */
+size_t tfr_fill_run(int kind, tfr_slice run, void *out);
 
 /* Write the values of a Feature counted OK: floats as float32 and int64s as int64 at `out`, or for bytes the
  * (pointer, length) of each value at `out_slices`. Returns the number written. */

@@ -426,6 +426,7 @@ typedef struct {
     size_t *size;
     tfr_slice *slots;   /* [b * k]: each record's Feature of each key */
     uint64_t *counts;   /* [k * b] */
+    tfr_slice *runs;    /* [k * b]: where each numeric Feature's values are (tfr_count_run) */
     uint8_t *present;   /* [k * b] */
     uint8_t *uncommon;  /* [k]: decode this column with the reference parser */
     uint64_t *totals;   /* [k] */
@@ -436,6 +437,7 @@ static void batch_free(batch *s) {
     free(s->size);
     free(s->slots);
     free(s->counts);
+    free(s->runs);
     free(s->present);
     free(s->uncommon);
     free(s->totals);
@@ -451,27 +453,34 @@ static int batch_alloc(batch *s, size_t b, size_t k) {
     s->size = malloc(bb * sizeof(*s->size));
     s->slots = calloc(bb * kk, sizeof(tfr_slice));
     s->counts = calloc(bb * kk, sizeof(uint64_t));
+    s->runs = calloc(bb * kk, sizeof(tfr_slice));
     s->present = calloc(bb * kk, 1);
     s->uncommon = calloc(kk, 1);
     s->totals = calloc(kk, sizeof(uint64_t));
-    return s->data && s->size && s->slots && s->counts && s->present && s->uncommon && s->totals ? 0 : -1;
+    return s->data && s->size && s->slots && s->counts && s->runs && s->present && s->uncommon && s->totals ? 0 : -1;
 }
 
 /* Find and count every planned Feature; returns -1 when all is well, else the record that needs the reference
  * (with *why 1: the record, 2: one of its features). No Python calls: runs without the GIL. */
 static Py_ssize_t batch_count(const tfr_plan *plan, batch *s, int *why) {
-    for (size_t i = 0; i < s->b; i++)
-        if (tfr_scan_example(plan, s->data[i], s->size[i], s->slots + i * s->k) < 0) {
+    /* record by record: a record's Features are counted while its bytes are in cache */
+    int32_t hints[TFR_KEY_HINTS] = {0};
+    for (size_t i = 0; i < s->b; i++) {
+        tfr_slice *slots = s->slots + i * s->k;
+#if defined(__GNUC__)
+        /* records are separate objects anywhere in memory: ask for the one after next while this one is read */
+        if (i + 2 < s->b)
+            for (size_t off = 0; off < s->size[i + 2] && off < 512; off += 64) __builtin_prefetch(s->data[i + 2] + off);
+#endif
+        if (tfr_scan_example(plan, s->data[i], s->size[i], slots, hints) < 0) {
             *why = 1;
             return (Py_ssize_t)i;
         }
-    for (size_t key = 0; key < s->k; key++)
-        for (size_t i = 0; i < s->b; i++) {
-            tfr_slice slot = s->slots[i * s->k + key];
+        for (size_t key = 0; key < s->k; key++) {
             uint64_t count = 0;
             int present = 0;
-            if (!slot.ptr) continue;
-            int status = tfr_count_feature(plan->kinds[key], slot, &count, &present);
+            if (!slots[key].ptr) continue;
+            int status = tfr_count_run(plan->kinds[key], slots[key], &count, &present, &s->runs[key * s->b + i]);
             if (status == TFR_F_UNCOMMON) {
                 s->uncommon[key] = 1;
             } else if (status != TFR_F_OK) {
@@ -483,6 +492,7 @@ static Py_ssize_t batch_count(const tfr_plan *plan, batch *s, int *why) {
                 s->totals[key] += count;
             }
         }
+    }
     return -1;
 }
 
@@ -592,10 +602,28 @@ static int fill_spans(const batch *s, size_t key, int64_t *out) {
     return at == total ? 0 : -1;
 }
 
+/* One numeric column of a batch counted by batch_count into `out`: each record's run read straight, the rare other
+ * encodings through their Feature. Returns -1, or the first record whose values fall short of its count (an int64
+ * varint longer than 10 bytes: the record is malformed). */
+static Py_ssize_t fill_runs(int kind, const batch *s, size_t key, char *out) {
+    size_t width = kind == TFR_FLOAT ? 4 : 8, at = 0;
+    const tfr_slice *runs = s->runs + key * s->b;
+    const uint64_t *counts = s->counts + key * s->b;
+    for (size_t i = 0; i < s->b; i++) {
+        if (!counts[i]) continue;
+        size_t got = runs[i].ptr ? tfr_fill_run(kind, runs[i], out + at * width)
+                                 : tfr_fill_numeric(kind, s->slots[i * s->k + key], out + at * width);
+        if (got != counts[i]) return (Py_ssize_t)i;
+        at += got;
+    }
+    return -1;
+}
+
 /* Lay out every common column in one arena, allocate it and fill it: presence, counts, numeric values and, where
- * the plan asks, COO indices. No Python calls: runs without the GIL. Returns NULL when out of memory. */
+ * the plan asks, COO indices. No Python calls: runs without the GIL. Returns NULL when out of memory, or with *bad
+ * set to the first record found malformed while filling (see fill_runs). */
 static char *fill_arena(const ExampleDecoder *self, const batch *s, int use_spans, column_layout *layout,
-                        size_t *size) {
+                        size_t *size, Py_ssize_t *bad) {
     size_t b = s->b, at = 0;
     for (size_t key = 0; key < s->k; key++) {
         column_layout *c = &layout[key];
@@ -638,7 +666,10 @@ static char *fill_arena(const ExampleDecoder *self, const batch *s, int use_span
             }
             continue;
         }
-        fill_numeric_column(kind, s->slots + key, b, s->k, arena + c->values);
+        if ((*bad = fill_runs(kind, s, key, arena + c->values)) >= 0) {
+            PyMem_RawFree(arena);
+            return NULL;
+        }
         if (self->indices[key]) {
             int64_t *row_of = (int64_t *)(arena + c->indices), *pos_of = row_of + s->totals[key];
             for (size_t i = 0, j = 0; i < b; i++)
@@ -691,7 +722,10 @@ static PyObject *decoder_decode(ExampleDecoder *self, PyObject *args) {
     int why = 0;
     Py_BEGIN_ALLOW_THREADS
     bad = batch_count(&self->plan, &s, &why);
-    if (bad < 0) arena = fill_arena(self, &s, use_spans, layout, &arena_size);
+    if (bad < 0) {
+        arena = fill_arena(self, &s, use_spans, layout, &arena_size, &bad);
+        why = 2;
+    }
     Py_END_ALLOW_THREADS
     if (bad >= 0) {
         result = Py_BuildValue("(in)", why, bad);
