@@ -676,3 +676,31 @@ def test_packed_int64_runs_decode_as_the_reference_decodes_them(runs, spec):
     assert (status == 2) == malformed  # a malformed record sends the batch to the reference, which names it
     if malformed:
         assert reference[0] == "error"
+
+
+@needs_core
+def test_keys_in_another_order_or_unplanned_at_a_position_are_found_by_name():
+    """The kernel guesses each map position's key from the record before: records whose keys come in other orders,
+    an unplanned key of the same length where a planned one stood, a key twice (the last wins), and more than 64
+    entries all decode as the reference decodes them."""
+    from wirebytes import int64_feature, packed_ints, raw_example
+
+    def record(pairs):
+        return raw_example(dict(pairs)) if len({k for k, _ in pairs}) == len(pairs) else b"".join(
+            raw_example({k: v}) for k, v in pairs)  # a key twice: one Features map entry after the other
+
+    ints = lambda *v: int64_feature(packed_ints(v))  # noqa: E731
+    many = [(f"k{j:03d}", ints(j)) for j in range(70)]
+    records = [record([("ab", ints(1)), ("cd", ints(2))]),
+               record([("cd", ints(3)), ("ab", ints(4))]),
+               record([("ac", ints(9)), ("cd", ints(5)), ("ab", ints(6))]),
+               record([("ab", ints(7)), ("ab", ints(8)), ("cd", ints(0))]),
+               record(many + [("ab", ints(10)), ("cd", ints(11))]),
+               record(list(reversed(many)) + [("cd", ints(12)), ("ab", ints(13))])]
+    spec = {"ab": tfr_torch.FixedLenFeature([], torch.int64), "cd": tfr_torch.FixedLenFeature([], torch.int64),
+            "k069": tfr_torch.FixedLenFeature([], torch.int64, default_value=-1)}
+    assert core.ExampleDecoder([b"ab", b"cd", b"k069"], bytes([2, 2, 2])).decode(records)[0] == 0  # the kernel's
+    reference, compiled = _both(lambda: tfr_torch.parse_example(records, spec))
+    assert compiled == reference
+    assert reference[1]["ab"][2] == [1, 4, 6, 8, 10, 13] and reference[1]["cd"][2] == [2, 3, 5, 0, 11, 12]
+    assert reference[1]["k069"][2] == [-1, -1, -1, -1, 69, 69]
