@@ -342,3 +342,26 @@ def test_cache_does_not_confuse_equal_comparing_defaults():
     minus = parse_example(missing, {"x": FixedLenFeature([], torch.float32, default_value=-0.0)})["x"]
     assert float32_bits(plus.numpy()) == [0x00000000]
     assert float32_bits(minus.numpy()) == [0x80000000]
+
+
+
+def test_compile_features_reads_the_last_spec_and_its_plan_together(monkeypatch):
+    """compile_features remembers the last spec and its plan for a quick repeat. Another thread compiling another
+    spec between this call's reads of the two must not pair this spec with the other's plan."""
+    from tfr_torch.decode import plan as plan_module
+
+    mine, other = {"a": FixedLenFeature([], torch.int64)}, {"b": FixedLenFeature([], torch.int64)}
+    tfr_torch.compile_features(mine)  # remembered as the last spec
+
+    class OtherThreadCompilesAfterTheFirstRead(list):
+        switched = False
+
+        def __getitem__(self, i):
+            value = super().__getitem__(i)
+            if not self.switched:
+                self.switched = True
+                tfr_torch.compile_features(other)  # as if another thread ran right here
+            return value
+
+    monkeypatch.setattr(plan_module, "_LAST", OtherThreadCompilesAfterTheFirstRead(plan_module._LAST))
+    assert list(tfr_torch.compile_features(mine).features) == ["a"]

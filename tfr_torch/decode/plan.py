@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Protocol, cast
@@ -495,8 +496,11 @@ class SequenceExamplePlan:
 
 
 _PLANS: dict[str, ExamplePlan] = {}
+_PLANS_LOCK = threading.Lock()
 _MAX_PLANS = 64
-_LAST: list[Any] = [(), None]  # the items of the last spec compiled and its plan
+# the items of the last spec compiled and its plan, as one tuple: a thread reads both halves of one call's pair
+# (two list items could be read across another thread's update, pairing one spec with another's plan)
+_LAST: list[tuple[tuple[Any, ...], ExamplePlan | None]] = [((), None)]
 
 
 def compile_features(features: Mapping[str, Any]) -> ExamplePlan:
@@ -510,17 +514,17 @@ def compile_features(features: Mapping[str, Any]) -> ExamplePlan:
     if not isinstance(features, Mapping):
         raise TypeError(f"features must be a dict of feature names to specs, got {type(features).__name__}")
     items = tuple(features.items())
-    last_items: tuple[Any, ...] = _LAST[0]
-    last_plan: ExamplePlan | None = _LAST[1]  # None before the first spec: an empty spec must not match it
+    last_items, last_plan = _LAST[0]  # last_plan is None before the first spec: an empty spec must not match it
     if last_plan is not None and len(items) == len(last_items) and all(
             a is c and b is d for (a, b), (c, d) in zip(items, last_items)):
         return last_plan  # the same (frozen) spec objects as the last call: skip the repr
     key = repr(items)  # reprs are exact (they tell 0.0 from -0.0, unlike ==)
-    plan = _PLANS.get(key)
-    if plan is None:
-        plan = ExamplePlan(features)
-        if len(_PLANS) >= _MAX_PLANS:
-            _PLANS.pop(next(iter(_PLANS)))
-        _PLANS[key] = plan
-    _LAST[:] = [items, plan]
+    with _PLANS_LOCK:  # threads may compile specs at once
+        plan = _PLANS.get(key)
+        if plan is None:
+            plan = ExamplePlan(features)
+            if len(_PLANS) >= _MAX_PLANS:
+                _PLANS.pop(next(iter(_PLANS)))
+            _PLANS[key] = plan
+    _LAST[0] = (items, plan)
     return plan
