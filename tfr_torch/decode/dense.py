@@ -56,9 +56,9 @@ class FixedLenDecoder:
             return values[0] if single else values
         if self._direct is None:
             return None
-        array = np.frombuffer(arena, self._direct, column[3], column[2]).reshape(b, *self.spec.shape)
-        tensor = torch.from_numpy(array)
-        return tensor[0] if single else tensor
+        values = np.frombuffer(arena, self._direct, column[3], column[2])
+        # one example: its row shaped at once (indexing a [1, ...] tensor costs a torch op)
+        return torch.from_numpy(values.reshape(self.spec.shape) if single else values.reshape(b, *self.spec.shape))
 
     def __call__(self, units: Units, single: bool = False) -> Any:
         key, n, spec = self.key, self.count, self.spec

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 import threading
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
@@ -213,9 +214,12 @@ class ExamplePlan:
         self._splits = all(type(spec) in (FixedLenFeature, VarLenFeature) for spec in self.features.values())
         self._kernel: Any = None  # the compiled core's decoder for these keys, made on first use
         self._kernel_of: Any = None  # the core module it was made by
-        # each feature's fast path from the kernel's output (see _native_parse), and the keys whose sparse
-        # indices the kernel writes for it
-        self._fast: dict[str, Any] = {key: getattr(decoder, "fast", None) for key, decoder in self.decoders.items()}
+        # per feature: (key, its fast path from the kernel's output or None, its decoder, where the column of its
+        # key is in that output); see _native_parse. Then the keys whose sparse indices the kernel writes.
+        self._wire_at = wire_at = {key: i for i, key in enumerate(self._wire_kinds)}
+        self._steps: list[tuple[str, Any, Decoder, int]] = [
+            (key, getattr(decoder, "fast", None) if key in wire_at else None, decoder, wire_at.get(key, -1))
+            for key, decoder in self.decoders.items()]
         self._indices = [key for decoder in self.decoders.values() for key in getattr(decoder, "kernel_indices", ())]
         # the keys whose bytes may stay in the records as spans: read by one decoder, which takes them as they are
         readers = Counter(key for decoder in self.decoders.values() for key in decoder.wire_keys())
@@ -238,18 +242,16 @@ class ExamplePlan:
             return None
         _, arena, columns = out
         n = len(records)
-        by_key = dict(zip(self._wire_kinds, columns))
         if spans:
             for key in self._spans:
-                column = by_key[key]
+                at = self._wire_at[key]
+                column = columns[at]
                 if isinstance(column[2], int):
-                    by_key[key] = (*column[:2], RecordSpans(core, records, arena, column[2], column[3]), *column[3:])
-            columns = list(by_key.values())
+                    columns[at] = (*column[:2], RecordSpans(core, records, arena, column[2], column[3]), *column[3:])
         result: dict[str, Any] = {}
         units = None
-        for key, decoder in self.decoders.items():
-            fast = self._fast[key]
-            value = fast(arena, by_key[key], n, single) if fast is not None else None
+        for key, fast, decoder, at in self._steps:
+            value = fast(arena, columns[at], n, single) if fast is not None else None
             if value is None:
                 if units is None:
                     units = _arena_units(arena, columns, self._wire_kinds, n)
@@ -498,9 +500,9 @@ class SequenceExamplePlan:
 _PLANS: dict[str, ExamplePlan] = {}
 _PLANS_LOCK = threading.Lock()
 _MAX_PLANS = 64
-# the items of the last spec compiled and its plan, as one tuple: a thread reads both halves of one call's pair
-# (two list items could be read across another thread's update, pairing one spec with another's plan)
-_LAST: list[tuple[tuple[Any, ...], ExamplePlan | None]] = [((), None)]
+# the names and specs of the last spec compiled, and its plan, as one tuple that a thread reads at once (separate
+# items could be read across another thread's update, pairing one spec with another's plan)
+_LAST: list[tuple[tuple[str, ...], tuple[Any, ...], ExamplePlan | None]] = [((), (), None)]
 
 
 def compile_features(features: Mapping[str, Any]) -> ExamplePlan:
@@ -513,12 +515,11 @@ def compile_features(features: Mapping[str, Any]) -> ExamplePlan:
     """
     if not isinstance(features, Mapping):
         raise TypeError(f"features must be a dict of feature names to specs, got {type(features).__name__}")
-    items = tuple(features.items())
-    last_items, last_plan = _LAST[0]  # last_plan is None before the first spec: an empty spec must not match it
-    if last_plan is not None and len(items) == len(last_items) and all(
-            a is c and b is d for (a, b), (c, d) in zip(items, last_items)):
-        return last_plan  # the same (frozen) spec objects as the last call: skip the repr
-    key = repr(items)  # reprs are exact (they tell 0.0 from -0.0, unlike ==)
+    names, specs = tuple(features), tuple(features.values())
+    last_names, last_specs, last_plan = _LAST[0]  # last_plan is None before the first spec: {} must not match it
+    if last_plan is not None and names == last_names and all(map(operator.is_, specs, last_specs)):
+        return last_plan  # the same names and (frozen) spec objects as the last call: skip the repr
+    key = repr(tuple(zip(names, specs)))  # reprs are exact (they tell 0.0 from -0.0, unlike ==)
     with _PLANS_LOCK:  # threads may compile specs at once
         plan = _PLANS.get(key)
         if plan is None:
@@ -526,5 +527,5 @@ def compile_features(features: Mapping[str, Any]) -> ExamplePlan:
             if len(_PLANS) >= _MAX_PLANS:
                 _PLANS.pop(next(iter(_PLANS)))
             _PLANS[key] = plan
-    _LAST[0] = (items, plan)
+    _LAST[0] = (names, specs, plan)
     return plan
