@@ -191,14 +191,29 @@ def _rows_of(value: Any, n: int) -> Sequence[Any]:
         return cast("Sequence[Any]", value)
     if not value.is_sparse:
         return value.unbind(0)
-    positions, values = value.indices()[1:], value.values()
-    ends = torch.bincount(value.indices()[0], minlength=n).cumsum(0).tolist()
+    indices = value.indices()
+    ends = torch.bincount(indices[0], minlength=n).cumsum(0).tolist()
+    positions: Any = indices[1:]
+    values: Any = value.values()
+    if values.dtype in _NUMPY_SLICES:  # numpy views of the rows: a slice costs a tenth of a torch op
+        positions, values = positions.numpy(), values.numpy()
+        to_tensor: Any = torch.from_numpy
+    else:
+        to_tensor = _same
     rows, start = [], 0
     for end in ends:
-        rows.append(torch.sparse_coo_tensor(positions[:, start:end], values[start:end], (end - start,),
-                                            is_coalesced=True, check_invariants=False))
+        rows.append(torch.sparse_coo_tensor(to_tensor(positions[:, start:end]), to_tensor(values[start:end]),
+                                            (end - start,), is_coalesced=True, check_invariants=False))
         start = end
     return rows
+
+
+_NUMPY_SLICES = {torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.float64, torch.float32,
+                 torch.float16, torch.bool}
+
+
+def _same(value: Any) -> Any:
+    return value
 
 
 class ExamplePlan:
