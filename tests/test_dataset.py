@@ -718,6 +718,8 @@ def test_indexed_getitems_reads_each_file_together_in_the_callers_order(tmp_path
     assert [int(item["id"]) for item in got] == [11, 0, 5, 7, 11, 3, 3, 8, 0]
     for item, i in zip(got, order):
         assert item["data"] == ds[int(i)]["data"]
+    second = [9, 7, 11, 7]  # all from the second file
+    assert [item["data"] for item in ds.__getitems__(second)] == [ds[i]["data"] for i in second]
     handle = ds._file(1)
     table = ds.offsets[1]
     assert handle.read_many(table[[3, 0], 0], table[[3, 0], 1]) == [handle.read(int(table[3, 0])),

@@ -133,7 +133,9 @@ class IndexedTFRecordDataset(Dataset[Any]):
         records: list[bytes] = [b""] * len(indices)
         names: list[RecordLocation] = [cast(RecordLocation, None)] * len(indices)
         try:
-            for f in np.unique(files).tolist():
+            first = int(files[0])
+            # a batch from one file (the common case) needs no np.unique (a sort)
+            for f in [first] if (files == first).all() else np.unique(files).tolist():
                 at = np.flatnonzero(files == f)
                 local = wanted[at] - (int(self._ends[f - 1]) if f else 0)
                 table = self.offsets[f][local]

@@ -27,7 +27,7 @@ import struct
 import threading
 import warnings
 from multiprocessing.reduction import ForkingPickler
-from typing import Any, Callable, Literal, NamedTuple, Union
+from typing import Any, Callable, Literal, Union
 
 import numpy as np
 import torch
@@ -51,36 +51,20 @@ _NUMPY_DTYPES = {name: np.dtype(name) for name in ("float64", "float32", "float1
 Container = Literal["dict", "list"]  # what a batch is: a Batch (dict) or a RecordBatch (list of bytes)
 
 
-class TensorEntry(NamedTuple):
-    """A dense CPU tensor written into a slab: `nbytes` bytes at `pos`, rebuilt as torch dtype `dtype` (its name,
-    e.g. "float32") and `shape`; `key` is its key in the batch (None for a RecordBatch)."""
-
-    key: Any
-    pos: int
-    nbytes: int
-    dtype: str
-    shape: tuple[int, ...]
-
-
-class BytesEntry(NamedTuple):
-    """A list of byte strings written end to end into a slab from `pos` (`nbytes` in all), one per `lengths`."""
-
-    key: Any
-    pos: int
-    nbytes: int
-    lengths: list[int]
-
-
+# What travels in the pickle beside a slab is plain tuples: a NamedTuple pickles and unpickles through a Python call
+# per object, a good part of a small batch's trip.
+#
+# TensorEntry: a dense CPU tensor written into a slab: ("t", key, pos, nbytes, dtype, shape): `nbytes` bytes at
+#   `pos`, rebuilt as torch dtype `dtype` (its name, e.g. "float32") and `shape`; `key` is its key in the batch
+#   (None for a RecordBatch).
+# BytesEntry: a list of byte strings written end to end into a slab: ("b", key, pos, nbytes, lengths): from `pos`,
+#   `nbytes` in all, one per `lengths`.
+# SlabRef: where the receiver finds a slab: (pid, fd, serial, size): worker `pid`'s memfd `fd` (through /proc),
+#   slab `serial`, `size` bytes.
+TensorEntry = tuple[Literal["t"], Any, int, int, str, tuple[int, ...]]
+BytesEntry = tuple[Literal["b"], Any, int, int, list[int]]
 Entry = Union[TensorEntry, BytesEntry]
-
-
-class SlabRef(NamedTuple):
-    """Where the receiver finds a slab: worker `pid`'s memfd `fd` (through /proc), slab `serial`, `size` bytes."""
-
-    pid: int
-    fd: int
-    serial: int
-    size: int
+SlabRef = tuple[int, int, int, int]
 
 
 class Batch(dict[Any, Any]):
@@ -299,16 +283,16 @@ def _reduce(batch: Any, items: list[tuple[Any, Any]],
                     dst = torch.frombuffer(mm, dtype=torch.uint8, count=nbytes, offset=pos)
                     dst.copy_(value.contiguous().reshape(-1).view(torch.uint8))
                     del dst
-                entries.append(TensorEntry(key, pos, nbytes, dtype, tuple(value.shape)))
+                entries.append(("t", key, pos, nbytes, dtype, tuple(value.shape)))
             else:
                 lengths = _pack_bytes(value, mm, pos)
                 nbytes = sum(lengths)
-                entries.append(BytesEntry(key, pos, nbytes, lengths))
+                entries.append(("b", key, pos, nbytes, lengths))
             pos += _pad(nbytes)
         slab.sent += 1
         retired, pool.retired = pool.retired, []
     keys = [key for key, _ in items]
-    return _rebuild, (container, SlabRef(pool.pid, slab.fd, slab.serial, _HEADER + slab.size), keys, entries, inline,
+    return _rebuild, (container, (pool.pid, slab.fd, slab.serial, _HEADER + slab.size), keys, entries, inline,
                       retired)
 
 
@@ -381,21 +365,22 @@ def _rebuild(container: Container, slab: SlabRef, keys: list[Any], entries: list
     mm = _mapping(slab, retired)
     values: dict[Any, Any] = dict(inline)
     for entry in entries:
-        key, pos, nbytes = entry.key, entry.pos, entry.nbytes
-        if isinstance(entry, TensorEntry):
-            as_numpy = _NUMPY_DTYPES.get(entry.dtype)
+        key, pos, nbytes = entry[1:4]
+        if entry[0] == "t":
+            _, _, _, _, dtype_name, shape = entry
+            as_numpy = _NUMPY_DTYPES.get(dtype_name)
             if nbytes and as_numpy is not None:
                 values[key] = torch.from_numpy(np.frombuffer(mm, as_numpy, nbytes // as_numpy.itemsize, pos)
-                                               .reshape(entry.shape).copy())
+                                               .reshape(shape).copy())
                 continue
-            dtype = getattr(torch, entry.dtype)
+            dtype = getattr(torch, dtype_name)
             if nbytes:
                 flat = torch.frombuffer(mm, dtype=torch.uint8, count=nbytes, offset=pos).clone()
-                values[key] = flat.view(dtype).reshape(entry.shape)
+                values[key] = flat.view(dtype).reshape(shape)
             else:
-                values[key] = torch.empty(entry.shape, dtype=dtype)
+                values[key] = torch.empty(shape, dtype=dtype)
         else:
-            values[key] = _unpack_bytes(mm, pos, entry.lengths)
+            values[key] = _unpack_bytes(mm, pos, entry[4])
     _RELEASED.pack_into(mm, 0, _RELEASED.unpack_from(mm, 0)[0] + 1)  # the worker may reuse the slab now
     return _rebuild_inline(container, [(key, values[key]) for key in keys])
 
