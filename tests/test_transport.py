@@ -354,3 +354,72 @@ def test_spans_only_for_strings_one_decoder_takes_whole(backend):
                                                                               default_value=b"?")})
     got = with_default.parse(records + [tfr_torch.encode_example({"u": 1})], spans=True)
     assert type(got["s"]) is list and got["s"] == values + [b"?"]
+
+
+def _collated(rows, in_worker, monkeypatch):
+    """default_collate of `rows` as a DataLoader worker (in_worker) or the main process runs it: the result, or
+    the error's class and message."""
+    import torch.utils.data
+
+    monkeypatch.setattr(torch.utils.data, "get_worker_info", (lambda: object()) if in_worker else (lambda: None))
+    try:
+        return torch.utils.data.default_collate(rows)
+    except Exception as exc:  # noqa: BLE001 - compared, class and message
+        return (type(exc).__name__, str(exc))
+
+
+def _rows():
+    return [{"label": torch.tensor(i), "emb": torch.full((2, 3), float(i)), "data": b"x%d" % i,
+             "pair": [b"a%d" % i, b"b"], "n": i} for i in range(4)]
+
+
+@pytest.mark.parametrize("in_worker", [True, False])
+def test_default_collate_of_dataset_rows_is_default_collate_of_dicts(monkeypatch, in_worker):
+    """A worker's rows (Batch) collate as plain dicts do: stacked tensors, lists of bytes, transposed lists,
+    numbers to tensors, keys in order; only the stacked tensors' memory differs (plain, not a new shared-memory
+    segment per batch, which the slab makes pointless)."""
+    plain = _collated(_rows(), in_worker, monkeypatch)
+    ours = _collated([Batch(row) for row in _rows()], in_worker, monkeypatch)
+    assert type(ours) is Batch and list(ours) == list(plain)
+    for key in plain:
+        if isinstance(plain[key], torch.Tensor):
+            assert ours[key].dtype == plain[key].dtype and torch.equal(ours[key], plain[key]), key
+        else:
+            assert ours[key] == plain[key], key
+    assert plain["label"].is_shared() == in_worker  # what default_collate does in a worker
+    assert not ours["label"].is_shared() and not ours["emb"].is_shared()
+
+
+@pytest.mark.parametrize("in_worker", [True, False])
+@pytest.mark.parametrize("bad", ["shapes", "sparse", "missing key"])
+def test_default_collate_of_dataset_rows_fails_as_default_collate_of_dicts(monkeypatch, in_worker, bad):
+    rows = _rows()
+    if bad == "shapes":
+        rows[2]["emb"] = torch.zeros(3, 2)
+    elif bad == "sparse":
+        for row in rows:
+            row["emb"] = row["emb"].to_sparse()
+    else:
+        del rows[3]["data"]
+    plain = _collated(rows, in_worker, monkeypatch)
+    ours = _collated([Batch(row) for row in rows], in_worker, monkeypatch)
+    assert isinstance(plain, tuple) and ours == plain
+
+
+@needs_shm
+def test_indexed_dataloader_batches_are_plain_tensors_equal_to_the_rows(tmp_path):
+    """Map-style: DataLoader(IndexedTFRecordDataset, batch_size=N) with workers collates each worker's rows with
+    the Batch entry of default_collate; the batches equal the items one by one."""
+    path = str(tmp_path / "m.tfrecord")
+    with tfr_torch.TFRecordWriter(path) as writer:
+        for i in range(10):
+            writer.write(tfr_torch.encode_example({"id": i, "v": [i, i + 1], "s": b"s%d" % i}))
+    tfr_torch.build_index(path)
+    spec = {"id": tfr_torch.FixedLenFeature([], torch.int64), "v": tfr_torch.FixedLenFeature([2], torch.int64),
+            "s": tfr_torch.FixedLenFeature([], tfr_torch.string)}
+    ds = tfr_torch.IndexedTFRecordDataset(path, spec)
+    batches = list(DataLoader(ds, batch_size=4, num_workers=2))
+    assert [type(b) for b in batches] == [dict] * 3
+    assert torch.cat([b["id"] for b in batches]).tolist() == list(range(10))
+    assert torch.cat([b["v"] for b in batches]).tolist() == [[i, i + 1] for i in range(10)]
+    assert [s for b in batches for s in b["s"]] == [b"s%d" % i for i in range(10)]
