@@ -32,8 +32,6 @@ from typing import Any, Callable, Literal, Union
 import numpy as np
 import torch
 
-from torch.utils.data._utils.collate import collate, default_collate_fn_map
-
 from tfr_torch import _native
 from tfr_torch.decode.spans import RecordSpans
 
@@ -98,9 +96,15 @@ def _collate_rows(batch: list[Any], *, collate_fn_map: dict[Any, Callable[..., A
     return out
 
 
-# default_collate looks a batch's element type up in this map first (torch's documented way to extend it); only
-# Batch, tfr_torch's own type, is added
-default_collate_fn_map[Batch] = _collate_rows
+# default_collate looks a batch's element type up in this map first (torch's documented way to extend it, though
+# the map lives in a private module: where a torch release moves it, rows collate the default way); only Batch,
+# tfr_torch's own type, is added
+try:
+    from torch.utils.data._utils.collate import collate, default_collate_fn_map
+except ImportError:  # pragma: no cover - every torch from 2.0 to this day has it
+    pass
+else:
+    default_collate_fn_map[Batch] = _collate_rows
 
 
 _SUPPORTED = hasattr(os, "memfd_create") and os.path.isdir("/proc/self/fd")  # Linux

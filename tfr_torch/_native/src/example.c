@@ -140,7 +140,8 @@ static int map_entry(const uint8_t *p, const uint8_t *end, tfr_slice *key, tfr_s
 static int scan_entry(const tfr_plan *plan, const uint8_t *p, const uint8_t *end, tfr_slice *slots, int32_t *hint) {
     tfr_slice key, value;
     if (map_entry(p, end, &key, &value) < 0) return -1;
-    long k = plan ? find_key_hinted(plan, key.ptr, key.len, hint) : -1; /* planned keys came from Python str: valid UTF-8 */
+    /* planned keys came from Python str: valid UTF-8 */
+    long k = plan ? find_key_hinted(plan, key.ptr, key.len, hint) : -1;
     if (k >= 0) slots[k] = value;
     else if (!valid_utf8(key.ptr, key.len)) return -1;
     return 0;
@@ -291,7 +292,7 @@ int tfr_count_run(int kind, tfr_slice feature, uint64_t *count, int *present, tf
         run->ptr = p;
         return TFR_F_OK;
     }
-    if (kind != TFR_BYTES && *p == TAG_LIST_PACKED) {
+    if (*p == TAG_LIST_PACKED) { /* numeric from here: bytes lists returned above */
         const uint8_t *q = p + 1, *values;
         size_t len;
         if (wire_bytes(&q, end, &values, &len) && q == end) {
