@@ -224,6 +224,22 @@ def test_plain_example_names_appear_in_message():
     assert raised.value.path is None and raised.value.offset is None
 
 
+@pytest.mark.usefixtures("batch_path")
+def test_empty_example_names_mean_no_names_as_in_tensorflow():
+    """TensorFlow's testEmptySerializedWithAllDefaults passes example_names=[]: zero names is no names."""
+    spec = {"a": FixedLenFeature([], torch.int64, default_value=3)}
+    assert parse_example([b"", b""], spec, example_names=[])["a"].tolist() == [3, 3]
+    context, lists, _ = tfr_torch.parse_sequence_example(
+        [b"", b""], {"a": FixedLenFeature([], torch.int64, default_value=3)}, example_names=[])
+    assert context["a"].tolist() == [3, 3] and lists == {}
+    with pytest.raises(DecodeError) as raised:
+        parse_example([b"", encode_example({"a": [1, 2]})], spec, example_names=())
+    assert str(raised.value) == "feature 'a' in example 1 holds 2 int64 values, expected 1 (shape [])"
+    with pytest.raises(ValueError) as bad:
+        parse_example([b"", b""], spec, example_names=["only one"])
+    assert str(bad.value) == "example_names has 1 names for 2 records"
+
+
 def test_single_example_errors_say_the_example():
     record = encode_example({"a": [1, 2, 3]})
     spec = {"a": FixedLenFeature([2], torch.int64)}

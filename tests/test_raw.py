@@ -103,11 +103,24 @@ def test_errors_say_what_is_wrong():
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.sampled_from([np.int16, np.int32, np.float32, np.float64, np.uint8]),
+@given(st.sampled_from([np.int16, np.int32, np.float32, np.float64, np.uint8, np.complex64, np.complex128]),
        st.lists(st.integers(0, 100), min_size=1, max_size=5), st.integers(0, 6), st.booleans())
 def test_property_matches_numpy(np_dtype, seeds, width, little):
-    arrays = [np.random.default_rng(s).integers(0, 100, width).astype(np_dtype) for s in seeds]
+    def values(seed):
+        rng = np.random.default_rng(seed)
+        real = rng.integers(0, 100, width).astype(np_dtype)
+        return real + 1j * rng.integers(0, 100, width) if np.issubdtype(np_dtype, np.complexfloating) else real
+
+    arrays = [values(s).astype(np_dtype) for s in seeds]
     order = "<" if little else ">"
     data = [a.astype(np.dtype(np_dtype).newbyteorder(order)).tobytes() for a in arrays]
     out = decode_raw(data, torch.from_numpy(np.empty(0, np_dtype)).dtype, little_endian=little)
     assert np.array_equal(out.numpy(), np.stack(arrays))
+
+
+def test_big_endian_complex_swaps_each_part_as_tensorflow_does():
+    """TensorFlow byte-swaps the real and the imaginary float one by one (1+2j below, not 2+1j)."""
+    assert decode_raw([b"?\x80\x00\x00@\x00\x00\x00"], torch.complex64, little_endian=False).tolist() == [[1 + 2j]]
+    data = np.array([1.5 - 2j, -3 + 4.25j], dtype=">c16").tobytes()
+    assert decode_raw(data, torch.complex128, little_endian=False).tolist() == [1.5 - 2j, -3 + 4.25j]
+    assert decode_raw(data[::-1], torch.complex128).tolist() == [4.25 - 3j, -2 + 1.5j]

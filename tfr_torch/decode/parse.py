@@ -22,6 +22,7 @@ def parse_example(serialized: Sequence[bytes], features: Mapping[str, Any],
     nested (jagged) tensor or RaggedTensor; FixedLenSequenceFeature -> dense `[B, T, *shape]`. Bytes features
     come back as lists of bytes nested like the shape. `example_names` label errors: strings are shown as names;
     `tfr_torch.RecordLocation(path, offset)`s (what the datasets pass) also set the error's `.path` / `.offset`.
+    An empty `example_names` means no names, as in TensorFlow; any other length must match the records.
 
     >>> import torch, tfr_torch
     >>> records = [tfr_torch.encode_example({"x": [1.0, 2.0], "id": 7}), tfr_torch.encode_example({"x": [3.0, 4.0]})]
@@ -31,7 +32,7 @@ def parse_example(serialized: Sequence[bytes], features: Mapping[str, Any],
     >>> out["x"].tolist(), out["id"].tolist()
     ([[1.0, 2.0], [3.0, 4.0]], [7, -1])
     """
-    return compile_features(features).parse(serialized, example_names)
+    return compile_features(features).parse(serialized, _names(example_names))
 
 
 def parse_single_example(serialized: bytes, features: Mapping[str, Any],
@@ -53,7 +54,7 @@ def parse_sequence_example(serialized: Sequence[bytes], context_features: Mappin
     `[B, T, max_len]`, RaggedFeature lists as RaggedTensor `[B, (T), (values)]`; `lengths` gives T per example
     for each FixedLenSequenceFeature.
     """
-    return SequenceExamplePlan(context_features, sequence_features).parse(serialized, example_names)
+    return SequenceExamplePlan(context_features, sequence_features).parse(serialized, _names(example_names))
 
 
 def parse_single_sequence_example(serialized: bytes, context_features: Mapping[str, Any] | None = None,
@@ -65,3 +66,8 @@ def parse_single_sequence_example(serialized: bytes, context_features: Mapping[s
     context, lists, _ = SequenceExamplePlan(context_features, sequence_features).parse(
         [serialized], None if example_name is None else [example_name], single=True)
     return context, lists
+
+
+def _names(example_names: Sequence[ExampleName] | None) -> Sequence[ExampleName] | None:
+    """TensorFlow's rule: an empty names vector is the same as none (its ops accept 0 names or one per record)."""
+    return None if example_names is not None and len(example_names) == 0 else example_names

@@ -114,8 +114,10 @@ def decode_raw(data: BytesLike | Sequence[BytesLike] | np.ndarray, dtype: torch.
             raw[i, :take] = np.frombuffer(item, dtype=np.uint8, count=take)
             if take < width:
                 raw[i, take:] = 0
-        if size > 1 and little_endian != (sys.byteorder == "little"):
-            swapped = raw.reshape(-1, size)
+        # TensorFlow swaps each scalar: a complex value's real and imaginary parts are swapped one by one
+        unit = size // 2 if out_type.is_complex else size
+        if unit > 1 and little_endian != (sys.byteorder == "little"):
+            swapped = raw.reshape(-1, unit)
             swapped[:] = swapped[:, ::-1].copy()
     out = out.reshape((len(items), *values_shape))
     return out[0] if single else out
