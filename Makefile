@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check -q
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-sanitizers install install-test test-xla test-images bench golden protos clean fuzz fuzz-ci lint
+.PHONY: demo test test-random test-sanitizers install install-test test-xla test-images bench golden protos clean fuzz fuzz-ci lint
 
 $(PY):
 	$(PYTHON) -m venv --system-site-packages $(VENV)
@@ -39,10 +39,18 @@ install-test: $(VENV)/.installed-test
 demo: install
 	$(PY) examples/quickstart.py
 
+# --durations: the slowest tests are listed at the end of every run (a test that needs more than a few seconds says
+# why in its docstring; tests/conftest.py names any that does not).
 test: install-test
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q --durations=15 $(PYTEST_ARGS)
 	@$(MAKE) --no-print-directory test-sanitizers
 	@$(MAKE) --no-print-directory fuzz-ci
+
+# The suite in a shuffled order (pytest-random-order, every test in one bucket): a test that passes only after
+# another one, or leaves state that another one needs, fails here. The seed is printed; rerun one order with
+# PYTEST_ARGS="--random-order-seed=N".
+test-random: install-test
+	$(PY) -m pytest -q -p no:cacheprovider --random-order-bucket=global --durations=15 $(PYTEST_ARGS)
 
 # The lint and type gate alone ([tool.ruff] and [tool.mypy] in pyproject.toml); `make test` runs both as tests
 # (tests/test_lint.py, tests/test_typing.py).

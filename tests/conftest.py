@@ -4,10 +4,21 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import os
+
 import pytest
+from hypothesis import HealthCheck, settings
 
 # plain helper modules of the tests: their asserts report values as the tests' own do
 pytest.register_assert_rewrite("parse_util", "wirebytes")
+
+# Hypothesis: no per-example deadline and no "too slow" health check anywhere. Both measure wall time, so on a
+# loaded machine they fail a correct test by chance; what the properties assert never depends on time. Under CI the
+# examples are also derandomized (the same examples in every run, so a red CI run reproduces; `make fuzz` and local
+# runs keep exploring). A test that lists its own suppress_health_check replaces this list: keep too_slow in it.
+settings.register_profile("tfr_torch", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("tfr_torch-ci", settings.get_profile("tfr_torch"), derandomize=True, database=None)
+settings.load_profile("tfr_torch-ci" if os.environ.get("CI") else "tfr_torch")
 
 
 @pytest.fixture(params=["native", "parse", "gather", "arrays"])
@@ -133,3 +144,31 @@ def write_corpus():
     """`write_corpus(folder, counts, example=None, *, name="part-{}.tfrecord", first=0, step=1, compression=None,
     index=False) -> Corpus(paths, ids)`: several files of Examples with unique ids; see `_write_corpus`."""
     return _write_corpus
+
+
+# ------------------------------------------------------------------------------------------------ slow tests
+
+SLOW_WITHOUT_REASON_S = 5.0  # a test slower than this should say why in its docstring
+_seconds: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report):
+    _seconds[report.nodeid] = _seconds.get(report.nodeid, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Name the tests that took more than SLOW_WITHOUT_REASON_S (setup and teardown included) and whose function
+    has no docstring: a slow test should say why it is slow. A notice, never a failure: durations depend on the
+    machine and its load, and a test suite that fails by chance is the thing this guards against."""
+    session = terminalreporter._session
+    if session is None:
+        return
+    quiet = []
+    for item in session.items:
+        seconds = _seconds.get(item.nodeid, 0.0)
+        function = getattr(item, "function", None)
+        if seconds > SLOW_WITHOUT_REASON_S and function is not None and not (function.__doc__ or "").strip():
+            quiet.append(f"{seconds:.1f}s {item.nodeid}")
+    if quiet:
+        terminalreporter.write_line(f"slow tests (> {SLOW_WITHOUT_REASON_S:.0f} s) whose docstring does not say why: "
+                                    + "; ".join(quiet))

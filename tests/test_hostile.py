@@ -433,7 +433,7 @@ def _comparable(values: list) -> list:
     return ["nan" if isinstance(v, float) and math.isnan(v) else v for v in values]
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(example=_examples, pad=st.integers(0, 3000), flip=st.tuples(st.integers(0, 10**6), st.integers(0, 255)))
 def test_single_batched_and_large_record_paths_agree(example, pad, flip, batch_path):
     """For random Examples, and the same Examples with one byte changed: parse_single_example, parse_example of a

@@ -236,7 +236,7 @@ def contract_modes(hwc: np.ndarray) -> dict:
     return {k: np.ascontiguousarray(np.moveaxis(v, -1, 0)) for k, v in out.items()}
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(hwc=pixel_arrays())
 def test_png_round_trip_in_every_mode(decoder, hwc):
     from PIL import Image
