@@ -25,6 +25,7 @@ _EXPORTS = {
     "decode_example": "tfr_torch.format.example",
     "encode_sequence_example": "tfr_torch.format.example",
     "decode_sequence_example": "tfr_torch.format.example",
+    "decode_json_example": "tfr_torch.format.json_example",
     "build_index": "tfr_torch.format.index",
     "read_index": "tfr_torch.format.index",
     "check_index": "tfr_torch.format.index",
@@ -84,7 +85,7 @@ __all__ = ["__version__", "CachedDataset", "CorruptRecordError", "DecodeError", 
     "SkippedRecordWarning",
     "SparseBytes", "SparseFeature", "TFRecordDataset", "TFRecordError", "TFRecordWriter", "TruncatedRecordError",
     "UniformRowLength", "ValueRowIds", "VarLenFeature", "backend", "build_index", "check_index", "compile_features",
-    "convert_dataset", "convert_image_folder", "decode_example", "decode_image", "decode_raw",
+    "convert_dataset", "convert_image_folder", "decode_example", "decode_image", "decode_json_example", "decode_raw",
     "decode_sequence_example", "encode_example", "encode_sequence_example", "expand_paths", "image_backends",
     "infer_features", "parse_example", "parse_sequence_example", "parse_single_example",
     "parse_single_sequence_example", "parse_tensor", "read_index", "read_records", "serialize_tensor", "set_backend",
@@ -105,6 +106,7 @@ if TYPE_CHECKING:  # pragma: no cover
         encode_example,
         encode_sequence_example,
     )
+    from tfr_torch.format.json_example import decode_json_example
     from tfr_torch.format.index import build_index, check_index, read_index
     from tfr_torch.format.location import RecordLocation
     from tfr_torch.format.paths import expand_paths
