@@ -1,7 +1,7 @@
 """TFRecordDataset in a real multi-process torch.distributed job (gloo on 127.0.0.1, 2 ranks, each with a
 DataLoader of 2 worker processes), launched from the test suite.
 
-Each rank runs tests/helpers/ddp_worker.py: it joins the process group from MASTER_ADDR / MASTER_PORT / RANK /
+Each rank runs tests/helpers/ddp_worker.py: it joins the process group through a file store, RANK and
 WORLD_SIZE, builds TFRecordDataset without rank or world_size (so the rank comes from torch.distributed), iterates
 2 epochs in batch mode (the dataset batches, DataLoader(batch_size=None)) with shuffle and set_epoch, and runs an
 all_reduce per batch, so uneven batch counts across ranks hang (caught by a timeout) instead of passing.
@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -53,21 +52,15 @@ def write_files(write_corpus):
         step=7, index=with_index).ids
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def run_job(tmp_path: Path, config: dict) -> list[dict]:
     """Launch WORLD_SIZE ranks of ddp_worker.py; return their results (fail, never hang, past TIMEOUT_S)."""
     config_path = tmp_path / "config.json"
     config_path.write_text(json.dumps(config))
-    port = free_port()
+    store = tmp_path / "store"  # the file store the ranks meet at (see ddp_worker.py)
     procs, outs, logs = [], [], []
     for rank in range(WORLD_SIZE):
         env = dict(os.environ)
-        env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(WORLD_SIZE),
+        env.update(DDP_STORE_FILE=str(store), RANK=str(rank), WORLD_SIZE=str(WORLD_SIZE),
                    LOCAL_RANK=str(rank), PYTHONPATH=os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]),
                    TORCH_DISTRIBUTED_DEBUG="DETAIL", OMP_NUM_THREADS="1")
         if os.path.exists("/sys/class/net/lo"):
@@ -108,6 +101,7 @@ def run_job(tmp_path: Path, config: dict) -> list[dict]:
 @pytest.mark.slow
 @pytest.mark.parametrize("index", ["auto", None], ids=["index-auto", "no-index"])
 def test_ddp_two_ranks_two_workers_batches(tmp_path, index, write_files):
+    """Slow by nature: two fresh interpreters import torch and start two DataLoader workers each (2-6 s)."""
     all_ids = write_files(tmp_path, COUNTS, with_index=index == "auto")
     total = len(all_ids)
     assert total % WORLD_SIZE == 1  # the data set leaves a remainder, which must be dropped

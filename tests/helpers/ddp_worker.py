@@ -2,12 +2,13 @@
 
 Usage: python tests/helpers/ddp_worker.py CONFIG.json OUT.json
 
-The launcher sets MASTER_ADDR, MASTER_PORT, RANK and WORLD_SIZE. This script joins the process group from the
-environment, then removes RANK / WORLD_SIZE from its environment so that TFRecordDataset can only learn its rank
-through torch.distributed. It builds the dataset without rank/world_size, iterates a DataLoader with worker
-processes for several epochs (set_epoch each epoch), and runs one collective per batch, as a DDP training step
-would: if the ranks yielded different numbers of batches the job would hang or fail, never pass. It writes the
-ids it saw (per epoch, per batch) to OUT.json.
+The launcher sets RANK, WORLD_SIZE and DDP_STORE_FILE. This script joins the process group through a file store
+at DDP_STORE_FILE (no TCP port to agree on: a port picked free by the launcher could be taken by another process
+before rank 0 binds it), then removes RANK / WORLD_SIZE from its environment so that TFRecordDataset can only
+learn its rank through torch.distributed. It builds the dataset without rank/world_size, iterates a DataLoader
+with worker processes for several epochs (set_epoch each epoch), and runs one collective per batch, as a DDP
+training step would: if the ranks yielded different numbers of batches the job would hang or fail, never pass. It
+writes the ids it saw (per epoch, per batch) to OUT.json.
 """
 
 from __future__ import annotations
@@ -29,7 +30,9 @@ def main() -> None:
     with open(config_path) as f:
         config = json.load(f)
 
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=config.get("collective_timeout", 60)))
+    dist.init_process_group("gloo", init_method="file://" + os.environ["DDP_STORE_FILE"],
+                            rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]),
+                            timeout=datetime.timedelta(seconds=config.get("collective_timeout", 60)))
     rank, world = dist.get_rank(), dist.get_world_size()
     env_rank, env_world = os.environ.pop("RANK"), os.environ.pop("WORLD_SIZE")  # detection must use torch.distributed
     os.environ.pop("LOCAL_RANK", None)
