@@ -46,11 +46,12 @@ test: install-test
 	@$(MAKE) --no-print-directory test-sanitizers
 	@$(MAKE) --no-print-directory fuzz-ci
 
-# The suite in a shuffled order (pytest-random-order, every test in one bucket): a test that passes only after
-# another one, or leaves state that another one needs, fails here. The seed is printed; rerun one order with
-# PYTEST_ARGS="--random-order-seed=N".
+# The suite in a shuffled order (pytest-random-order: the test files in a random order, the tests of each file
+# shuffled): a test that passes only after another one, or leaves state that another one needs, fails here. (One
+# global bucket would also interleave files, which sets up each file's module fixtures -- servers, Ray, the resume
+# jobs -- over and over.) The seed is printed; rerun one order with PYTEST_ARGS="--random-order-seed=N".
 test-random: install-test
-	$(PY) -m pytest -q -p no:cacheprovider --random-order-bucket=global --durations=15 $(PYTEST_ARGS)
+	$(PY) -m pytest -q -p no:cacheprovider --random-order-bucket=module --durations=15 $(PYTEST_ARGS)
 
 # The lint and type gate alone ([tool.ruff] and [tool.mypy] in pyproject.toml); `make test` runs both as tests
 # (tests/test_lint.py, tests/test_typing.py).
