@@ -12,7 +12,10 @@ import sys
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
-SOURCES = ["module.c", "crc32c.c", "framing.c", "example.c"]
+SOURCES = ["module.c", "crc32c.c", "framing.c", "fileread.c", "example.c", "batch.c", "sequence.c", "spans.c",
+           "transport.c"]
+HEADERS = ["crc32c.h", "framing.h", "fileread.h", "example.h", "batch.h", "sequence.h", "spans.h", "transport.h",
+           "wire.h"]
 
 
 class OptionalBuildExt(build_ext):
@@ -56,7 +59,7 @@ setup(
         Extension(
             "tfr_torch._native._core",
             sources=[f"tfr_torch/_native/src/{name}" for name in SOURCES],
-            depends=[f"tfr_torch/_native/src/{name}" for name in ("crc32c.h", "example.h", "framing.h", "wire.h")],
+            depends=[f"tfr_torch/_native/src/{name}" for name in HEADERS],
             extra_compile_args=_compile_args(),
             extra_link_args=_link_args(),
         )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import struct
 import subprocess
 import sys
@@ -704,3 +705,51 @@ def test_keys_in_another_order_or_unplanned_at_a_position_are_found_by_name():
     assert compiled == reference
     assert reference[1]["ab"][2] == [1, 4, 6, 8, 10, 13] and reference[1]["cd"][2] == [2, 3, 5, 0, 11, 12]
     assert reference[1]["k069"][2] == [-1, -1, -1, -1, 69, 69]
+
+
+# ---------------------------------------------------------------------------------------------- C sources
+
+C_SOURCES = os.path.join(os.path.dirname(__file__), os.pardir, "tfr_torch", "_native", "src")
+LONGEST_C_FUNCTION = 80  # lines from a function's opening brace to its closing one (STYLE.md: short functions)
+
+
+def _c_function_lengths(text: str) -> dict[str, int]:
+    """{function name: lines from its opening brace to its closing brace} of a C file: comments, strings and
+    character literals blanked out, then top-level braces that follow a parameter list (not an `=`) counted."""
+    blank = re.sub(r"/\*.*?\*/|//[^\n]*|\"(?:\\.|[^\"\\\n])*\"|'(?:\\.|[^'\\\n])*'",
+                   lambda m: re.sub(r"[^\n]", " ", m.group()), text, flags=re.S)
+    lengths, depth, head, start, name = {}, 0, "", 0, ""
+    for at, char in enumerate(blank):
+        if char == "{":
+            if depth == 0:
+                found = re.search(r"(\w+)\s*\([^;{}]*\)\s*$", head)
+                name = found.group(1) if found and "=" not in head else ""
+                start = blank.count("\n", 0, at)
+            depth += 1
+        elif char == "}":
+            depth -= 1
+            if depth == 0:
+                if name:
+                    lengths[name] = blank.count("\n", 0, at) - start + 1
+                head = ""
+        elif depth == 0:
+            head = "" if char == ";" else head + char
+    return lengths
+
+
+def test_c_function_lengths_are_counted():
+    text = "/* { */\nstatic int f(int a) {\n    if (a) {\n        return '}';\n    }\n    return 0;\n}\n" \
+           "static const int table[] = {1, 2};\nint g(void) { return 1; }\n"
+    assert _c_function_lengths(text) == {"f": 6, "g": 1}
+
+
+def test_no_c_function_is_longer_than_80_lines():
+    """The compiled core reads as STYLE.md asks: short functions, one wire concept each."""
+    long_ones = {}
+    for name in sorted(os.listdir(C_SOURCES)):
+        if name.endswith(".c"):
+            with open(os.path.join(C_SOURCES, name), encoding="utf-8") as f:
+                lengths = _c_function_lengths(f.read())
+            long_ones.update({f"{name}:{fn}": n for fn, n in lengths.items() if n > LONGEST_C_FUNCTION})
+            assert lengths, f"{name}: no function found (the counter no longer reads the file)"
+    assert not long_ones, f"functions over {LONGEST_C_FUNCTION} lines: {long_ones}"

@@ -70,7 +70,7 @@ static int same_key(const tfr_plan *plan, size_t k, const uint8_t *key, size_t n
     return 1;
 }
 
-static long find_key(const tfr_plan *plan, const uint8_t *key, size_t n) {
+long tfr_plan_find(const tfr_plan *plan, const uint8_t *key, size_t n) {
     size_t slot = hash_key(key, n) & plan->table_mask;
     for (;;) {
         int32_t k = plan->table[slot];
@@ -80,11 +80,11 @@ static long find_key(const tfr_plan *plan, const uint8_t *key, size_t n) {
     }
 }
 
-/* find_key, first trying the key that the entry at this position of the map held in the last record (*hint: its
+/* tfr_plan_find, first trying the key that the entry at this position of the map held in the last record (*hint: its
  * index + 1, 0 for none): a writer emits every record's keys in one order, so the hash is rarely needed. */
 static long find_key_hinted(const tfr_plan *plan, const uint8_t *key, size_t n, int32_t *hint) {
     if (hint && *hint && same_key(plan, (size_t)(*hint - 1), key, n)) return *hint - 1;
-    long k = find_key(plan, key, n);
+    long k = tfr_plan_find(plan, key, n);
     if (hint) *hint = (int32_t)(k + 1);
     return k;
 }
@@ -102,7 +102,7 @@ static int read_tag(const uint8_t **pp, const uint8_t *end, uint64_t *tag) {
 
 /* Whether a map key is valid UTF-8 (protobuf's string fields must be): ASCII at once, else the full rules
  * (no overlong forms, no surrogates, nothing above U+10FFFF). */
-static int valid_utf8(const uint8_t *p, size_t n) {
+int tfr_valid_utf8(const uint8_t *p, size_t n) {
     size_t i = 0;
     while (i < n) {
         uint8_t c = p[i];
@@ -129,7 +129,7 @@ static int valid_utf8(const uint8_t *p, size_t n) {
 
 /* One map entry in the layout every writer emits: exactly `key` then `value` (other legal orders go to the
  * reference). */
-static int map_entry(const uint8_t *p, const uint8_t *end, tfr_slice *key, tfr_slice *value) {
+int tfr_map_entry(const uint8_t *p, const uint8_t *end, tfr_slice *key, tfr_slice *value) {
     if (p >= end || *p++ != TAG_ENTRY_KEY || !wire_bytes(&p, end, &key->ptr, &key->len)) return -1;
     if (p >= end || *p++ != TAG_ENTRY_VALUE || !wire_bytes(&p, end, &value->ptr, &value->len)) return -1;
     return p == end ? 0 : -1;
@@ -139,11 +139,11 @@ static int map_entry(const uint8_t *p, const uint8_t *end, tfr_slice *key, tfr_s
  * protobuf string). With no plan (NULL), every key is checked and nothing is kept. */
 static int scan_entry(const tfr_plan *plan, const uint8_t *p, const uint8_t *end, tfr_slice *slots, int32_t *hint) {
     tfr_slice key, value;
-    if (map_entry(p, end, &key, &value) < 0) return -1;
+    if (tfr_map_entry(p, end, &key, &value) < 0) return -1;
     /* planned keys came from Python str: valid UTF-8 */
     long k = plan ? find_key_hinted(plan, key.ptr, key.len, hint) : -1;
     if (k >= 0) slots[k] = value;
-    else if (!valid_utf8(key.ptr, key.len)) return -1;
+    else if (!tfr_valid_utf8(key.ptr, key.len)) return -1;
     return 0;
 }
 
@@ -396,63 +396,13 @@ size_t tfr_fill_bytes(tfr_slice feature, tfr_slice *out_slices) {
     return n;
 }
 
-/* ---- SequenceExample feature lists ---------------------------------------------------------------------------- */
+int tfr_check_features(const uint8_t *p, const uint8_t *end) { return scan_features(NULL, p, end, NULL, NULL); }
 
-#define TAG_SEQ_CONTEXT 0x0A       /* SequenceExample.context, LEN */
-#define TAG_SEQ_FEATURE_LISTS 0x12 /* SequenceExample.feature_lists, LEN */
-#define TAG_LIST_FEATURE 0x0A      /* FeatureList.feature, LEN */
-
-int tfr_scan_sequence(const tfr_plan *plan, const uint8_t *rec, size_t n, tfr_slice *lists) {
-    const uint8_t *p = rec, *end = rec + n;
-    int seen_context = 0, seen_lists = 0;
-    while (p < end) {
-        const uint8_t *field;
-        size_t len;
-        uint8_t tag = *p++;
-        if (tag == TAG_SEQ_CONTEXT && !seen_context && !seen_lists) {
-            /* the context is decoded as an Example (see plan.py): here its layout is only checked */
-            if (!wire_bytes(&p, end, &field, &len) || scan_features(NULL, field, field + len, NULL, NULL) < 0) return -1;
-            seen_context = 1;
-        } else if (tag == TAG_SEQ_FEATURE_LISTS && !seen_lists) {
-            if (!wire_bytes(&p, end, &field, &len)) return -1;
-            seen_lists = 1;
-            const uint8_t *q = field, *q_end = field + len;
-            while (q < q_end) {
-                const uint8_t *entry;
-                size_t entry_len;
-                tfr_slice key, value;
-                if (*q++ != TAG_MAP_ENTRY || !wire_bytes(&q, q_end, &entry, &entry_len) ||
-                    map_entry(entry, entry + entry_len, &key, &value) < 0)
-                    return -1;
-                long k = find_key(plan, key.ptr, key.len);
-                if (k >= 0) {
-                    if (lists[k].ptr) return -1; /* a key twice: the reference says which one counts */
-                    lists[k] = value;
-                } else {
-                    uint64_t steps;
-                    if (!valid_utf8(key.ptr, key.len) || tfr_list_steps(value, NULL, &steps) < 0) return -1;
-                }
-            }
-        } else {
-            return -1; /* another field, or one of these twice / out of order: the reference decides */
-        }
+size_t tfr_fill_bytes_column(const tfr_slice *features, size_t n, size_t stride, tfr_slice *out_slices) {
+    size_t at = 0;
+    for (size_t i = 0; i < n; i++) {
+        tfr_slice feature = features[i * stride];
+        if (feature.ptr) at += tfr_fill_bytes(feature, out_slices + at);
     }
-    return 0;
-}
-
-int tfr_list_steps(tfr_slice list, tfr_slice *steps, uint64_t *count) {
-    const uint8_t *p = list.ptr, *end = list.ptr + list.len;
-    uint64_t n = 0;
-    while (p < end) {
-        const uint8_t *feature;
-        size_t len;
-        if (*p++ != TAG_LIST_FEATURE || !wire_bytes(&p, end, &feature, &len)) return -1;
-        if (steps) {
-            steps[n].ptr = feature;
-            steps[n].len = len;
-        }
-        n++;
-    }
-    *count = n;
-    return 0;
+    return at;
 }

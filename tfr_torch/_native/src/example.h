@@ -67,17 +67,25 @@ size_t tfr_fill_run(int kind, tfr_slice run, void *out);
 size_t tfr_fill_numeric(int kind, tfr_slice feature, void *out);
 size_t tfr_fill_bytes(tfr_slice feature, tfr_slice *out_slices);
 
-/* SequenceExample { Features context = 1; FeatureLists feature_lists = 2; }
- * FeatureLists { map<string, FeatureList> feature_list = 1; }   FeatureList { repeated Feature feature = 1; }
- *
- * Find each planned key's FeatureList in one serialized SequenceExample (the context is read by the Example kernel:
- * its field number is Example.features'). Only the layout writers emit is taken: at most one context then at most
- * one feature_lists, no other fields, map entries key-then-value, no planned key twice, every FeatureList (planned
- * or not) only Features, the context's Features well formed. Returns 0, or -1 for anything else (malformed or uncommon): the caller then takes the reference parser, which defines the answer. */
-int tfr_scan_sequence(const tfr_plan *plan, const uint8_t *rec, size_t n, tfr_slice *lists);
+/* A column of bytes values: every value of the bytes_list Features features[0], features[stride], ... (n of them;
+ * absent ones have a NULL ptr) as (pointer, length) at `out_slices`, which must hold all that were counted.
+ * Returns the number written. */
+size_t tfr_fill_bytes_column(const tfr_slice *features, size_t n, size_t stride, tfr_slice *out_slices);
 
-/* The steps (Features) of one FeatureList: their number at *count and, when `steps` is not NULL, their slices.
- * Returns 0, or -1 when the list holds anything but its Features. */
-int tfr_list_steps(tfr_slice list, tfr_slice *steps, uint64_t *count);
+/* Wire pieces the SequenceExample kernel (sequence.c) shares. */
+
+/* The index of a planned key, or -1. */
+long tfr_plan_find(const tfr_plan *plan, const uint8_t *key, size_t n);
+
+/* One map entry in the layout every writer emits: exactly `key` (field 1) then `value` (field 2), both
+ * length-delimited, nothing after them. Returns 0, or -1 for anything else (other legal orders go to the
+ * reference). */
+int tfr_map_entry(const uint8_t *p, const uint8_t *end, tfr_slice *key, tfr_slice *value);
+
+/* Whether a string field's bytes are valid UTF-8 (protobuf's proto3 string rule). */
+int tfr_valid_utf8(const uint8_t *p, size_t n);
+
+/* Whether a Features message holds map entries only, each well formed with a UTF-8 key: 0, else -1. */
+int tfr_check_features(const uint8_t *p, const uint8_t *end);
 
 #endif
