@@ -81,6 +81,38 @@ def inflate_thread(request, monkeypatch):
     return request.param == "thread"
 
 
+@pytest.fixture
+def loader_error(monkeypatch):
+    """loader_error(loader) iterates a DataLoader until it raises and returns the exception it raised in the main
+    process (None if it ran to the end), with the loader's workers shut down before it returns.
+
+    When a worker's iterable raises, torch's DataLoader (seen without tfr_torch too) waits its join timeout
+    (MP_STATUS_CHECK_INTERVAL, 5 s) for that worker at shutdown, whenever the iterator is collected: left to the
+    garbage collector, a later test pays 5 s per worker at a moment nobody chose, with stale workers still alive
+    during it. The timeout is shortened here and the iterator dropped (with the traceback that refers to it) before
+    returning."""
+    import gc
+
+    import torch.utils.data._utils
+
+    monkeypatch.setattr(torch.utils.data._utils, "MP_STATUS_CHECK_INTERVAL", 0.2)
+
+    def run(loader):
+        loader_iter = None
+        error = None
+        try:
+            loader_iter = iter(loader)  # with num_workers=0 this already starts the dataset's iterator
+            for _ in loader_iter:
+                pass
+        except Exception as err:  # noqa: BLE001 - the caller asserts its type
+            error = err.with_traceback(None)  # the traceback's frames would keep the loader (and its workers) alive
+        del loader_iter
+        gc.collect()
+        return error
+
+    return run
+
+
 # ------------------------------------------------------------------------------------- writing record files
 
 

@@ -13,7 +13,6 @@ remainder); record g (numbered file after file) is an Example whose int64 "id" i
 
 from __future__ import annotations
 
-import gc
 import math
 import os
 import pickle
@@ -476,30 +475,12 @@ def corrupt_file(tmp_path, write_records):
     return path, offset
 
 
-def error_through_loader(ds, num_workers, monkeypatch):
-    """Iterate a DataLoader until it raises; return the exception it raised in the main process (None if none).
-
-    When a worker's iterable raises, torch's DataLoader (seen without tfr_torch too) waits its join timeout
-    (MP_STATUS_CHECK_INTERVAL, 5 s) for that worker at shutdown: the timeout is shortened here and the loader shut
-    down before returning, so the wait does not land in a later test."""
-    monkeypatch.setattr(torch.utils.data._utils, "MP_STATUS_CHECK_INTERVAL", 0.2)
-    loader_iter = iter(DataLoader(ds, batch_size=None, num_workers=num_workers))
-    error = None
-    try:
-        for _ in loader_iter:
-            pass
-    except Exception as err:  # noqa: BLE001 - the caller asserts its type
-        error = err.with_traceback(None)  # the traceback's frames would keep the loader (and its workers) alive
-    del loader_iter
-    gc.collect()
-    return error
-
-
 @pytest.mark.parametrize("num_workers", [0, 2])
 @pytest.mark.parametrize("index,shuffle", [(None, False), ("auto", False), ("auto", True), (None, True)])
-def test_corrupt_record_raises_through_the_dataloader(corrupt_file, index, shuffle, num_workers, monkeypatch):
+def test_corrupt_record_raises_through_the_dataloader(corrupt_file, index, shuffle, num_workers, loader_error):
     path, offset = corrupt_file
-    error = error_through_loader(TFRecordDataset(path, SPEC, index=index, shuffle=shuffle), num_workers, monkeypatch)
+    ds = TFRecordDataset(path, SPEC, index=index, shuffle=shuffle)
+    error = loader_error(DataLoader(ds, batch_size=None, num_workers=num_workers))
     assert isinstance(error, CorruptRecordError), repr(error)
     assert f"{path}:{offset}: corrupt record data" in str(error)
 

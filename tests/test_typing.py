@@ -23,6 +23,7 @@ def _mypy(path: Path) -> tuple[str, int]:
 
 
 def test_documented_calls_type_check():
+    """Runs mypy --strict over a script that imports torch and tfr_torch: 5-15 s, mypy reading torch's stubs."""
     out, status = _mypy(HERE / "documented_calls.py")
     assert status == 0, out
 
@@ -33,6 +34,7 @@ def test_documented_calls_type_check():
     ('x: torch.Tensor = tfr_torch.decode_image([b""])', "Incompatible types in assignment"),
 ])
 def test_wrong_calls_are_refused(tmp_path, call, complaint):
+    """One mypy --strict run per call (5-15 s each: mypy reads torch's stubs; no cache, so no run sees another's)."""
     script = tmp_path / "wrong.py"
     script.write_text(f"import torch\nimport tfr_torch\n{call}\n")
     out, status = _mypy(script)
