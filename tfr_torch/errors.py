@@ -24,7 +24,25 @@ class TFRecordError(Exception):
 
     `path` is the file (or None for bytes given directly) and `offset` the byte offset of the record
     concerned (for compressed files: the offset in the decompressed stream), or None when unknown.
+
+    An error that a reader skipped (`on_error="skip"`, or handed to an `on_error` callable) also says what was
+    skipped; these are None (False) on errors that are raised:
+    - `skipped_records`: how many records were skipped, the count the reader adds to `.skipped`: 1 for a bad
+      record (or a record cut off at the end); for the rest of a GZIP member or ZLIB stream given up, an estimate
+      from the bytes lost and the mean record size read so far (at least 1);
+    - `skipped_estimated`: True when `skipped_records` is an estimate (a member given up; a corrupt region of an
+      uncompressed file, which counts as 1);
+    - `skipped_range`: the offsets `(start, end)` of the bytes skipped, in the same terms as `offset` (for a member
+      given up: the decompressed bytes inflated but not read as records; the rest was never inflated);
+    - `skipped_file_range`: the file offsets `(start, end)` of those bytes in an uncompressed file; for a member
+      given up, the compressed bytes dropped without being inflated (`end`: where reading resumes, or the end of
+      the file); None for a bad record in a compressed file.
     """
+
+    skipped_records: int | None = None
+    skipped_estimated: bool = False
+    skipped_range: tuple[int, int] | None = None
+    skipped_file_range: tuple[int, int] | None = None
 
     def __init__(self, message: str, path: str | None = None, offset: int | None = None) -> None:
         self.message = message

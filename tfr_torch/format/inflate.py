@@ -8,6 +8,7 @@ background thread inflate ahead of the reader (see Inflater).
 
 from __future__ import annotations
 
+import bisect
 import os
 import weakref
 import zlib
@@ -90,9 +91,15 @@ class Inflater:
         self.position = 0  # decompressed bytes delivered so far
         self.dropped_members = 0  # members (or the ZLIB stream) given up after a corruption: see abandon_member
         self.dropped_bytes = 0  # compressed bytes dropped by abandon_member
+        self.abandoned = (0, 0)  # the file offsets [from, to) of the compressed bytes the last abandon_member dropped
+        self.unread = 0  # decompressed bytes the last abandon_member dropped after inflating them (never delivered)
+        self.resumed = False  # the last abandon_member found a next gzip member (else the stream ended there)
+        self._read_total = len(head)  # compressed bytes read from the file (where it continues)
+        self._member_starts: list[int] = []  # decompressed offsets where members after the first began
         self._fresh = True  # the next input given to zlib starts with the current member's header
         self._failed = False  # the stream stopped at an error (not at its end): abandon_member may go on
         self._salvage: bytes | None = None  # the input of a decompress call that failed (see abandon_member)
+        self._deferred: Exception | None = None  # _produce's error, raised after the bytes before it were returned
         self._produced = 0  # decompressed bytes made by _produce (ahead of `position` by what is not delivered)
         self._piece = memoryview(b"")  # the piece being delivered, from `_at`
         self._at = 0
@@ -105,6 +112,7 @@ class Inflater:
 
     def _read_raw(self) -> bytes:
         data = self._raw.read(self._chunk)
+        self._read_total += len(data)
         if self._reads is not None:
             self._reads.append(data)
         return data
@@ -210,7 +218,7 @@ class Inflater:
         later = [b for item in left if not isinstance(item, BaseException) for b in item[3]]
         self._z = _inflate.decompressobj(_WBITS[self._compression])
         self._pending = b"".join([*snap.rest, *later, *reads])
-        self._eof, self._failed, self._salvage = snap.eof, False, None
+        self._eof, self._failed, self._salvage, self._deferred = snap.eof, False, None, None
 
     def _produce(self) -> bytes:
         """Inflate one piece: the output of the next zlib call that gives any (b"" at the end of the stream)."""
@@ -218,6 +226,9 @@ class Inflater:
             self._eof = self._failed = True
             return cls(message, self._path, self._produced)
 
+        if self._deferred is not None:
+            error, self._deferred = self._deferred, None
+            raise error
         while not self._eof:
             if self._z.eof:
                 rest = self._z.unused_data + self._pending
@@ -228,12 +239,14 @@ class Inflater:
                     self._eof = True
                     break
                 if self._compression == ZLIB:
+                    self._pending = rest  # what abandon_member drops (and reports)
                     raise failure(CorruptRecordError,
                                   f"{len(rest)}+ bytes follow the end of the ZLIB stream (TensorFlow would ignore them "
                                   "silently): expected the file to end there")
                 self._pending = rest
                 self._z = _inflate.decompressobj(_WBITS[self._compression])
                 self._fresh = True
+                self._member_starts.append(self._produced)
             if self._z.unconsumed_tail:
                 data = self._z.unconsumed_tail
             else:
@@ -242,16 +255,22 @@ class Inflater:
                                   f"the {self._compression.upper()} stream ends before its end marker after "
                                   f"{self._produced} decompressed bytes: expected more compressed data")
                 data, self._pending = self._pending, b""
+            before = self._z.copy()  # a zlib call that fails returns nothing: see _inflate_until_error
             try:
                 out: bytes = self._z.decompress(data, self._piece_size)
                 self._fresh = False
             except _INFLATE_ERRORS as exc:
-                # zlib keeps no unconsumed input after an error: keep the chunk for abandon_member (past this
-                # member's own magic bytes when the chunk starts with them)
-                self._salvage = data[1:] if self._fresh else data
-                raise failure(CorruptRecordError,
-                              f"cannot inflate the {self._compression.upper()} stream after "
-                              f"{self._produced} decompressed bytes: {exc}") from None
+                out, used = _inflate_until_error(before, data, self._piece_size)
+                # zlib keeps no unconsumed input after an error: keep the rest of the chunk for abandon_member
+                # (past this member's own magic bytes when the chunk starts with them)
+                self._salvage = data[used:] if used else data[1:] if self._fresh else data
+                self._produced += len(out)
+                error = failure(CorruptRecordError, f"cannot inflate the {self._compression.upper()} stream after "
+                                                    f"{self._produced} decompressed bytes: {exc}")
+                if not out:
+                    raise error from None
+                self._fresh, self._deferred = False, error
+                return out  # the bytes inflated before the damage; the error comes with the next call
             if out:
                 self._produced += len(out)
                 return out
@@ -267,16 +286,24 @@ class Inflater:
         header that inflates without error starts) or ends. Returns how many compressed bytes were dropped
         (also summed in `dropped_bytes`; `dropped_members` counts the calls). `position` keeps counting the
         decompressed bytes delivered, so offsets after this point are positions in the stream as read.
+
+        What was dropped, for the reader's report: `abandoned`, the file offsets [from, to) of the compressed
+        bytes never inflated (`to` is where reading resumes, or the end of the file); `unread`, the decompressed
+        bytes inflated but never delivered; `resumed`, whether a next gzip member was found. The same with and
+        without the inflate thread (the thread is rewound first).
         """
         self._stop(rewind=True)
         self._error = None
+        self.unread = len(self._piece) - self._at
         self._piece, self._at, self._ended = memoryview(b""), 0, False
         self._produced = self.position
+        del self._member_starts[bisect.bisect_right(self._member_starts, self.position):]  # starts made ahead
         if self._salvage is not None:  # after a zlib error: the failed call's input, then what follows it
             rest, self._salvage = self._salvage + self._pending, None
         else:  # the compressed bytes zlib has not used yet
             rest = self._z.unconsumed_tail + self._z.unused_data + self._pending
         self._pending = b""
+        start = self._read_total - len(rest)  # the file offset of rest[0]
         self._z = _inflate.decompressobj(_WBITS[self._compression])
         self._fresh = True
         self.dropped_members += 1
@@ -294,6 +321,8 @@ class Inflater:
                     self._pending = rest[at:]
                     dropped += at
                     self.dropped_bytes += dropped
+                    self.abandoned, self.resumed = (start, start + dropped), True
+                    self._member_starts.append(self.position)
                     return dropped
                 keep = min(len(rest), 2)  # a magic may straddle the next read
                 dropped += len(rest) - keep
@@ -310,7 +339,15 @@ class Inflater:
             dropped += len(more)
         self._eof = True
         self.dropped_bytes += dropped
+        self.abandoned, self.resumed = (start, start + dropped), False
         return dropped
+
+    def member_start(self, offset: int) -> int:
+        """The decompressed offset where the member that holds `offset` began (0 for the first member, and for a
+        ZLIB stream): the bytes from there to `offset` came from one member."""
+        starts = self._member_starts
+        i = bisect.bisect_right(starts, offset)
+        return starts[i - 1] if i else 0
 
     def skip(self, count: int) -> int:
         """Discard `count` decompressed bytes (one pass, no allocation beyond a chunk); return how many were skipped.
@@ -350,6 +387,33 @@ def read_past(stream: _Readable, count: int, chunk: int = 1 << 20) -> int:
             break
         done += n
     return done
+
+
+def _inflate_until_error(z: zlib._Decompress, data: bytes, limit: int) -> tuple[bytes, int]:
+    """After `z.decompress(data, limit)` failed on a copy of `z`: the output it would have made before the damage
+    (zlib returns nothing from a call that fails, so without this the records inflated before the damage in the
+    same call, up to a piece, would be lost with it) and how many bytes of `data` that used. Only on errors:
+    steps of 4096 input bytes, then 64, then 1 from the last step that succeeded, each on a copy of the state."""
+    parts: list[bytes] = []
+    made = used = 0
+    step = 4096
+    while used < len(data) and made < limit:
+        trial = z.copy()
+        chunk = data[used : used + step]
+        try:
+            got = trial.decompress(chunk, limit - made)
+        except _INFLATE_ERRORS:
+            if step == 1:
+                break
+            step = 64 if step > 64 else 1
+            continue
+        z = trial
+        parts.append(got)
+        made += len(got)
+        used += len(chunk) - len(trial.unconsumed_tail)
+        if trial.eof:
+            break
+    return b"".join(parts), used
 
 
 _GZIP_MAGIC = b"\x1f\x8b\x08"  # ID1 ID2 and CM=8 (deflate), RFC 1952 section 2.3

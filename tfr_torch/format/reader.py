@@ -59,7 +59,8 @@ def _resolve_policy(on_error: OnError) -> Callable[[TFRecordError], None] | None
 
 
 def _warn(err: TFRecordError) -> None:
-    warnings.warn(f"skipping bad data: {err}", SkippedRecordWarning, stacklevel=4)
+    warnings.warn(f"skipping bad data: {err}", SkippedRecordWarning, stacklevel=5)  # the user's line: under
+    #                              _report, under _fail or _Window.give_up_member, under the record loop
 
 
 class RecordReader:
@@ -234,18 +235,26 @@ class RecordReader:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _fail(self, err: TFRecordError) -> None:
+    def _fail(self, err: TFRecordError, span: tuple[int, int] | None = None, estimated: bool = False) -> None:
+        """Raise `err`, or (under a policy) count one skipped record and hand `err` over. `span`: the offsets of
+        the bytes skipped; `estimated`: the bytes held an unknown number of records (a corrupt region)."""
         if self._policy is None:
             raise err
-        self.skipped += 1
+        _mark_skipped(err, 1, estimated, span, span if self.compression == NONE else None)
+        self._report(err)
+
+    def _report(self, err: TFRecordError) -> None:
+        self.skipped += err.skipped_records or 1
+        assert self._policy is not None  # callers raise first without one
         self._policy(err)
 
-    def _over_limit(self, length: int, off: int) -> None:
-        """A header read from a stream that nothing else bounds declares more than the limit: report it."""
+    def _over_limit(self, length: int, off: int) -> DecodeError:
+        """The error for a header, read from a stream that nothing else bounds, that declares more than the limit."""
         try:
             limits.check_record_length(length, self.path, off, self.compression)
         except DecodeError as err:
-            self._fail(err)
+            return err
+        raise AssertionError(f"{length} is within limits.MAX_RECORD_BYTES")  # the caller checked it is not
 
     def _records(self, blocks: bool = False, lengths: bool = False) -> Generator[Any, None, None]:
         """The hot loop: records one by one, or with `blocks` as `blocks()` describes (with `lengths`, as
@@ -292,51 +301,61 @@ class RecordReader:
                     w.fill(HEADER_SIZE)
                     buf, view, lo, hi, base = w.buf, w.view, w.lo, w.hi, w.base
                     if hi - lo < HEADER_SIZE:
-                        if hi > lo and not w.broken:
-                            self._fail(_tail_error(bytes(view[lo:hi]), path, off, self.compression))
-                        if w.broken and w.next_member():
+                        if w.broken:  # the stream failed (inside this member): give the rest of it up
+                            w.give_up_member(None)
                             buf, view, lo, hi, base = w.buf, w.view, w.lo, w.hi, w.base
                             continue
+                        if hi > lo:
+                            self._fail(_tail_error(bytes(view[lo:hi]), path, off, self.compression), (off, base + hi))
                         return
                 length = parse_header(buf, lo)
                 if length is None:
-                    self._fail(CorruptRecordError(header_message(
+                    err = CorruptRecordError(header_message(
                         view[lo : min(hi, lo + 512)], off, header_crc(buf, lo), unpack_header(buf, lo)[1],
-                        self.compression), path, off))
+                        self.compression), path, off)
                     w.lo = lo
-                    if not w.next_member():
+                    if w.compressed:  # where the next record starts is unknown: give the rest of the member up
+                        w.give_up_member(err)
+                    else:
+                        if self._policy is None:
+                            raise err
                         w.resync(core)
+                        self._fail(err, (off, w.base + w.lo), estimated=True)
                     buf, view, lo, hi, base = w.buf, w.view, w.lo, w.hi, w.base
                     continue
                 need = length + OVERHEAD
                 if hi - lo < need:
                     if total is None and length > limits.MAX_RECORD_BYTES:  # nothing bounds it but the limit
-                        self._over_limit(length, off)
-                        if w.next_member():
-                            buf, view, lo, hi, base = w.buf, w.view, w.lo, w.hi, w.base
-                            continue
-                        return
+                        err = self._over_limit(length, off)
+                        if not w.compressed:  # a plain stream of unknown size: nothing after it can be framed
+                            self._fail(err)
+                            return
+                        w.lo = lo
+                        w.give_up_member(err)
+                        buf, view, lo, hi, base = w.buf, w.view, w.lo, w.hi, w.base
+                        continue
                     if total is not None and off + need > total:
-                        self._fail(_truncated(length, f"the file has only {total - off}", path, off))
+                        self._fail(_truncated(length, f"the file has only {total - off}", path, off), (off, total))
                         return
                     w.lo = lo
                     w.fill(need)
                     buf, view, lo, hi, base = w.buf, w.view, w.lo, w.hi, w.base
                     if hi - lo < need:
-                        if w.broken:  # already reported: the stream broke inside this record
-                            if w.next_member():
-                                buf, view, lo, hi, base = w.buf, w.view, w.lo, w.hi, w.base
-                                continue
-                            return
-                        self._fail(_truncated(length, f"the stream ends after {hi - lo}", path, off))
+                        if w.broken:  # the stream failed inside this record: give the rest of the member up
+                            w.give_up_member(None)
+                            buf, view, lo, hi, base = w.buf, w.view, w.lo, w.hi, w.base
+                            continue
+                        self._fail(_truncated(length, f"the stream ends after {hi - lo}", path, off), (off, base + hi))
                         return
                 data_end = lo + HEADER_SIZE + length
                 data = bytes(view[lo + HEADER_SIZE : data_end])
                 lo += need
                 if verify and masked_crc32c(data) != unpack_crc(buf, data_end)[0]:
-                    self._fail(_data_crc_error(data, unpack_crc(buf, data_end)[0], path, off))
-                    if w.next_member():
-                        buf, view, lo, hi, base = w.buf, w.view, w.lo, w.hi, w.base
+                    # this record alone: its header passed its CRC, so the next record starts where it says, and
+                    # the stream has not failed (see _Window.give_up_member for a member that fails later)
+                    self._fail(_data_crc_error(data, unpack_crc(buf, data_end)[0], path, off), (off, base + lo))
+                    if w.compressed and w.suspect is None:
+                        w.suspect = (off, self.records)
                     continue
                 if blocks:
                     yield (np.array([length], dtype=np.int64) if lengths else [data]), off
@@ -365,6 +384,9 @@ class _Window:
         self.lo = self.hi = 0
         self.base = reader.start
         self.eof = self.broken = False
+        self.failure: TFRecordError | None = None  # the compressed stream's error, reported by give_up_member
+        self.suspect: tuple[int, int] | None = None  # (offset, records read then) of a bad record skipped since
+        #                                              the last member given up (see give_up_member)
 
     def fill(self, want: int) -> None:
         """Move buf[lo:hi] to the front and read until `want` bytes are buffered or the stream ends."""
@@ -385,25 +407,75 @@ class _Window:
             except TFRecordError as err:  # a corrupt or truncated compressed stream: nothing more to read
                 self.eof = self.broken = True
                 self.hi = hi
-                self.reader._fail(err)
+                if self.reader._policy is None:
+                    raise
+                self.failure = err  # reported with what is lost when the member is given up
                 n = 0
             if not n:
                 self.eof = True
             hi += n
         self.hi = hi
 
-    def next_member(self) -> bool:
-        """After a corruption in a compressed stream, nothing later in that member can be trusted (a damaged
-        back-reference can copy earlier records whose CRCs pass): drop what is buffered and go on at the next
-        gzip member (or the end). True when reading goes on."""
-        stream = self.reader._stream
-        if not isinstance(stream, Inflater):
-            return False
+    def give_up_member(self, err: TFRecordError | None) -> None:
+        """Report `err` (None: the stream's own error, from `fill`) at `lo`, give up the rest of the compressed
+        member, and go on at the next gzip member (or the end).
+
+        Reached when the deflate stream fails (a zlib error, its check value, a cut file) or when a record header
+        in it is corrupt or declares more than the limit: nothing later in that member can be trusted (a damaged
+        back-reference can copy earlier records whose CRCs pass), and after a bad header where the next record
+        starts is unknown. The records given up cannot be counted: the error says how many there were about
+        (from the bytes lost and the mean record size so far), which bytes were lost, and counts that many in
+        `skipped`. A bad record skipped earlier in the same member (`suspect`) is named: the records read since
+        passed their own CRCs, but their stream failed afterwards (they were yielded already)."""
+        reader = self.reader
+        stream = reader._stream
+        assert isinstance(stream, Inflater)  # only compressed streams give members up
+        if err is None:
+            err, self.failure = self.failure, None
+            assert err is not None  # fill set it with `broken`
+        elif reader._policy is None:
+            raise err
+        off = self.base + self.lo  # where the damage was found: the record that could not be read
+        inflated = self.base + self.hi  # the end of what was inflated into the buffer
+        position = stream.position
+        dropped_before = stream.dropped_bytes
+        failed_at = err.offset if self.broken and err.offset is not None else off
+        member = stream.member_start(max(off, failed_at))
         stream.abandon_member()
+        first, last = stream.abandoned
+        unread = inflated - off + stream.unread  # decompressed bytes inflated and never read as records
+        ratio = (position + stream.unread) / (first - dropped_before) if first > dropped_before else 0.0
+        counted = reader.records + reader.skipped
+        mean = (off - reader.start) / counted if counted and off > reader.start else 0.0
+        estimate = round((unread + (last - first) * ratio) / mean) if mean else 0
+        _mark_skipped(err, max(estimate, 1), True, (off, off + unread), (first, last))
+        kind = "GZIP member" if reader.compression == "gzip" else "ZLIB stream"
+        lost = [f"the {unread} decompressed bytes from offset {off} (inflated, not read as records)"] if unread else []
+        if last > first:
+            lost.append(f"compressed bytes [{first}, {last}) of the file (not inflated)")
+        note = f"; gave up the rest of this {kind}" + (": " + " and ".join(lost) if lost else "")
+        if not lost:
+            note += " (nothing was left to read in it: counted as 1 record lost)"
+        elif estimate:
+            note += (f"; about {_records(estimate)} lost (an estimate from those bytes and the mean record size read "
+                     "so far)")
+        elif mean:
+            note += "; those bytes hold less than a record of the mean size read so far (counted as 1 record lost)"
+        else:
+            note += "; how many records were lost is unknown (none was read before: counted as 1)"
+        note += (f"; reading goes on at the next GZIP member (compressed byte {last})" if stream.resumed
+                 else "; nothing after it is read")
+        if self.suspect is not None and self.suspect[0] >= member:
+            bad, records = self.suspect
+            since = _records(reader.records - records)
+            note += (f"; the bad record skipped at offset {bad} was in this {kind} too: the {since} read after it "
+                     "passed their own CRCs and were yielded, but came from this damaged stream")
+        _add_note(err, note)
+        self.suspect = None
         self.lo = self.hi = 0
         self.base = stream.position
         self.eof = self.broken = False
-        return True
+        reader._report(err)
 
     def resync(self, core: Any) -> None:
         """After a corrupt header at `lo`, find the next offset where a header and its data both pass their CRCs.
@@ -436,6 +508,23 @@ class _Window:
                     if masked_crc32c(self.view[lo + HEADER_SIZE : data_end]) == unpack_crc(buf, data_end)[0]:
                         return
             self.lo = lo + 1
+
+
+def _mark_skipped(err: TFRecordError, records: int, estimated: bool, span: tuple[int, int] | None,
+                  file_span: tuple[int, int] | None) -> None:
+    """Set what a skipped error tells the on_error callable (TFRecordError's `skipped_*` attributes)."""
+    err.skipped_records, err.skipped_estimated = records, estimated
+    err.skipped_range, err.skipped_file_range = span, file_span
+
+
+def _records(count: int) -> str:
+    return f"{count} record" if count == 1 else f"{count} records"
+
+
+def _add_note(err: TFRecordError, note: str) -> None:
+    """Append `note` to the error's message (and so to str(err), which the warning shows)."""
+    err.message += note
+    err.args = (err._render(),)
 
 
 def _tail_error(tail: bytes, path: str, off: int, compression: str) -> TruncatedRecordError:
