@@ -20,7 +20,13 @@ RECORDS = [bytes([i % 251]) * (i * 37 % 3000) + b"%d" % i for i in range(300)]
 
 
 def _prefetch_threads():
-    return [t for t in threading.enumerate() if t.name.startswith("tfr_torch-prefetch")]
+    return {t for t in threading.enumerate() if t.name.startswith("tfr_torch-prefetch")}
+
+
+def _new_threads(before):
+    """The prefetch threads started since `before` was taken (compared by identity: a thread another test left
+    behind may end while this one runs, so counts would not say which threads are this test's)."""
+    return _prefetch_threads() - before
 
 
 @pytest.fixture
@@ -116,29 +122,29 @@ def test_the_thread_ends_with_the_reader(tmp_path, monkeypatch, small_pieces):
     path = tmp_path / "data.tfrecord.gz"
     big = [random.Random(i).randbytes(16384) for i in range(100)]  # more than the reader's 1 MiB buffer
     path.write_bytes(gzip.compress(b"".join(frame(r) for r in big), mtime=0))
-    before = len(_prefetch_threads())
+    before = _prefetch_threads()
 
     reader = tfr_torch.read_records(str(path))
     next(iter(reader))
-    assert len(_prefetch_threads()) == before + 1  # it runs ahead, blocked on its bounded queue
+    assert len(_new_threads(before)) == 1  # it runs ahead, blocked on its bounded queue
     reader.close()
-    assert len(_prefetch_threads()) == before
+    assert not _new_threads(before)
 
     with tfr_torch.read_records(str(path)) as reader:
         assert list(reader) == big
-    assert len(_prefetch_threads()) == before
+    assert not _new_threads(before)
 
     for i, _ in enumerate(tfr_torch.read_records(str(path))):  # an iterator abandoned early, then collected
         if i == 3:
             break
     gc.collect()
-    assert len(_prefetch_threads()) == before
+    assert not _new_threads(before)
 
     inflater = codec.Inflater(open(path, "rb"), "gzip", str(path), threaded=True)
     assert inflater.readinto(bytearray(10)) == 10
     del inflater
     gc.collect()
-    assert len(_prefetch_threads()) == before
+    assert not _new_threads(before)
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
