@@ -569,7 +569,8 @@ def decode_json_example_tests():
              '{"features": {"feature": {"b": {"int64List": {"value": ["1", -1]}}, "a": {"floatList": '
              '{"value": [2, "NaN", "-Infinity", -0.0]}}}}}'),
             ("original_field_names", one % '{"int64_list": {"value": [1, "-9223372036854775808", 1e3]}}'),
-            ("float32_max_as_message_to_json_writes_it", one % '{"floatList": {"value": [3.4028235e+38, "3.4028235e38"]}}'),
+            ("float32_max_as_message_to_json_writes_it",
+             one % '{"floatList": {"value": [3.4028235e+38, "3.4028235e38"]}}'),
             ("float_too_large", one % '{"floatList": {"value": [3.5e38]}}'),
             ("float_subnormal", one % '{"floatList": {"value": [1e-40]}}'),
             ("float_lowercase_nan", one % '{"floatList": {"value": ["nan"]}}'),
@@ -836,7 +837,8 @@ def main():
     cases = build_cases()
     mgp.dump_json(os.path.join(OUT, "cases.json"), cases)
     again = [dict(c, **run(c)) for c in cases]
-    changed = [c["name"] for c, d in zip(cases, again) if json.dumps(c, sort_keys=True) != json.dumps(d, sort_keys=True)]
+    changed = [c["name"] for c, d in zip(cases, again)
+               if json.dumps(c, sort_keys=True) != json.dumps(d, sort_keys=True)]
     assert not changed, changed
     with open(os.path.join(OUT, "cases.json"), "rb") as f:
         digest = hashlib.sha256(f.read()).hexdigest()
