@@ -421,7 +421,7 @@ def test_unsupported_feature_type_named(copy):
         tfr_torch.TFRecordDataset(copy, split="train")
     assert str(info.value) == (f"{copy}/features.json: feature 'thing' is a LazyThing, which tfr_torch does not read "
                                "(supported: FeaturesDict, Tensor, Scalar, ClassLabel, Text, Image, Video, BBoxFeature, "
-                               "Audio (not lazily decoded), Sequence)")
+                               "Audio (not lazily decoded), Sequence, Dataset)")
 
 
 def test_bad_feature_entries_named(copy):

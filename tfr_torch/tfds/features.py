@@ -39,7 +39,7 @@ _TORCH_DECODE = {"bool": torch.bool, "int8": torch.int8, "int16": torch.int16, "
                  "float32": torch.float32, "float64": torch.float64}
 _WIDE_UNSIGNED = ("uint16", "uint32", "uint64")  # read as int64, converted after
 _SUPPORTED = ("FeaturesDict, Tensor, Scalar, ClassLabel, Text, Image, Video, BBoxFeature, Audio (not lazily "
-              "decoded), Sequence")
+              "decoded), Sequence, Dataset")
 
 
 # ----- the feature tree ------------------------------------------------------------------------------------------
@@ -153,11 +153,11 @@ def _node(entry: Any, key: str, path: str, labels: Mapping[str, list[str]], labe
             child_label = file_name if label_name is None else f"{label_name}-{file_name}"
             out[name] = _node(child, f"{key}/{name}" if key else name, path, labels, child_label)
         return DictNode(out)
-    if kind == "Sequence":
+    if kind in ("Sequence", "Dataset"):  # a Dataset (RLDS's steps) is stored as a Sequence is; read as one
         length = _get(content, "length")
         length = None if length in (None, -1, "-1") else _count(length, key, path, "Sequence length")
         if "feature" not in content:
-            raise TFDSMetadataError(f"feature {key!r}: Sequence needs a \"feature\"", path)
+            raise TFDSMetadataError(f"feature {key!r}: {kind} needs a \"feature\"", path)
         return SequenceNode(_node(content["feature"], key, path, labels, label_name), length)
     if kind in ("Tensor", "Scalar"):
         if content.get("optional"):
