@@ -22,7 +22,9 @@ TF test methods left out (none of them parses data tfr_torch could parse):
 
 Where tfr_torch deliberately differs from TensorFlow (OVERRIDES: what we assert instead):
 - FixedLenSequenceFeature of shape [0], and a malformed variant TensorProto: TF 2.21 kills the process (SIGFPE,
-  SIGSEGV; fixed in later TF, which is why TF has these tests); tfr_torch raises ValueError / DecodeError.
+  SIGSEGV; fixed in later TF, which is why TF has these tests, and where the spec is refused when it is built).
+  tfr_torch takes the spec: an absent feature list gives an empty [B, 0, 0] tensor, a missing required one the
+  usual DecodeError, values where a step holds none a DecodeError; a variant TensorProto is a DecodeError.
 - parse_single_example of a record whose FixedLenFeature has the wrong number of values: TF's single-example op
   says "Can't parse serialized Example"; tfr_torch names the key, the counts and the shape as for a batch.
 - decode_raw's fixed_length not a multiple of the dtype's size is a bad argument here (ValueError), a data error
