@@ -39,7 +39,10 @@ Where tfr_torch deliberately differs from TensorFlow (OVERRIDES: what we assert 
 - The parse_example family: see tests/test_parse_golden.py's OVERRIDES (always-validated ragged partitions,
   SparseFeature indices in [0, size), per-step FixedLenSequenceFeature counts, fewer spec conflicts); here:
   a ragged feature of a SequenceExample whose values and partitions disagree raises DecodeError in the single
-  form too (TF's single form fails on a shape broadcast).
+  form too (TF's single form fails on a shape broadcast); testSerializedContainingMisalignedRaggedFeatureRowLengths
+  (row lengths [5] over 0 values, then [] over 5) raises DecodeError for example 0, as TF's test expects, where
+  TF 2.21 checks only the batch's totals and returns a misaligned ragged tensor; testSerializedContainingSparse-
+  FeatureReuse's index 10 in a SparseFeature of size 7 is an error here (TF keeps it).
 """
 
 from __future__ import annotations
@@ -213,8 +216,10 @@ def run(case: dict, tmp_path: Path) -> Any:
 D, V, T, TR = tfr_torch.DecodeError, ValueError, TypeError, tfr_torch.TruncatedRecordError
 
 # (exception type, exact message) for each case where TF raised (or crashed), and where we raise and TF returned
-# values (the SparseFeature index 10 with size 7 of testSerializedContainingSparseFeatureReuse: TF keeps it; an
-# index outside [0, size) is an error here, as in tests/test_parse_golden.py). Data errors are DecodeError; spec
+# values: the SparseFeature index 10 with size 7 of testSerializedContainingSparseFeatureReuse (TF keeps it; an
+# index outside [0, size) is an error here, as in tests/test_parse_golden.py), the misaligned row lengths of
+# testSerializedContainingMisalignedRaggedFeatureRowLengths (TF 2.21 checks only the batch's totals), and the
+# decode_json_example inputs only TF's C++ JSON reader takes (see the docstring). Data errors are DecodeError; spec
 # and argument errors ValueError/TypeError where TF raises ValueError at graph building or InvalidArgumentError
 # about a default_value's size; a cut file TruncatedRecordError ({path}: the file).
 ERRORS: dict[str, tuple[type, str]] = {
