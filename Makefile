@@ -49,9 +49,12 @@ test: install-test
 # The suite in a shuffled order (pytest-random-order: the test files in a random order, the tests of each file
 # shuffled): a test that passes only after another one, or leaves state that another one needs, fails here. (One
 # global bucket would also interleave files, which sets up each file's module fixtures -- servers, Ray, the resume
-# jobs -- over and over.) The seed is printed; rerun one order with PYTEST_ARGS="--random-order-seed=N".
+# jobs -- over and over.) The seed is printed first; rerun that order with `make test-random SEED=N`.
+SEED ?=
 test-random: install-test
-	$(PY) -m pytest -q -p no:cacheprovider --random-order-bucket=module --durations=15 $(PYTEST_ARGS)
+	@seed=$${SEED:-$$(od -An -N2 -tu2 /dev/urandom | tr -d ' ')}; echo "test-random: SEED=$$seed"; \
+	$(PY) -m pytest -q -p no:cacheprovider --random-order-bucket=module --random-order-seed=$$seed --durations=15 \
+	  $(PYTEST_ARGS)
 
 # The lint and type gate alone ([tool.ruff] and [tool.mypy] in pyproject.toml); `make test` runs both as tests
 # (tests/test_lint.py, tests/test_typing.py).

@@ -65,4 +65,4 @@ def test_make_demo_installs_only_when_something_changed(tmp_path):
         (tmp_path / "venv" / stamp).touch()
         os.utime(tmp_path / "venv" / stamp, (later + 20, later + 20))
     lines = _make(tmp_path, "test")  # the suite (and whatever else `make test` runs), nothing installed
-    assert lines[0] == "venv/bin/python -m pytest -q" and not any("pip" in line for line in lines), lines
+    assert lines[0] == "venv/bin/python -m pytest -q --durations=15" and not any("pip" in line for line in lines), lines
