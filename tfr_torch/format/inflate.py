@@ -96,6 +96,7 @@ class Inflater:
         self.resumed = False  # the last abandon_member found a next gzip member (else the stream ended there)
         self._read_total = len(head)  # compressed bytes read from the file (where it continues)
         self._member_starts: list[int] = []  # decompressed offsets where members after the first began
+        self._member_files: list[int] = []  # and the file offsets of their first compressed bytes
         self._fresh = True  # the next input given to zlib starts with the current member's header
         self._failed = False  # the stream stopped at an error (not at its end): abandon_member may go on
         self._salvage: bytes | None = None  # the input of a decompress call that failed (see abandon_member)
@@ -247,6 +248,7 @@ class Inflater:
                 self._z = _inflate.decompressobj(_WBITS[self._compression])
                 self._fresh = True
                 self._member_starts.append(self._produced)
+                self._member_files.append(self._read_total - len(rest))
             if self._z.unconsumed_tail:
                 data = self._z.unconsumed_tail
             else:
@@ -297,7 +299,8 @@ class Inflater:
         self.unread = len(self._piece) - self._at
         self._piece, self._at, self._ended = memoryview(b""), 0, False
         self._produced = self.position
-        del self._member_starts[bisect.bisect_right(self._member_starts, self.position):]  # starts made ahead
+        ahead = bisect.bisect_right(self._member_starts, self.position)  # members the thread began ahead
+        del self._member_starts[ahead:], self._member_files[ahead:]
         if self._salvage is not None:  # after a zlib error: the failed call's input, then what follows it
             rest, self._salvage = self._salvage + self._pending, None
         else:  # the compressed bytes zlib has not used yet
@@ -323,6 +326,7 @@ class Inflater:
                     self.dropped_bytes += dropped
                     self.abandoned, self.resumed = (start, start + dropped), True
                     self._member_starts.append(self.position)
+                    self._member_files.append(start + dropped)
                     return dropped
                 keep = min(len(rest), 2)  # a magic may straddle the next read
                 dropped += len(rest) - keep
@@ -342,12 +346,17 @@ class Inflater:
         self.abandoned, self.resumed = (start, start + dropped), False
         return dropped
 
-    def member_start(self, offset: int) -> int:
-        """The decompressed offset where the member that holds `offset` began (0 for the first member, and for a
-        ZLIB stream): the bytes from there to `offset` came from one member."""
-        starts = self._member_starts
-        i = bisect.bisect_right(starts, offset)
-        return starts[i - 1] if i else 0
+    def member_of(self, offset: int) -> tuple[int, int]:
+        """(decompressed offset, file offset) where the member that holds decompressed `offset` began ((0, 0) for
+        the first member, and for a ZLIB stream): the bytes from there to `offset` came from one member."""
+        i = bisect.bisect_right(self._member_starts, offset)
+        return (self._member_starts[i - 1], self._member_files[i - 1]) if i else (0, 0)
+
+    def member_after(self, offset: int) -> tuple[int, int] | None:
+        """(decompressed offset, file offset) of the first member that begins after `offset`, if one has been
+        begun (inflated from, perhaps ahead of the reader); else None."""
+        i = bisect.bisect_right(self._member_starts, offset)
+        return (self._member_starts[i], self._member_files[i]) if i < len(self._member_starts) else None
 
     def skip(self, count: int) -> int:
         """Discard `count` decompressed bytes (one pass, no allocation beyond a chunk); return how many were skipped.

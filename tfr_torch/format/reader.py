@@ -310,7 +310,7 @@ class RecordReader:
                         return
                 length = parse_header(buf, lo)
                 if length is None:
-                    err = CorruptRecordError(header_message(
+                    err: TFRecordError = CorruptRecordError(header_message(
                         view[lo : min(hi, lo + 512)], off, header_crc(buf, lo), unpack_header(buf, lo)[1],
                         self.compression), path, off)
                     w.lo = lo
@@ -437,14 +437,23 @@ class _Window:
             raise err
         off = self.base + self.lo  # where the damage was found: the record that could not be read
         inflated = self.base + self.hi  # the end of what was inflated into the buffer
-        position = stream.position
-        dropped_before = stream.dropped_bytes
         failed_at = err.offset if self.broken and err.offset is not None else off
-        member = stream.member_start(max(off, failed_at))
-        stream.abandon_member()
-        first, last = stream.abandoned
-        unread = inflated - off + stream.unread  # decompressed bytes inflated and never read as records
-        ratio = (position + stream.unread) / (first - dropped_before) if first > dropped_before else 0.0
+        member = stream.member_of(max(off, failed_at))[0]  # the start of the member given up
+        after = None if self.broken else stream.member_after(off)
+        if after is not None and after[0] <= inflated:  # the next member is in the buffer already: go on there
+            unread, (first, last), resumed = after[0] - off, (after[1], after[1]), True
+            ratio = 0.0
+            self.lo = after[0] - self.base
+        else:
+            position, (made_from, used_from) = stream.position, stream.member_of(off)
+            stream.abandon_member()
+            (first, last), resumed = stream.abandoned, stream.resumed
+            unread = inflated - off + stream.unread  # decompressed bytes inflated and never read as records
+            made, used = position + stream.unread - made_from, first - used_from  # by this member so far
+            ratio = made / used if made > 0 and used > 0 else 0.0  # to guess what its bytes not inflated held
+            self.lo = self.hi = 0
+            self.base = stream.position
+            self.eof = self.broken = False
         counted = reader.records + reader.skipped
         mean = (off - reader.start) / counted if counted and off > reader.start else 0.0
         estimate = round((unread + (last - first) * ratio) / mean) if mean else 0
@@ -463,7 +472,7 @@ class _Window:
             note += "; those bytes hold less than a record of the mean size read so far (counted as 1 record lost)"
         else:
             note += "; how many records were lost is unknown (none was read before: counted as 1)"
-        note += (f"; reading goes on at the next GZIP member (compressed byte {last})" if stream.resumed
+        note += (f"; reading goes on at the next GZIP member (compressed byte {last})" if resumed
                  else "; nothing after it is read")
         if self.suspect is not None and self.suspect[0] >= member:
             bad, records = self.suspect
@@ -472,9 +481,6 @@ class _Window:
                      "passed their own CRCs and were yielded, but came from this damaged stream")
         _add_note(err, note)
         self.suspect = None
-        self.lo = self.hi = 0
-        self.base = stream.position
-        self.eof = self.broken = False
         reader._report(err)
 
     def resync(self, core: Any) -> None:
