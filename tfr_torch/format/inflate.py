@@ -127,7 +127,8 @@ class Inflater:
         """Fill `view` with decompressed bytes; return how many (0 only at the end of the stream).
 
         A corrupt or truncated stream raises CorruptRecordError / TruncatedRecordError, but only once every byte
-        inflated before the damage has been returned, so the records before it are still read."""
+        inflated before the damage has been returned (also those of the zlib call that failed: see
+        _inflate_until_error), so the records before it are still read."""
         if self._error is not None:
             err, self._error = self._error, None
             raise err
@@ -283,8 +284,9 @@ class Inflater:
 
         A damaged deflate stream can go on inflating without a zlib error: a corrupted back-reference copies
         earlier bytes, so records that pass their CRCs may be duplicates of earlier ones. After a corruption is
-        seen (a zlib error, or a record header or data CRC that fails in the decompressed bytes), nothing later
-        in that member can be trusted: reading resumes at the next gzip member (its magic bytes, where a member
+        seen (a zlib error, or a record header that fails in the decompressed bytes; the reader skips a record
+        whose data CRC alone fails), nothing later in that member can be trusted: reading resumes at the next
+        gzip member (its magic bytes, where a member
         header that inflates without error starts) or ends. Returns how many compressed bytes were dropped
         (also summed in `dropped_bytes`; `dropped_members` counts the calls). `position` keeps counting the
         decompressed bytes delivered, so offsets after this point are positions in the stream as read.

@@ -68,8 +68,10 @@ class RecordReader:
 
     Use `read_records()` to make one. Attributes: `path`; `compression` ("none", "gzip" or "zlib", detected
     when "auto"); `offset`, the byte offset of the next record (in the decompressed stream for compressed
-    files); `records`, how many were yielded; `skipped`, how many bad records or corrupt regions were skipped
-    under `on_error="skip"` (or handed to an `on_error` callable).
+    files); `records`, how many were yielded; `skipped`, how many records were skipped under `on_error="skip"`
+    (or with their errors handed to an `on_error` callable): each error's `skipped_records`, that is 1 for a bad
+    record or a corrupt region of an uncompressed file, and for a GZIP member (ZLIB stream) given up an estimate
+    of the records it still held (see `read_records`).
     """
 
     def __init__(
@@ -616,8 +618,16 @@ def read_records(
       boundary (an offset from an index). In a compressed file these are offsets in the decompressed stream,
       reached with one decompression pass.
     - `on_error`: "raise" (default) raises CorruptRecordError / TruncatedRecordError; "skip" warns
-      (SkippedRecordWarning), skips the bad record or corrupt region and counts it in `.skipped`; a callable
-      is called with each error instead of warning (raise from it to stop).
+      (SkippedRecordWarning), skips and counts the records skipped in `.skipped`; a callable is called with each
+      error instead of warning (raise from it to stop). What is skipped: a record whose data CRC fails, alone
+      (its header passed, so the next record starts where it says; in a GZIP/ZLIB file too, while the stream has
+      not failed); after a corrupt header in an uncompressed file, the bytes up to the next place where a header
+      and its data pass their CRCs (counted as one); in a GZIP/ZLIB file whose stream fails (a zlib error, a
+      check value that does not match, a cut file) or holds a corrupt header, the rest of that gzip member (of a
+      ZLIB file, the rest of the file), then reading goes on at the next member. How many records that lost is
+      unknown: the error's message and its `skipped_*` attributes give an estimate and the bytes lost, and
+      `.skipped` counts the estimate. Records read after a skipped bad record are yielded as they come (each
+      passed its CRCs); if their member fails later, the error names them (the member's check comes at its end).
 
     >>> with read_records("data.tfrecord") as records:  # doctest: +SKIP
     ...     for record in records:
