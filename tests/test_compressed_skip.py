@@ -8,6 +8,7 @@ end, and a member is given up as soon as a header shows the damage: such a dupli
 sweeps), not impossible."""
 
 import gzip
+import pickle
 import random
 import struct
 import warnings
@@ -209,6 +210,9 @@ def test_a_member_whose_stream_fails_is_given_up_and_counted(tmp_path, compressi
     assert (err.offset, err.skipped_range) == (off + 50, (off, off + 50))
     first, last = err.skipped_file_range
     assert block2 <= first <= block2 + 5 and last == len(data)
+    back = pickle.loads(pickle.dumps(err))  # as a DataLoader worker hands it over
+    assert (str(back), back.skipped_records, back.skipped_range, back.skipped_file_range) == (
+        str(err), 12, (off, off + 50), (first, last))
     kind = "GZIP member" if compression == "gzip" else "ZLIB stream"
     assert str(err) == (f"{path}:{off + 50}: cannot inflate the {compression.upper()} stream after {off + 50} "
                         "decompressed bytes: Error -3 while decompressing data: invalid stored block lengths"
