@@ -85,3 +85,37 @@ def test_coexists_with_tensorflows_descriptors_in_the_default_pool():
         "print(tfr_torch.decode_example(tfr_torch.encode_example({'x': 1}))['x'].tolist())"
     )
     assert _run(code) == "[1]"
+
+
+def test_subpackages_load_on_first_access_only():
+    """`import tfr_torch` imports none of its subpackages; `tfr_torch.tfds` (and the other families) import on
+    first access, without `import tfr_torch.tfds`."""
+    families = ["tfds", "images", "tools", "data", "decode", "format"]
+    code = (
+        "import sys, tfr_torch\n"
+        f"print(sorted(f for f in {families!r} if 'tfr_torch.' + f in sys.modules), 'torch' in sys.modules)\n"
+        "info = tfr_torch.tfds.read_info('tests/data/tfds/rlds/rlds_golden/1.0.0')\n"
+        "print(info.name, 'torch' in sys.modules, type(tfr_torch.tfds.TFDSDecoder).__name__)\n"
+        f"print([getattr(tfr_torch, f).__name__ for f in {families!r}])\n"
+    )
+    lines = _run(code).splitlines()
+    assert lines[0] == "[] False"
+    assert lines[1] == "rlds_golden False type"  # the metadata never loads torch
+    assert lines[2] == str([f"tfr_torch.{f}" for f in families])
+    try:
+        import ray.data  # noqa: F401
+    except ImportError:
+        message = _run("import tfr_torch\ntry:\n    tfr_torch.ray\nexcept ImportError as exc:\n    print(exc)")
+        assert message == "tfr_torch.ray needs Ray Data: pip install 'tfr_torch[ray]' (or 'ray[data]')"
+    else:
+        assert _run("import sys, tfr_torch; print('tfr_torch.ray' in sys.modules, tfr_torch.ray.__name__)") == \
+            "False tfr_torch.ray"
+
+
+def test_unknown_attribute_is_still_an_attribute_error():
+    import tfr_torch
+
+    with pytest.raises(AttributeError) as info:
+        tfr_torch.tfdss  # noqa: B018
+    assert str(info.value) == "module 'tfr_torch' has no attribute 'tfdss'"
+    assert not hasattr(tfr_torch, "_private")

@@ -146,7 +146,14 @@ if TYPE_CHECKING:  # pragma: no cover
     from tfr_torch.tools.shards import ShardedWriter
 
 
+# the subpackages, imported on first access (`import tfr_torch; tfr_torch.tfds.read_info(...)`), never by
+# `import tfr_torch` itself: the optional families (tfds, ray, images, tools) load only when used
+_SUBPACKAGES = frozenset({"data", "decode", "format", "images", "ray", "tfds", "tools"})
+
+
 def __getattr__(name: str) -> Any:
+    if name in _SUBPACKAGES:
+        return importlib.import_module(f"tfr_torch.{name}")  # which also sets it as this module's attribute
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'tfr_torch' has no attribute {name!r}")
