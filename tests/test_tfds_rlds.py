@@ -293,7 +293,7 @@ def test_corrupt_step_value_names_the_record_and_key(copy):
                                "multiple of 4 (FixedLenSequenceFeature shape [4])")  # 8 steps of 4, and one more
 
 
-# ----- written by tfr_torch, read back ---------------------------------------------------------------------------------
+# ----- written by tfr_torch, read back --------------------------------------------------------------------------------
 
 def test_reshard_tfds_of_an_rlds_folder_reads_back(tmp_path):
     from tfr_torch.tools.reshard import reshard

@@ -11,8 +11,11 @@ written into a shared-memory slab that the worker reuses; the main process copie
 and tensors it owns) while it unpickles the batch, then marks the slab free. One copy on each side, no page
 faults once the slabs are warm, and nothing the user holds ever points into memory that is reused.
 
-Plain pickle, copy and deepcopy see the dict or list they are; other values of a batch (sparse tensors, nested
-results) travel the usual way. Slabs are anonymous memory files (memfd_create) that the main process maps through
+A batch of nested results (an RLDS episode: {"steps": {"observation": {"image": ...}, ...}, ...}, dicts and lists as
+deep as they go) travels the same way: its skeleton (the dicts and lists, with None where a slab value goes) in the
+pickle, each dense tensor and list of bytes in the slab with its path, put back in place in the main process.
+Plain pickle, copy and deepcopy see the dict or list they are; other values of a batch (sparse tensors, tuples,
+RaggedTensor) travel the usual way. Slabs are anonymous memory files (memfd_create) that the main process maps through
 /proc/<worker pid>/fd/<fd>: they have no name, so a killed worker leaks nothing, and they do not count against
 /dev/shm (64 MB in a default Docker container). Without memfd and /proc (macOS, Windows), or when a slab cannot
 be made, batches travel the usual way (with one warning in the second case).
@@ -277,9 +280,67 @@ def _pad(n: int) -> int:
     return -(-n // _ALIGN) * _ALIGN
 
 
+def _nested(value: Any) -> bool:
+    """A value of a batch that holds others to send through the slab: a dict, or a list that is not all bytes."""
+    cls = type(value)
+    return cls is dict or cls is Batch or (cls is list and _bytes_total(value) < 0)
+
+
+def _flatten(value: Any, path: tuple[Any, ...], plan: list[tuple[Any, str, Any]]) -> Any:
+    """A copy of a nested value (dicts and lists, as deep as they go) where each dense tensor and list of bytes is
+    None, planned for the slab under its path (the keys and list positions leading to it); other values stay."""
+    cls = type(value)
+    if cls is dict or cls is Batch:
+        return {key: _flatten(item, (*path, key), plan) for key, item in value.items()}
+    if _slab_tensor(value):
+        plan.append((path, "t", value))
+        return None
+    if cls is list or cls is RecordSpans:
+        if _bytes_total(value) >= 0:
+            plan.append((path, "b", value))
+            return None
+        return [_flatten(item, (*path, i), plan) for i, item in enumerate(value)]
+    return value  # travels in the pickle, the usual way (tuples, sparse tensors, RaggedTensor, scalars, ...)
+
+
+def _plan_size(plan: list[tuple[Any, str, Any]]) -> int:
+    size = 0
+    for _, what, value in plan:
+        size += _pad(value.numel() * value.element_size() if what == "t" else _bytes_total(value))
+    return size
+
+
+def _write(plan: list[tuple[Any, str, Any]], mm: mmap.mmap) -> list[Entry]:
+    """Write the planned values into the slab one after another; the entries that say where each lies."""
+    entries: list[Entry] = []
+    pos = _HEADER
+    for key, what, value in plan:
+        if what == "t":
+            nbytes = value.numel() * value.element_size()
+            dtype = str(value.dtype).rpartition(".")[2]
+            if nbytes and dtype in _NUMPY_DTYPES:  # numpy's copy: a few µs less than torch's ops per tensor
+                flat = np.ascontiguousarray(value.numpy()).reshape(-1)
+                np.frombuffer(mm, np.uint8, nbytes, pos)[:] = flat.view(np.uint8)
+            elif nbytes:
+                dst = torch.frombuffer(mm, dtype=torch.uint8, count=nbytes, offset=pos)
+                dst.copy_(value.contiguous().reshape(-1).view(torch.uint8))
+                del dst
+            entries.append(("t", key, pos, nbytes, dtype, tuple(value.shape)))
+        else:
+            lengths = _pack_bytes(value, mm, pos)
+            nbytes = sum(lengths)
+            entries.append(("b", key, pos, nbytes, lengths))
+        pos += _pad(nbytes)
+    return entries
+
+
 def _reduce(batch: Any, items: list[tuple[Any, Any]],
             container: Container) -> tuple[Callable[..., Any], tuple[Any, ...]]:
-    """What ForkingPickler calls for Batch and RecordBatch: the values written into a slab plus what is left."""
+    """What ForkingPickler calls for Batch and RecordBatch: the values written into a slab plus what is left. A
+    dict with nested values (an RLDS episode: {"steps": {"observation": {...}, ...}, ...}) travels as its skeleton
+    (the dicts and lists, with None where a slab value goes) and the path of each slab value."""
+    if container == "dict" and any(_nested(value) for _, value in items):
+        return _reduce_nested(batch, items)
     plan: list[tuple[Any, str, Any]] = []  # (key, "t" tensor or "b" bytes list, value)
     inline: list[tuple[Any, Any]] = []
     size = 0
@@ -297,31 +358,26 @@ def _reduce(batch: Any, items: list[tuple[Any, Any]],
         slab = pool.take(size) if plan else None
         if slab is None:
             return _rebuild_inline, (container, list(items))
-        entries: list[Entry] = []
-        pos = _HEADER
-        mm = slab.mm
-        for key, what, value in plan:
-            if what == "t":
-                nbytes = value.numel() * value.element_size()
-                dtype = str(value.dtype).rpartition(".")[2]
-                if nbytes and dtype in _NUMPY_DTYPES:  # numpy's copy: a few µs less than torch's ops per tensor
-                    flat = np.ascontiguousarray(value.numpy()).reshape(-1)
-                    np.frombuffer(mm, np.uint8, nbytes, pos)[:] = flat.view(np.uint8)
-                elif nbytes:
-                    dst = torch.frombuffer(mm, dtype=torch.uint8, count=nbytes, offset=pos)
-                    dst.copy_(value.contiguous().reshape(-1).view(torch.uint8))
-                    del dst
-                entries.append(("t", key, pos, nbytes, dtype, tuple(value.shape)))
-            else:
-                lengths = _pack_bytes(value, mm, pos)
-                nbytes = sum(lengths)
-                entries.append(("b", key, pos, nbytes, lengths))
-            pos += _pad(nbytes)
+        entries = _write(plan, slab.mm)
         slab.sent += 1
         retired, pool.retired = pool.retired, []
     keys = [key for key, _ in items]
     return _rebuild, (container, (pool.pid, slab.fd, slab.serial, _HEADER + slab.size), keys, entries, inline,
                       retired)
+
+
+def _reduce_nested(batch: Any, items: list[tuple[Any, Any]]) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+    plan: list[tuple[Any, str, Any]] = []  # (path, "t" or "b", value)
+    skeleton = {key: _flatten(value, (key,), plan) for key, value in items}
+    pool = _pool()
+    with pool.lock:
+        slab = pool.take(_plan_size(plan)) if plan else None
+        if slab is None:
+            return _rebuild_inline, ("dict", list(items))
+        entries = _write(plan, slab.mm)
+        slab.sent += 1
+        retired, pool.retired = pool.retired, []
+    return _rebuild_nested, ((pool.pid, slab.fd, slab.serial, _HEADER + slab.size), skeleton, entries, retired)
 
 
 def _reduce_batch(batch: Batch) -> tuple[Callable[..., Any], tuple[Any, ...]]:
@@ -388,29 +444,44 @@ def _mapping(slab: SlabRef, retired: list[int]) -> mmap.mmap:
         return mm
 
 
+def _read(mm: mmap.mmap, entry: Entry) -> Any:
+    """A new tensor or list of bytes copied out of the slab, as `entry` says."""
+    pos, nbytes = entry[2], entry[3]
+    if entry[0] == "t":
+        dtype_name, shape = entry[4], entry[5]
+        as_numpy = _NUMPY_DTYPES.get(dtype_name)
+        if nbytes and as_numpy is not None:
+            return torch.from_numpy(np.frombuffer(mm, as_numpy, nbytes // as_numpy.itemsize, pos).reshape(shape)
+                                    .copy())
+        dtype = getattr(torch, dtype_name)
+        if nbytes:
+            return torch.frombuffer(mm, dtype=torch.uint8, count=nbytes, offset=pos).clone().view(dtype).reshape(shape)
+        return torch.empty(shape, dtype=dtype)
+    return _unpack_bytes(mm, pos, entry[4])
+
+
 def _rebuild(container: Container, slab: SlabRef, keys: list[Any], entries: list[Entry],
              inline: list[tuple[Any, Any]], retired: list[int]) -> Any:
     mm = _mapping(slab, retired)
     values: dict[Any, Any] = dict(inline)
     for entry in entries:
-        key, pos, nbytes = entry[1:4]
-        if entry[0] == "t":
-            _, _, _, _, dtype_name, shape = entry
-            as_numpy = _NUMPY_DTYPES.get(dtype_name)
-            if nbytes and as_numpy is not None:
-                values[key] = torch.from_numpy(np.frombuffer(mm, as_numpy, nbytes // as_numpy.itemsize, pos)
-                                               .reshape(shape).copy())
-                continue
-            dtype = getattr(torch, dtype_name)
-            if nbytes:
-                flat = torch.frombuffer(mm, dtype=torch.uint8, count=nbytes, offset=pos).clone()
-                values[key] = flat.view(dtype).reshape(shape)
-            else:
-                values[key] = torch.empty(shape, dtype=dtype)
-        else:
-            values[key] = _unpack_bytes(mm, pos, entry[4])
+        values[entry[1]] = _read(mm, entry)
     _RELEASED.pack_into(mm, 0, _RELEASED.unpack_from(mm, 0)[0] + 1)  # the worker may reuse the slab now
     return _rebuild_inline(container, [(key, values[key]) for key in keys])
+
+
+def _rebuild_nested(slab: SlabRef, skeleton: dict[Any, Any], entries: list[Entry], retired: list[int]) -> Any:
+    """The nested dict: each slab value copied out and put back at its path in the skeleton (fresh from the
+    pickle, so the receiver's own)."""
+    mm = _mapping(slab, retired)
+    for entry in entries:
+        path = entry[1]
+        node: Any = skeleton
+        for step in path[:-1]:
+            node = node[step]
+        node[path[-1]] = _read(mm, entry)
+    _RELEASED.pack_into(mm, 0, _RELEASED.unpack_from(mm, 0)[0] + 1)  # the worker may reuse the slab now
+    return skeleton
 
 
 def _rebuild_inline(container: Container, items: list[tuple[Any, Any]]) -> Any:
