@@ -99,10 +99,11 @@ def _plain(value) -> object:
 
 
 def _outcome(call: Callable[[], object]) -> tuple[str, object]:
+    """("ok", the values) or ("error", the error's class and message): backends must agree down to the message."""
     try:
         return "ok", _plain(call())
     except TFRecordError as exc:
-        return "error", type(exc).__name__
+        return "error", f"{type(exc).__name__}: {exc}"
 
 
 def _on_both_backends(call: Callable[[], object]) -> tuple[str, object]:

@@ -1,11 +1,31 @@
-"""Compiled decoding plans: built once per feature spec, they decode whole batches column by column."""
+"""Compiled decoding plans: built once per feature spec, they decode whole batches column by column.
+
+Error order. When a batch has several problems, parse_example (and parse_single_example) reports the first of
+them in this order, on every backend, down to the message:
+
+1. The wire format, record by record in batch order (as TensorFlow's parser reads a record's Example before any of
+   its values): for record i, first the record itself (not bytes, or not a valid Example: its Features, map
+   entries and keys), then the Features of the planned keys (the spec's features in order, each with the keys it
+   reads), the first that is malformed (a list with an unknown field included, as TensorFlow rejects it) or holds
+   another kind than the spec's.
+2. Only when the whole batch's wire format is sound: the values, feature by feature in the spec's order, each
+   reporting the first example that breaks it (a value count that does not fit the shape, a required feature
+   missing, a value that does not fit the dtype, ...).
+
+The pure-Python reference implements this order (ExamplePlan.parse, _first_wire_error); the compiled kernel never
+names a problem of step 1 itself: at the first record or Feature it finds malformed, uncommon or of another kind
+it hands the batch back to the reference (tfr_torch/_native/src/batch.h), and a column it hands over as raw
+Features (an uncommon encoding) is checked before any value, so the kernel only ever reports step 2's errors,
+from the same decoders in the same order. TensorFlow itself checks each record's values before reading the next
+record; across records, step 2 here goes feature by feature instead.
+"""
 
 from __future__ import annotations
 
 import operator
 import threading
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Any, Protocol, cast
 
 import numpy as np
@@ -136,6 +156,34 @@ def _features_of(record: Any, locator: Locator, i: int) -> Any:
         raise _located(exc, locator, i) from None
 
 
+def _first_wire_error(units: Units, wire_kinds: Mapping[str, FeatureKind], keys: Collection[str] | None = None,
+                      ) -> tuple[int, int, DecodeError] | None:
+    """Step 1 of the error order (see the module docstring) over decoded columns: the first malformed or
+    other-kind Feature, record by record and in plan order within a record, as (record, position of its key in
+    the plan, error); None when there is none. Each column (of `keys`, default all) is decoded by `units.column`
+    (cached: the decoders read it from there) and reports its own first bad record."""
+    first: tuple[int, int, DecodeError] | None = None
+    for position, (key, kind) in enumerate(wire_kinds.items()):
+        if keys is not None and key not in keys:
+            continue
+        try:
+            units.column(key, kind)
+        except DecodeError as exc:
+            found = (exc.index if exc.index is not None else 0, position, exc)
+            if first is None or found[:2] < first[:2]:
+                first = found
+    return first
+
+
+def _wire_error_before(units: Units, wire_kinds: Mapping[str, FeatureKind], exc: Exception, record: int,
+                       position: int = -1, keys: Collection[str] | None = None) -> Exception:
+    """The error to raise for a problem of step 1 found at `record` (`position`: its key's place in the plan, -1
+    for the record itself): a malformed Feature of an earlier record, or of an earlier key of the same record,
+    comes first."""
+    first = _first_wire_error(units, wire_kinds, keys)
+    return first[2] if first is not None and first[:2] < (record, position) else exc
+
+
 def _example_kernel(core: Any, wire_kinds: Mapping[str, str], indices: Sequence[str] = (),
                     spans: Sequence[str] = ()) -> Any:
     """The compiled core's decoder of these keys' Features (of Examples, or SequenceExamples' context); for the
@@ -246,8 +294,9 @@ class ExamplePlan:
         """parse() by the compiled kernel: every column in one pass over the records, then each feature's result
         straight from the kernel's arena where the decoder has a fast path for it (`fast`: the common case, such
         as every example holding a FixedLenFeature with its count of values), else by the decoder from Units.
-        None when a record needs the reference parser (malformed, uncommon, or not bytes), which then defines the
-        answer or the error."""
+        None when a record needs the reference parser (malformed, uncommon, or not bytes, or a Feature the kernel
+        handed over raw is malformed), which then defines the answer or the error: so the kernel only reports
+        step 2 of the error order (see the module docstring)."""
         if self._kernel_of is not core:
             self._kernel = _example_kernel(core, self._wire_kinds, self._indices, self._spans)
             self._kernel_of = core
@@ -263,8 +312,13 @@ class ExamplePlan:
                 column = columns[at]
                 if isinstance(column[2], int):
                     columns[at] = (*column[:2], RecordSpans(core, records, arena, column[2], column[3]), *column[3:])
-        result: dict[str, Any] = {}
         units = None
+        if any(column[0] is None for column in columns):  # raw Features (uncommon encodings) for the reference
+            units = _arena_units(arena, columns, self._wire_kinds, n)
+            units.locator = locator
+            if _first_wire_error(units, self._wire_kinds) is not None:
+                return None  # a malformed Feature: the reference names the first problem (see the error order)
+        result: dict[str, Any] = {}
         for key, fast, decoder, at in self._steps:
             value = fast(arena, columns[at], n, single) if fast is not None else None
             if value is None:
@@ -288,9 +342,24 @@ class ExamplePlan:
             if parsed is not None:
                 return parsed
         if len(records) > 1 and sum(map(_size, records)) >= _GATHER_FROM * len(records):
-            return self._decode(self._gather(records, locator), locator, single)
-        return self._decode(Units([_features_of(record, locator, i) for i, record in enumerate(records)], locator),
-                            locator, single)
+            units = self._gather(records, locator)
+        else:
+            units = self._split(records, locator)
+        first = _first_wire_error(units, self._wire_kinds)
+        if first is not None:
+            raise first[2]
+        return self._decode(units, locator, single)
+
+    def _split(self, records: Sequence[bytes], locator: Locator) -> Units:
+        """Units of every record's raw Features; a record that is not an Example raises, unless a Feature of an
+        earlier record is malformed (the error order, see the module docstring)."""
+        maps: list[Mapping[str, bytes]] = []
+        for i, record in enumerate(records):
+            try:
+                maps.append(_features_of(record, locator, i))
+            except (DecodeError, TypeError) as exc:
+                raise _wire_error_before(Units(maps, locator), self._wire_kinds, exc, i) from None
+        return Units(maps, locator)
 
     def iter_rows(self, serialized: Sequence[bytes],
                   example_names: Sequence[ExampleName] | None = None) -> Iterator[dict[str, Any]]:
@@ -326,7 +395,10 @@ class ExamplePlan:
         # every column is preset or in raw_columns below, so the per-unit maps are never read
         units = Units(cast("list[Mapping[str, bytes]]", [None] * n), locator)
         for i, record in enumerate(records):
-            found = _features_of(record, locator, i)
+            try:
+                found = _features_of(record, locator, i)
+            except (DecodeError, TypeError) as exc:
+                raise self._gathered_error(raws, locator, i, exc) from None
             for key, column in numeric:
                 column.append(found.get(key))
             for key, values, present, counts in text:
@@ -336,12 +408,14 @@ class ExamplePlan:
                 try:
                     kind, got = decode_feature(feature, key)
                 except DecodeError as exc:
-                    raise units.error(key, i, "is malformed: " + _without_key(exc.message, key)) from None
+                    error = units.error(key, i, "is malformed: " + _without_key(exc.message, key))
+                    raise self._gathered_error(raws, locator, i + 1, error, key) from None
                 if kind is None:
                     continue
                 if kind != "bytes":
-                    raise units.error(key, i, f"holds {kind} values but bytes values were expected (data types "
-                                              "don't match)")
+                    error = units.error(key, i, f"holds {kind} values but bytes values were expected (data types "
+                                                "don't match)")
+                    raise self._gathered_error(raws, locator, i + 1, error, key) from None
                 present[i] = True
                 counts[i] = len(got)
                 values.extend(got)
@@ -349,6 +423,17 @@ class ExamplePlan:
         for key, (values, present, counts) in strings.items():
             units.preset(key, "bytes", Column(present, counts, values))
         return units
+
+    def _gathered_error(self, raws: dict[str, list[bytes | None]], locator: Locator, n: int, exc: Exception,
+                        key: str | None = None) -> Exception:
+        """The error to raise when _gather finds a problem of step 1 (see the module docstring) in record n - 1
+        (of its Feature `key`) or record n (the record itself, key None): a malformed numeric Feature of the n
+        records read so far comes first when it is in an earlier record or belongs to an earlier key."""
+        probe = Units(cast("list[Mapping[str, bytes]]", [None] * n), locator)
+        probe.raw_columns = {k: column[:n] for k, column in raws.items()}
+        if key is None:
+            return _wire_error_before(probe, self._wire_kinds, exc, n, keys=raws)
+        return _wire_error_before(probe, self._wire_kinds, exc, n - 1, list(self._wire_kinds).index(key), raws)
 
     def _decode(self, units: Units, locator: Locator, single: bool) -> dict[str, Any]:
         units.locator = locator
