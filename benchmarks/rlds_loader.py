@@ -21,6 +21,7 @@ The ratio is the in-process time over the row's time (above 1: faster than readi
 from __future__ import annotations
 
 import argparse
+import functools
 import io
 import os
 import time
@@ -102,6 +103,10 @@ def write(folder: str, episodes: int) -> int:
     return steps
 
 
+def _count(episodes: Any) -> int:
+    return sum(1 for _ in episodes)
+
+
 def _best(run: Any, repeat: int) -> tuple[float, int]:
     times, count = [], 0
     for _ in range(repeat):
@@ -127,16 +132,15 @@ def main() -> None:
     print(f"{info.splits['train'].num_examples} episodes in {info.splits['train'].num_shards} shards; "
           f"backend {tfr_torch.backend()}; best of {args.repeat} passes")
 
-    in_process, n = _best(lambda: sum(1 for _ in tfr_torch.TFRecordDataset(folder, split="train")), args.repeat)
+    in_process, n = _best(functools.partial(_count, tfr_torch.TFRecordDataset(folder, split="train")), args.repeat)
     rows = [("TFRecordDataset(folder, split='train') in the process", in_process, n)]
     for shared in (True, False):
         dataset = tfr_torch.TFRecordDataset(folder, split="train", shared_memory=shared)
         loader = DataLoader(dataset, batch_size=None, num_workers=args.workers, persistent_workers=True)
-        sum(1 for _ in loader)  # warm-up: the workers start, the slabs are made
-        seconds, n = _best(lambda: sum(1 for _ in loader), args.repeat)
+        _count(loader)  # warm-up: the workers start, the slabs are made
+        seconds, n = _best(functools.partial(_count, loader), args.repeat)
         label = f"DataLoader(num_workers={args.workers})" + ("" if shared else ", shared_memory=False")
         rows.append((label, seconds, n))
-        del loader
     print("| reader | episodes | seconds | episodes/s | ratio to in-process |\n|---|---|---|---|---|")
     for label, seconds, n in rows:
         print(f"| {label} | {n} | {seconds:.3f} | {n / seconds:,.0f} | {in_process / seconds:.2f}x |")
