@@ -10,7 +10,7 @@ Covered: TFRecordWriter to s3:// (plain and GZIP; atomic: no temporary object is
 build_index writing `<url>.idx`, read_index; TFRecordDataset over an s3:// glob with index="auto" (and without
 indexes, and GZIP files) through DataLoader(num_workers=2): every record exactly once, read in the worker
 processes; a missing object or bucket raises FileNotFoundError naming the URL; an unknown protocol raises a
-clear error naming it.
+clear error naming it. RLDS folders (TFDS metadata of older releases, many shards) read by their dataset folder.
 """
 
 from __future__ import annotations
@@ -283,3 +283,29 @@ def test_protocol_without_its_package_names_the_package(make):
     message = str(info.value)
     assert "gcsfs" in message
     assert url in message, f"the error does not name the URL: {message!r}"
+
+
+@pytest.mark.filterwarnings("ignore:.*have no index:UserWarning")
+@pytest.mark.parametrize("layout", ["rlds_legacy/1.0.0", "rlds_nested/0.1.0"])
+def test_rlds_folder_on_s3_read_as_the_open_x_embodiment_release_is(s3, layout):
+    """An RLDS folder (older TFDS metadata; many shards) read from the bucket by its dataset folder, as the public
+    Open X-Embodiment release is read from gs:// through gcsfs: TFDS's episodes for a split, in the process and
+    in DataLoader workers, each exactly once."""
+    import json
+
+    rlds = REPO / "tests" / "data" / "tfds"
+    values = json.loads((rlds / "rlds_values.json").read_text())
+    fs = s3["fs"]
+    name, version = layout.split("/")
+    for path in (rlds / "rlds" / layout).iterdir():
+        fs.pipe(f"{BUCKET}/rlds/{layout}/{path.name}", path.read_bytes())
+    url = f"s3://{BUCKET}/rlds/{name}"
+    ids = (lambda e: int(e["episode_metadata"]["episode_id"])) if name == "rlds_legacy" else (
+        lambda e: int(e["episode"]["id"]))
+    spec = "train[:50%]" if name == "rlds_legacy" else "train[:25%]"
+    splits = values["splits"]["rlds_golden/1.0.0" if name == "rlds_legacy" else layout]
+    dataset = tfr_torch.TFRecordDataset(url, split=spec)
+    assert dataset.tfds.info.path == f"{url}/{version}"
+    assert [ids(e) for e in dataset] == splits[spec]
+    got = [ids(e) for e in DataLoader(tfr_torch.TFRecordDataset(url, split="train"), batch_size=None, num_workers=2)]
+    assert Counter(got) == Counter(splits["train"]) and len(set(got)) == len(got)

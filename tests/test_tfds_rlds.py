@@ -219,6 +219,17 @@ def test_remote_folders_read_as_local_ones(remote, layout):
     assert sorted(ids) == sorted(episode_id(e) for e in tfr_torch.TFRecordDataset(folder, split="train[:50%]"))
 
 
+def test_remote_dataset_folder_reads_its_latest_version(remote):
+    import fsspec
+
+    url = remote("rlds_nested").rsplit("/", 1)[0]
+    fsspec.filesystem("memory").pipe(f"{url}/0.0.9/dataset_info.json", b"{}")  # an older version, never read
+    dataset = tfr_torch.TFRecordDataset(url, split="train[:25%]")
+    assert dataset.tfds.info.path == f"{url}/0.1.0"
+    assert [episode_id(e) for e in dataset] == VALUES["splits"]["rlds_nested/0.1.0"]["train[:25%]"]
+    assert tfr_torch.tfds.read_info(url.rsplit("/", 1)[0], "rlds_nested").path == f"{url}/0.1.0"
+
+
 def test_remote_missing_shard_named(remote):
     import fsspec
 
