@@ -102,3 +102,14 @@ def test_reshard_tfds_keeps_a_tfds_folder_metadata(tmp_path):
     a = [(int(x["id"]), x["image"].shape) for x in TFRecordDataset(GOLDEN, split="test")]
     b = [(int(x["id"]), x["image"].shape) for x in TFRecordDataset(tmp_path / "tfr_golden", split="test")]
     assert a == b
+
+
+def test_inspect_an_rlds_folder(capsys):
+    """The steps of an RLDS episode show as the Dataset feature they are."""
+    folder = Path(__file__).parent / "data" / "tfds" / "rlds" / "rlds_legacy" / "1.0.0"
+    assert cli_main(["inspect", str(folder)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    for line in ["  steps: Dataset (variable length) of", "    -: FeaturesDict",
+                 "        image: Image  uint8  (8, 10, 3)  jpeg", "      language_instruction: Text  string  ()",
+                 "    episode_id: Tensor  int64  ()"]:
+        assert line in lines, line

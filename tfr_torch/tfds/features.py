@@ -55,9 +55,12 @@ class DictNode(FeatureNode):
 
 @dataclass
 class SequenceNode(FeatureNode):
+    """A Sequence (or a Video's frames, or a Dataset: RLDS's steps, stored as a Sequence is)."""
+
     feature: FeatureNode
     length: Optional[int]
     video: bool = False
+    dataset: bool = False
 
 
 @dataclass
@@ -158,7 +161,8 @@ def _node(entry: Any, key: str, path: str, labels: Mapping[str, list[str]], labe
         length = None if length in (None, -1, "-1") else _count(length, key, path, "Sequence length")
         if "feature" not in content:
             raise TFDSMetadataError(f"feature {key!r}: {kind} needs a \"feature\"", path)
-        return SequenceNode(_node(content["feature"], key, path, labels, label_name), length)
+        return SequenceNode(_node(content["feature"], key, path, labels, label_name), length,
+                            dataset=kind == "Dataset")
     if kind in ("Tensor", "Scalar"):
         if content.get("optional"):
             raise TFDSMetadataError(f"feature {key!r}: optional Tensors are not supported (supported: {_SUPPORTED})",

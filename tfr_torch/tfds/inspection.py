@@ -48,7 +48,7 @@ def _tree_lines(node: Any, indent: int, name: str) -> list[str]:
             lines += _tree_lines(child, indent + (1 if name else 0), key)
         return lines
     if isinstance(node, SequenceNode):
-        kind = "Video" if node.video else "Sequence"
+        kind = "Video" if node.video else "Dataset" if node.dataset else "Sequence"
         length = "variable length" if node.length is None else f"length {node.length}"
         return [f"{pad}{name}: {kind} ({length}) of"] + _tree_lines(node.feature, indent + 1, "-")
     return [f"{pad}{name}: {_leaf_text(node)}"]
