@@ -13,8 +13,11 @@ import os
 import pickle
 from multiprocessing.reduction import ForkingPickler
 
+import numpy as np
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 from torch.utils.data import DataLoader
 
 import tfr_torch
@@ -188,6 +191,26 @@ def test_nested_results_without_shared_memory_go_inline(monkeypatch):
     message = bytes(ForkingPickler.dumps(Batch(copy.deepcopy(want))))
     assert b"_rebuild_nested" not in message
     _assert_identical(pickle.loads(message), want)
+
+
+_DTYPES = [torch.uint8, torch.int64, torch.float32, torch.float64, torch.bool, torch.bfloat16, torch.int16]
+_tensors = st.builds(lambda shape, dtype, seed: (torch.arange(int(np.prod(shape)), dtype=torch.int64) * seed % 7)
+                     .to(dtype).reshape(shape),
+                     st.lists(st.integers(0, 4), max_size=3), st.sampled_from(_DTYPES), st.integers(1, 50))
+_leaves = st.one_of(_tensors, st.lists(st.binary(max_size=40), max_size=4), st.binary(max_size=8),
+                    st.integers(), st.none())
+_nests = st.recursive(_leaves, lambda inner: st.one_of(
+    st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=3), inner, max_size=3)), max_leaves=12)
+
+
+@needs_shm
+@given(st.dictionaries(st.text(max_size=4), _nests, min_size=1, max_size=4))
+def test_any_nesting_arrives_identical(item):
+    """Dicts and lists of tensors, bytes, lists of bytes and plain values, nested any way: what the main process
+    gets equals what the worker sent, and the worker's item is left as it was."""
+    want = copy.deepcopy(item)
+    _assert_identical(_send(Batch(item)), want)
+    _assert_identical(item, want)
 
 
 def _nest(row):
