@@ -70,7 +70,7 @@ static int same_key(const tfr_plan *plan, size_t k, const uint8_t *key, size_t n
     return 1;
 }
 
-long tfr_plan_find(const tfr_plan *plan, const uint8_t *key, size_t n) {
+static long find_key(const tfr_plan *plan, const uint8_t *key, size_t n) {
     size_t slot = hash_key(key, n) & plan->table_mask;
     for (;;) {
         int32_t k = plan->table[slot];
@@ -80,11 +80,11 @@ long tfr_plan_find(const tfr_plan *plan, const uint8_t *key, size_t n) {
     }
 }
 
-/* tfr_plan_find, first trying the key that the entry at this position of the map held in the last record (*hint: its
+/* find_key, first trying the key that the entry at this position of the map held in the last record (*hint: its
  * index + 1, 0 for none): a writer emits every record's keys in one order, so the hash is rarely needed. */
 static long find_key_hinted(const tfr_plan *plan, const uint8_t *key, size_t n, int32_t *hint) {
     if (hint && *hint && same_key(plan, (size_t)(*hint - 1), key, n)) return *hint - 1;
-    long k = tfr_plan_find(plan, key, n);
+    long k = find_key(plan, key, n);
     if (hint) *hint = (int32_t)(k + 1);
     return k;
 }
@@ -102,7 +102,7 @@ static int read_tag(const uint8_t **pp, const uint8_t *end, uint64_t *tag) {
 
 /* Whether a map key is valid UTF-8 (protobuf's string fields must be): ASCII at once, else the full rules
  * (no overlong forms, no surrogates, nothing above U+10FFFF). */
-int tfr_valid_utf8(const uint8_t *p, size_t n) {
+static int valid_utf8(const uint8_t *p, size_t n) {
     size_t i = 0;
     while (i < n) {
         uint8_t c = p[i];
@@ -129,7 +129,7 @@ int tfr_valid_utf8(const uint8_t *p, size_t n) {
 
 /* One map entry in the layout every writer emits: exactly `key` then `value` (other legal orders go to the
  * reference). */
-int tfr_map_entry(const uint8_t *p, const uint8_t *end, tfr_slice *key, tfr_slice *value) {
+static int map_entry(const uint8_t *p, const uint8_t *end, tfr_slice *key, tfr_slice *value) {
     if (p >= end || *p++ != TAG_ENTRY_KEY || !wire_bytes(&p, end, &key->ptr, &key->len)) return -1;
     if (p >= end || *p++ != TAG_ENTRY_VALUE || !wire_bytes(&p, end, &value->ptr, &value->len)) return -1;
     return p == end ? 0 : -1;
@@ -139,11 +139,11 @@ int tfr_map_entry(const uint8_t *p, const uint8_t *end, tfr_slice *key, tfr_slic
  * protobuf string). With no plan (NULL), every key is checked and nothing is kept. */
 static int scan_entry(const tfr_plan *plan, const uint8_t *p, const uint8_t *end, tfr_slice *slots, int32_t *hint) {
     tfr_slice key, value;
-    if (tfr_map_entry(p, end, &key, &value) < 0) return -1;
+    if (map_entry(p, end, &key, &value) < 0) return -1;
     /* planned keys came from Python str: valid UTF-8 */
     long k = plan ? find_key_hinted(plan, key.ptr, key.len, hint) : -1;
     if (k >= 0) slots[k] = value;
-    else if (!tfr_valid_utf8(key.ptr, key.len)) return -1;
+    else if (!valid_utf8(key.ptr, key.len)) return -1;
     return 0;
 }
 
@@ -395,6 +395,16 @@ size_t tfr_fill_bytes(tfr_slice feature, tfr_slice *out_slices) {
     }
     return n;
 }
+
+/* The wire pieces sequence.c shares, as functions of their own (the static ones above stay inlined in the hot
+ * loops of this file). */
+long tfr_plan_find(const tfr_plan *plan, const uint8_t *key, size_t n) { return find_key(plan, key, n); }
+
+int tfr_map_entry(const uint8_t *p, const uint8_t *end, tfr_slice *key, tfr_slice *value) {
+    return map_entry(p, end, key, value);
+}
+
+int tfr_valid_utf8(const uint8_t *p, size_t n) { return valid_utf8(p, n); }
 
 int tfr_check_features(const uint8_t *p, const uint8_t *end) { return scan_features(NULL, p, end, NULL, NULL); }
 
