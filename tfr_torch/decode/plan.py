@@ -312,19 +312,18 @@ class ExamplePlan:
                 column = columns[at]
                 if isinstance(column[2], int):
                     columns[at] = (*column[:2], RecordSpans(core, records, arena, column[2], column[3]), *column[3:])
-        units = None
-        if any(column[0] is None for column in columns):  # raw Features (uncommon encodings) for the reference
-            units = _arena_units(arena, columns, self._wire_kinds, n)
-            units.locator = locator
-            if _first_wire_error(units, self._wire_kinds) is not None:
-                return None  # a malformed Feature: the reference names the first problem (see the error order)
         result: dict[str, Any] = {}
+        units = None
         for key, fast, decoder, at in self._steps:
             value = fast(arena, columns[at], n, single) if fast is not None else None
-            if value is None:
+            if value is None:  # (a fast path never takes a column of raw Features, nor raises)
                 if units is None:
                     units = _arena_units(arena, columns, self._wire_kinds, n)
                     units.locator = locator
+                    # raw Features (uncommon encodings), checked before any decoder reports a value's problem: when
+                    # one is malformed, the reference names the batch's first problem (see the error order)
+                    if units.raw_columns and _first_wire_error(units, self._wire_kinds) is not None:
+                        return None
                 value = decoder(units, single)
             result[key] = value
         return result
