@@ -77,6 +77,24 @@ def read_outcome(path, **kwargs):
     return got, None, reader
 
 
+def test_bounded_refuses_a_large_allocation_and_still_starts_threads():
+    """The harness itself: past its headroom an allocation raises MemoryError, while threads (the GZIP reader's
+    inflate thread) start whatever address space earlier tests left reserved."""
+    import threading
+
+    with bounded(10, headroom=64 * MB, trace=False):
+        with pytest.raises(MemoryError):
+            bytearray(512 * MB)
+        started = []
+        threads = [threading.Thread(target=lambda: started.append(bytes(1 << 16))) for _ in range(32)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    assert len(started) == 32
+    bytearray(512 * MB)  # the cap is lifted afterwards
+
+
 def describe(exc) -> str:
     return "no error" if exc is None else f"{type(exc).__name__}: {exc}"
 
@@ -85,37 +103,51 @@ class Usage:
     peak = 0  # bytes, traced by tracemalloc
 
 
-def _vm_size() -> int | None:
+def _data_size() -> int | None:
     try:
         with open("/proc/self/status") as f:
             for line in f:
-                if line.startswith("VmSize:"):
+                if line.startswith("VmData:"):
                     return int(line.split()[1]) * 1024
     except OSError:
         pass
-    return None  # not Linux: no address-space cap, the alarm and tracemalloc still apply
+    return None  # not Linux: no data cap, the timers and tracemalloc still apply
+
+
+WALL_BACKSTOP_S = 600  # only for a deadlock, which uses no CPU time; never reached by a test that works
 
 
 @contextlib.contextmanager
 def bounded(seconds: float = 20.0, headroom: int = 1 << 30, trace: bool = True):
     """Trace the block's allocations (`usage.peak`) and fail it, rather than the machine, if it hangs or runs away.
 
-    A wall-clock alarm raises TimeoutError after `seconds`; the address space is capped at `headroom` bytes above
-    its current size, so an attempt to allocate what a lying header claims raises MemoryError at once.
+    The block may use `seconds` of CPU time (the process's, all threads): a decoder that loops forever fails here
+    whatever the machine's load, while a correct block never fails for having waited its turn on a busy machine
+    (a wall-clock limit would). A wall-clock backstop of WALL_BACKSTOP_S catches a deadlock, which uses no CPU.
+    The data segment (the writable private memory malloc and mmap hand out) is capped at `headroom` bytes above its
+    current size, so an attempt to allocate what a lying header claims raises MemoryError at once. Not the address
+    space (RLIMIT_AS): it also counts what a new thread reserves (glibc reserves 64 MiB of address space per malloc
+    arena), so under it the GZIP reader's inflate thread failed to start, or hung in Thread.start, depending on
+    what earlier tests had mapped.
     """
     usage = Usage()
-    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-    vm_size = _vm_size()
-    cap = soft if vm_size is None else vm_size + headroom
+    soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
+    data_size = _data_size()
+    cap = soft if data_size is None else data_size + headroom
     if hard != resource.RLIM_INFINITY:
         cap = min(cap, hard)
 
-    def on_alarm(signum, frame):
-        raise TimeoutError(f"still running after {seconds} s")
+    def on_cpu_limit(signum, frame):
+        raise TimeoutError(f"still running after {seconds} s of CPU time")
 
-    previous = signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+    def on_wall_limit(signum, frame):
+        raise TimeoutError(f"still running after {WALL_BACKSTOP_S} s (waiting on something that never came?)")
+
+    previous_prof = signal.signal(signal.SIGPROF, on_cpu_limit)
+    previous_alarm = signal.signal(signal.SIGALRM, on_wall_limit)
+    signal.setitimer(signal.ITIMER_PROF, seconds)
+    signal.setitimer(signal.ITIMER_REAL, max(WALL_BACKSTOP_S, seconds))
+    resource.setrlimit(resource.RLIMIT_DATA, (cap, hard))
     if trace:
         tracemalloc.start()
     try:
@@ -124,9 +156,11 @@ def bounded(seconds: float = 20.0, headroom: int = 1 << 30, trace: bool = True):
         if trace:
             usage.peak = tracemalloc.get_traced_memory()[1]
             tracemalloc.stop()
-        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+        resource.setrlimit(resource.RLIMIT_DATA, (soft, hard))
+        signal.setitimer(signal.ITIMER_PROF, 0)
         signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+        signal.signal(signal.SIGPROF, previous_prof)
+        signal.signal(signal.SIGALRM, previous_alarm)
 
 
 def check(failures: list[str]) -> None:
