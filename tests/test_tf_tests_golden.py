@@ -295,10 +295,10 @@ ERRORS: dict[str, tuple[type, str]] = {
         (D, "feature list 'a' in example 0 (in1) is required but missing (FixedLenSequenceFeature with "
          'allow_missing=False)'),
     'tf:parsing_ops_test:ParseSequenceExampleTest.testSerializedContainingMisalignedNestedRaggedFeature#1':
-        (D, "feature list 'b' in the example its feature lists have different numbers of steps "
+        (D, "feature list 'b' in the example reads feature lists with different numbers of steps "
          "('b_splits': 1, 'b_values': 2)"),
     'tf:parsing_ops_test:ParseSequenceExampleTest.testSerializedContainingMisalignedNestedRaggedFeature#2':
-        (D, "feature list 'b' in example 0 its feature lists have different numbers of steps "
+        (D, "feature list 'b' in example 0 reads feature lists with different numbers of steps "
          "('b_splits': 1, 'b_values': 2)"),
     'tf:parsing_ops_test:DecodeRawTest.testDecodeRawV1VariableLength':
         (D, 'decode_raw: the items of a batch must have the same length to make one tensor: item 0 has '

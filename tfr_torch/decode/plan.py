@@ -549,7 +549,7 @@ class SequenceExamplePlan:
                 raise locator.error(key, i, "is required but missing (FixedLenSequenceFeature with "
                                             "allow_missing=False)", what="feature list")
             shown = ", ".join(f"{k!r}: {int(steps[j, i]) if has[j, i] else 'missing'}" for j, k in enumerate(keys))
-            raise locator.error(key, i, f"its feature lists have different numbers of steps ({shown})",
+            raise locator.error(key, i, f"reads feature lists with different numbers of steps ({shown})",
                                 what="feature list")
         per_example = np.where(found, steps[0], 0).astype(np.int64) if n else np.zeros(0, dtype=np.int64)
         total = int(per_example.sum())
@@ -583,7 +583,7 @@ class SequenceExamplePlan:
             counts = {k: len(v) for k, v in found.items()}
             if len(found) < len(keys) or len(set(counts.values())) > 1:
                 shown = ", ".join(f"{k!r}: {counts.get(k, 'missing')}" for k in keys)
-                raise locator.error(key, i, f"its feature lists have different numbers of steps ({shown})",
+                raise locator.error(key, i, f"reads feature lists with different numbers of steps ({shown})",
                                     what="feature list")
             n = next(iter(counts.values()))
             per_example[i] = n
