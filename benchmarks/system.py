@@ -72,10 +72,14 @@ def children_cpu() -> float:
         return 0.0
     import multiprocessing
 
+    # active_children() first: it reaps the children that have ended, which moves their CPU time into
+    # RUSAGE_CHILDREN; read after it, a child is counted once (reaped, or live/zombie in /proc), never lost between
+    # the two readings (a pass's CPU then came out below its main process's alone, now and then)
+    live = multiprocessing.active_children()
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     total = usage.ru_utime + usage.ru_stime
     ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-    for child in multiprocessing.active_children():
+    for child in live:
         try:
             with open(f"/proc/{child.pid}/stat") as f:
                 fields = f.read().rpartition(")")[2].split()
