@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import warnings
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Optional
 
 import torch
 
@@ -121,23 +121,21 @@ def decode_cpu(backend: str, fmt: str, data: bytes, gray: bool) -> tuple[torch.T
         raise AccelError(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__) from None
 
 
-def decode_jpegs_gpu(backend: str, items: Sequence[bytes], gray: bool, device: torch.device) -> list[torch.Tensor]:
-    """JPEGs (8-bit, gray or YCbCr) decoded in one batch on a CUDA device: [1 or 3, H, W] uint8 each, the
-    luminance only when `gray`. Raises AccelError for the whole batch."""
+def decode_jpegs_gpu(backend: str, items: Sequence[bytes], gray: bool, device: torch.device,
+                     regions: Optional[Sequence[Optional[tuple[int, int, int, int]]]] = None,
+                     stream: Optional[int] = None) -> list[Optional[torch.Tensor]]:
+    """JPEGs (8-bit, gray or YCbCr, structure already checked) decoded in one batch on a CUDA device: [1 or 3, H,
+    W] uint8 each (views of [H, W, C] memory where the decoder gives that), the luminance only when `gray`; None
+    for an image the decoder refused. `regions` (top, left, bottom, right): nvImageCodec may decode only that
+    region (the shape of the result says whether it did). Raises AccelError for the whole batch."""
     try:
         if backend == "nvimgcodec":
-            nvi = nvimgcodec()
-            decoder = _nvimgcodec_decoder(device.index if device.index is not None else torch.cuda.current_device())
-            params = nvi.DecodeParams(color_spec=nvi.ColorSpec.GRAY if gray else nvi.ColorSpec.RGB,
-                                      apply_exif_orientation=False)
-            images = decoder.decode(list(items), params=params)
-            out = []
-            for k, image in enumerate(images):
-                if image is None:
-                    raise AccelError(f"nvImageCodec could not decode item {k} of the batch")
-                hwc = torch.as_tensor(image, device=device)
-                out.append((hwc if hwc.ndim == 3 else hwc[:, :, None]).permute(2, 0, 1).contiguous())
-            return out
+            from tfr_torch.images import _nvimgcodec
+
+            nv = _nvimgcodec.api()
+            if nv is None:
+                raise AccelError("nvImageCodec is not usable here")
+            return _nvimgcodec.decode_batch(nv, items, gray, device, regions, stream)
         tensors = [_tensor(d) for d in items]
         if backend == "torchcodec":
             return list(torchcodec_decoders().decode_jpeg(tensors, mode="GRAY" if gray else "RGB", device=device))
@@ -150,8 +148,3 @@ def decode_jpegs_gpu(backend: str, items: Sequence[bytes], gray: bool, device: t
             quiet.__exit__(None, None, None)
     except (RuntimeError, ValueError) as exc:
         raise AccelError(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__) from None
-
-
-@functools.lru_cache(maxsize=8)
-def _nvimgcodec_decoder(device_id: int) -> Any:
-    return nvimgcodec().Decoder(device_id=device_id)

@@ -11,12 +11,19 @@ Decoders, per format (backend="auto"): torchvision for 8-bit gray/colour JPEG wh
 (for JPEGs without an EXIF rotation, which it would apply); TorchCodec for PNG and still WebP; Pillow for everything
 else and whenever the others are absent. torchvision never
 gets a PNG (its decoder crashes the process on corrupt PNG data) nor a CMYK JPEG (it returns inverted CMYK).
+
+On a GPU (device="cuda"), "auto" uses only a decoder that meets the contract there (nvImageCodec: within 1 level of
+the CPU result); torchvision's GPU decoder (nvJPEG's own chroma upsampling: up to 96 levels off) and TorchCodec's
+(not measured yet) run only when named. Every JPEG of a GPU batch has its structure checked on the CPU first
+(_jpeg.jpeg_problem), and an image the decoder reports as failed is a DecodeError: no pixels for bytes the CPU
+path rejects.
 """
 
 from __future__ import annotations
 
 import enum
 import os
+import warnings
 from collections.abc import Sequence
 from typing import Any, Optional, Union, cast, overload
 
@@ -26,13 +33,20 @@ import torch
 from tfr_torch.errors import DecodeError
 from tfr_torch.images import _accel, _pixels
 from tfr_torch.images._formats import Header, looks_like_tensor_proto, sniff
+from tfr_torch.images._jpeg import jpeg_problem
 from tfr_torch.images._pillow import PillowError, decode_pillow, exif_orientation
 
 __all__ = ["decode_image", "image_backends", "choose_backend", "BACKENDS"]
 
 BACKENDS = ("auto", "pillow", "torchcodec", "torchvision", "nvimgcodec")
 ENV_BACKEND = "TFR_TORCH_IMAGE_BACKEND"
-_GPU_ORDER = ("nvimgcodec", "torchcodec", "torchvision")
+_GPU_ORDER = ("nvimgcodec", "torchcodec", "torchvision")  # the decoders that take GPU batches
+# what backend="auto" may pick on a GPU: decoders measured within JPEG_TOLERANCE levels of the CPU contract on the
+# test corpus (H200, 2026-11: nvImageCodec 0.9 within 1 level; torchvision up to 96 levels, 6% of pixels by > 8)
+_GPU_AUTO = ("nvimgcodec",)
+GPU_DIFFERENCE = {"nvimgcodec": "within 1 level of the CPU contract",
+                  "torchvision": "up to 96 levels off (6% of pixels by more than 8): nvJPEG's chroma upsampling",
+                  "torchcodec": "not measured yet"}
 # backend="auto" on the CPU, by format (benchmarks/image_decode.py): torchvision's decode_jpeg was the fastest exact
 # JPEG decoder measured, TorchCodec the fastest for PNG and WebP; Pillow takes whatever neither may decode.
 _CPU_ORDER = {"jpeg": ("torchvision", "torchcodec"), "png": ("torchcodec",), "webp": ("torchcodec",)}
@@ -53,6 +67,10 @@ _FINDERS = {"torchcodec": "torchcodec_decoders", "torchvision": "torchvision_io"
 
 
 def _available(name: str) -> bool:
+    if name == "nvimgcodec":
+        from tfr_torch.images import _nvimgcodec
+
+        return _nvimgcodec.api() is not None
     return name == "pillow" or (name in _FINDERS and getattr(_accel, _FINDERS[name])() is not None)
 
 
@@ -77,6 +95,13 @@ def _resolve(backend: Optional[str]) -> str:
     name = os.environ.get(ENV_BACKEND, "auto") if backend is None else backend
     if name not in BACKENDS:
         raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {name!r}")
+    if name == "nvimgcodec" and _accel.nvimgcodec() is not None and not _available(name):
+        from tfr_torch.images import _nvimgcodec
+
+        try:
+            _nvimgcodec.detect(_accel.nvimgcodec())
+        except _nvimgcodec.NvUnusable as exc:
+            raise ValueError(f"image backend 'nvimgcodec' cannot decode: {exc}") from None
     if name != "auto" and not _available(name):
         raise ValueError(f"image backend {name!r} is not installed (installed: "
                          f"{', '.join(k for k, v in image_backends().items() if v)})")
@@ -91,7 +116,7 @@ def choose_backend(data: Data, backend: Optional[str] = None, device: Union[str,
 
 def _choose(header: Header, backend: str, device: torch.device, all_frames: bool) -> str:
     if device.type == "cuda" and _plain_jpeg(header):
-        order: tuple[str, ...] = _GPU_ORDER if backend == "auto" else (backend,)
+        order: tuple[str, ...] = _GPU_AUTO if backend == "auto" else (backend,)
         for name in order:
             if name in _GPU_ORDER and _available(name) and (name != "torchcodec" or header.orientation == 1):
                 return name
@@ -133,13 +158,17 @@ def _unreadable(data: bytes, name: Optional[str], header: Header, reason: str) -
     return DecodeError(f"cannot decode {_label(name, data)}: corrupt or truncated {header.format.upper()}: {reason}")
 
 
-def _finish(pixels: torch.Tensor, depth: int, mode: str, dtype: torch.dtype, orientation: int) -> torch.Tensor:
-    """The contract's last steps: 16 -> 8 bits (for uint8 output) before the mode, orientation, then dtype."""
+def _finish(pixels: torch.Tensor, depth: int, mode: str, dtype: torch.dtype, orientation: int,
+            contiguous: bool = True) -> torch.Tensor:
+    """The contract's last steps: 16 -> 8 bits (for uint8 output) before the mode, orientation, then dtype.
+    `contiguous=False` (the image transforms) leaves a [C, H, W] view of [H, W, C] memory as it is: resizing reads
+    it as channels_last without the copy."""
     if dtype == torch.uint8 and depth == 16:
         pixels, depth = (pixels >> 8).to(torch.uint8), 8
     pixels = _pixels.to_mode(pixels, mode, 255 if depth == 8 else 65535)
     pixels = _pixels.orient(pixels, orientation)
-    return _contiguous(_pixels.to_dtype(pixels, depth, dtype))
+    pixels = _pixels.to_dtype(pixels, depth, dtype)
+    return _contiguous(pixels) if contiguous else pixels
 
 
 def _contiguous(pixels: torch.Tensor) -> torch.Tensor:
@@ -154,7 +183,7 @@ def _contiguous(pixels: torch.Tensor) -> torch.Tensor:
 
 
 def _decode_one(data: bytes, mode: str, dtype: torch.dtype, backend: str, all_frames: bool, exif: bool,
-                name: Optional[str]) -> torch.Tensor:
+                name: Optional[str], contiguous: bool = True) -> torch.Tensor:
     header = sniff(data)
     if not data:
         raise _unreadable(data, name, header, "")
@@ -163,8 +192,11 @@ def _decode_one(data: bytes, mode: str, dtype: torch.dtype, backend: str, all_fr
     try:
         if chosen == "pillow":
             array, depth = decode_pillow(data, header, gray=gray, wide=dtype != torch.uint8, all_frames=all_frames)
-            planar = np.ascontiguousarray(np.moveaxis(array, -1, -3))
-            pixels = torch.from_numpy(planar if planar.flags.writeable else planar.copy())
+            if contiguous:
+                planar = np.ascontiguousarray(np.moveaxis(array, -1, -3))
+                pixels = torch.from_numpy(planar if planar.flags.writeable else planar.copy())
+            else:  # read only by the transforms: Pillow's own buffer, as a [C, H, W] view
+                pixels = _readonly_tensor(array).movedim(-1, -3)
         else:
             pixels, depth = _accel.decode_cpu(chosen, header.format, data, gray)
             if all_frames and pixels.ndim == 3:
@@ -178,35 +210,72 @@ def _decode_one(data: bytes, mode: str, dtype: torch.dtype, backend: str, all_fr
     orientation = 1
     if exif:
         orientation = header.orientation if header.format == "jpeg" else exif_orientation(data)
-    return _finish(pixels, depth, mode, dtype, orientation)
+    return _finish(pixels, depth, mode, dtype, orientation, contiguous)
+
+
+def _readonly_tensor(array: np.ndarray) -> torch.Tensor:
+    if array.flags.writeable:
+        return torch.from_numpy(array)
+    with warnings.catch_warnings():  # torch warns that it cannot protect a read-only array; nothing writes to it
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.from_numpy(array)
 
 
 def _decode_gpu_batch(items: list[bytes], names: list[Optional[str]], mode: str, dtype: torch.dtype, backend: str,
                       exif: bool, device: torch.device) -> list[torch.Tensor]:
     """Plain JPEGs in one GPU batch per decoder and colour kind; everything else on the CPU, then moved."""
+    return [pixels for pixels, _ in decode_views(items, names, mode, dtype, backend, exif, device, contiguous=True)]
+
+
+Region = tuple[int, int, int, int]  # top, left, bottom, right
+
+
+def decode_views(items: Sequence[bytes], names: Sequence[Optional[str]], mode: str, dtype: torch.dtype,
+                 backend: str, exif: bool, device: torch.device, regions: Optional[Sequence[Optional[Region]]] = None,
+                 stream: Optional[int] = None, contiguous: bool = False
+                 ) -> list[tuple[torch.Tensor, tuple[int, int]]]:
+    """(pixels [C, H, W], origin) per item on `device`, by the contract; `origin` (top, left) is where the pixels sit
+    in the whole image: (0, 0) unless the decoder decoded only the item's region. With `contiguous=False` the pixels
+    may be [C, H, W] views of [H, W, C] memory (for the image transforms). On a GPU, every JPEG of the batch has its
+    structure checked before any of them is decoded; a bad one raises DecodeError naming it."""
     headers = [sniff(d) for d in items]
-    out: list[Optional[torch.Tensor]] = [None] * len(items)
+    out: list[Optional[tuple[torch.Tensor, tuple[int, int]]]] = [None] * len(items)
     groups: dict[tuple[str, bool], list[int]] = {}
     for k, (data, header) in enumerate(zip(items, headers)):
-        chosen = _choose(header, backend, device, False)
+        chosen = _choose(header, backend, device, False) if device.type == "cuda" else "cpu"
         if chosen in _GPU_ORDER and _plain_jpeg(header):
+            problem = jpeg_problem(data)
+            if problem is not None:
+                raise _unreadable(data, names[k], header, problem)
             gray = mode in ("GRAY", "GRAY_ALPHA") or (mode == "UNCHANGED" and header.components == 1)
             groups.setdefault((chosen, gray), []).append(k)
-        else:
-            out[k] = _decode_one(data, mode, dtype, backend, False, exif, names[k]).to(device)
+    for k, data in enumerate(items):
+        if not any(k in indices for indices in groups.values()):
+            pixels = _decode_one(data, mode, dtype, backend, False, exif, names[k], contiguous)
+            out[k] = (pixels.to(device) if device.type != "cpu" else pixels, (0, 0))
     for (chosen, gray), indices in groups.items():
+        boxes = None if regions is None or exif else [regions[k] for k in indices]
+        decoded: list[Optional[torch.Tensor]]
         try:
-            decoded = _accel.decode_jpegs_gpu(chosen, [items[k] for k in indices], gray, device)
+            decoded = _accel.decode_jpegs_gpu(chosen, [items[k] for k in indices], gray, device, boxes, stream)
         except _accel.AccelError:
             decoded = []
-            for k in indices:  # find the bad one, so the error names it
+            for j, k in enumerate(indices):  # find the bad one, so the error names it
                 try:
-                    decoded.extend(_accel.decode_jpegs_gpu(chosen, [items[k]], gray, device))
+                    decoded.extend(_accel.decode_jpegs_gpu(chosen, [items[k]], gray, device,
+                                                           None if boxes is None else [boxes[j]], stream))
                 except _accel.AccelError as exc:
                     raise _unreadable(items[k], names[k], headers[k], str(exc)) from None
-        for k, pixels in zip(indices, decoded):
-            out[k] = _finish(pixels, 8, mode, dtype, headers[k].orientation if exif else 1)
-    return out  # type: ignore[return-value]  # list[Tensor | None]: every slot was filled above
+        for j, (k, result) in enumerate(zip(indices, decoded)):
+            if result is None:
+                raise _unreadable(items[k], names[k], headers[k], f"the GPU decoder ({chosen}) could not decode it")
+            pixels, origin = result, (0, 0)
+            if boxes is not None and boxes[j] is not None:
+                top, left, bottom, right = boxes[j]  # type: ignore[misc]  # checked just above
+                if tuple(pixels.shape[-2:]) == (bottom - top, right - left):
+                    origin = (top, left)  # the decoder gave the region only
+            out[k] = (_finish(pixels, 8, mode, dtype, headers[k].orientation if exif else 1, contiguous), origin)
+    return out  # type: ignore[return-value]  # every slot was filled above
 
 
 @overload
@@ -237,9 +306,10 @@ def decode_image(data: Union[Data, Sequence[Data]], mode: Mode = "UNCHANGED", *,
     only for the formats it decodes exactly as the contract says, Pillow for the rest (see image_backends()).
 
     A list of images gives a list of tensors; with `device="cuda"` its JPEGs are decoded in one batch on the GPU
-    (nvImageCodec, TorchCodec or torchvision, whichever is installed, in that order) and the rest on the CPU, then
-    moved. A corrupt, truncated or empty image raises DecodeError naming it (`name`: e.g. the record's
-    "path:offset" or key; a list of names for a list).
+    by nvImageCodec (any release from 0.5 on) when it is installed, by TorchCodec or torchvision only when named
+    (their GPU decoders do not meet the contract: see GPU_DIFFERENCE), each JPEG's structure checked on the CPU
+    first; the rest is decoded on the CPU, then moved. A corrupt, truncated or empty image raises DecodeError
+    naming it (`name`: e.g. the record's "path:offset" or key; a list of names for a list).
 
     >>> image = decode_image(record["image/encoded"], "RGB")  # doctest: +SKIP
     """

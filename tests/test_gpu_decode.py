@@ -1,0 +1,221 @@
+"""GPU decoding on a machine without a GPU: nvImageCodec stand-ins shaped like its releases 0.5, 0.7 and 0.9, the
+JPEG structure check that runs before any GPU call, and the automatic choice of a decoder that meets the contract.
+
+The stand-ins decode with Pillow (so their pixels are the contract's) and differ where the releases differ: the RGB
+colour spec's name (RGB up to 0.8, SRGB in 0.9), the Decoder's keywords, whether the hardware backend can be created,
+and None in the result list for an image they cannot decode. A "cuda" device is the CPU here (Tensor.to is patched).
+"""
+
+from __future__ import annotations
+
+import enum
+import io
+import os
+import types
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from tfr_torch.errors import DecodeError
+from tfr_torch.images import choose_backend, decode_image
+from tfr_torch.images import _accel, _nvimgcodec
+
+HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "images")
+
+
+def read(name: str) -> bytes:
+    with open(os.path.join(HERE, "src", name), "rb") as f:
+        return f.read()
+
+
+def expected_rgb(name: str) -> np.ndarray:
+    with np.load(os.path.join(HERE, "expected", name + ".npz")) as arrays:
+        return arrays["RGB"]
+
+
+def noisy_jpeg(width: int = 96, height: int = 64, progressive: bool = False) -> bytes:
+    rng = np.random.default_rng(7)
+    buf = io.BytesIO()
+    Image.fromarray(rng.integers(0, 256, (height, width, 3), dtype=np.uint8)).save(buf, "JPEG", quality=90,
+                                                                                 progressive=progressive)
+    return buf.getvalue()
+
+
+def fake_nvimgcodec(version: str, colours: tuple[str, ...] = ("RGB", "GRAY"), *, options: bool = True,
+                    hardware: bool = True, stream: bool = True, exif_keyword: bool = True) -> types.SimpleNamespace:
+    """A module shaped like nvidia.nvimgcodec `version`; `.log` records what was created and decoded."""
+    log: dict[str, list] = {"created": [], "decoded": []}
+    colour = enum.Enum("ColorSpec", {name: k for k, name in enumerate(("UNCHANGED", *colours))})
+    kinds = enum.Enum("BackendKind", "CPU_ONLY GPU_ONLY HYBRID_CPU_GPU HW_GPU_ONLY")
+
+    class DecodeParams:
+        def __init__(self, color_spec, apply_exif_orientation=False, **rest):
+            if rest and not exif_keyword:  # 0.5: no allow_any_depth
+                raise TypeError(f"unexpected keywords {sorted(rest)}")
+            self.color_spec = color_spec
+
+    class Decoder:
+        def __init__(self, device_id=0, backends=None, **rest):
+            if rest and not options:
+                raise TypeError("__init__(): incompatible constructor arguments")
+            self.hw = backends is not None and any(b[1] is kinds.HW_GPU_ONLY for b in backends)
+            if self.hw and not hardware:
+                raise RuntimeError("Could not create decoder. Code: 7")
+            log["created"].append(("hw" if self.hw else "general", sorted(rest)))
+
+        def _decode(self, data, params):
+            try:
+                img = Image.open(io.BytesIO(data))
+                if self.hw and img.info.get("progressive"):
+                    return None  # the hardware engines take baseline JPEGs only
+                gray = params.color_spec.name == "GRAY"
+                img.load()
+                return np.array(img.convert("L" if gray else "RGB"))
+            except OSError:
+                return None
+
+        def decode(self, items, params=None, **rest):
+            if rest and not stream:
+                raise TypeError("decode(): incompatible function arguments")
+            log["decoded"].append(("hw" if self.hw else "general", len(items)))
+            return [self._decode(d, params) for d in items]
+
+    return types.SimpleNamespace(__version__=version, ColorSpec=colour, BackendKind=kinds, DecodeParams=DecodeParams,
+                                 Decoder=Decoder, Backend=lambda kind: ("backend", kind), log=log)
+
+
+RELEASES = {
+    "0.5": dict(options=False, stream=False, exif_keyword=False),
+    "0.7": dict(),
+    "0.9": dict(colours=("SRGB", "GRAY"), hardware=False),  # GPU_ONLY could not be created on the H200 either
+}
+
+
+def clear_caches() -> None:
+    for cached in (_nvimgcodec.api, _nvimgcodec._decoders, _nvimgcodec._params):
+        cached.cache_clear()
+
+
+@pytest.fixture
+def gpu(monkeypatch):
+    """A CUDA device that is the CPU; returns a function that installs a stand-in nvImageCodec."""
+    to = torch.Tensor.to
+
+    def fake_to(self, *args, **kwargs):
+        target = args[0] if args else kwargs.get("device")
+        if isinstance(target, (str, torch.device)) and torch.device(target).type == "cuda":
+            return self
+        return to(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.Tensor, "to", fake_to)
+    monkeypatch.setattr(_accel, "torchvision_io", lambda: None)
+    monkeypatch.setattr(_accel, "torchcodec_decoders", lambda: None)
+
+    def install(module):
+        monkeypatch.setattr(_accel, "nvimgcodec", lambda: module)
+        clear_caches()
+        return module
+
+    yield install
+    clear_caches()
+
+
+@pytest.mark.parametrize("release", sorted(RELEASES))
+def test_every_release_decodes_a_gpu_batch_by_the_contract(gpu, release):
+    nvi = gpu(fake_nvimgcodec(release, **RELEASES[release]))
+    names = ["jpeg_rgb420.jpg", "jpeg_rgb444.jpg", "jpeg_gray.jpg", "jpeg_progressive.jpg", "png_rgb8.png"]
+    out = decode_image([read(n) for n in names], "RGB", device="cuda")
+    for name, pixels in zip(names, out):
+        assert pixels.is_contiguous() and pixels.dtype == torch.uint8
+        diff = np.abs(pixels.numpy().astype(int) - expected_rgb(name).astype(int))
+        assert diff.max() <= 2, (release, name)
+    api = _nvimgcodec.api()
+    assert api is not None and api.rgb.name == ("SRGB" if release == "0.9" else "RGB")
+    info = _nvimgcodec.describe(0)
+    assert info["hardware"] is (release != "0.9")
+    if release == "0.9":
+        assert info["why_not"] == "BackendKind.HW_GPU_ONLY could not be created: Could not create decoder. Code: 7"
+        assert nvi.log["decoded"] == [("general", 4)]
+    else:  # the hardware decoder first; the progressive JPEG it refused goes to the general one
+        assert nvi.log["decoded"] == [("hw", 4), ("general", 1)]
+    options = [] if release == "0.5" else ["options"]
+    assert all(rest == options for _, rest in nvi.log["created"])
+
+
+def test_a_release_without_an_rgb_colour_spec_is_named_and_auto_decodes_on_the_cpu(gpu):
+    gpu(fake_nvimgcodec("0.10", colours=("BGR", "GRAY")))
+    with pytest.raises(ValueError) as info:
+        decode_image([read("jpeg_rgb420.jpg")], device="cuda", backend="nvimgcodec")
+    assert str(info.value) == ("image backend 'nvimgcodec' cannot decode: nvImageCodec 0.10 has no RGB/SRGB and GRAY "
+                               "colour specs (ColorSpec has: BGR, GRAY, UNCHANGED)")
+    assert choose_backend(read("jpeg_rgb420.jpg"), device="cuda") == "pillow"
+    out = decode_image([read("jpeg_rgb420.jpg")], "RGB", device="cuda")
+    assert np.abs(out[0].numpy().astype(int) - expected_rgb("jpeg_rgb420.jpg").astype(int)).max() <= 2
+
+
+def test_an_image_the_decoder_returns_as_none_is_a_decode_error(gpu, monkeypatch):
+    nvi = gpu(fake_nvimgcodec("0.9", **RELEASES["0.9"]))
+    monkeypatch.setattr(nvi.Decoder, "_decode", lambda self, data, params: None)
+    with pytest.raises(DecodeError) as info:
+        decode_image([read("jpeg_rgb420.jpg")], device="cuda", name="train.tfrecord:4096")
+    assert str(info.value) == ("cannot decode image train.tfrecord:4096 (788 bytes): corrupt or truncated JPEG: the "
+                               "GPU decoder (nvimgcodec) could not decode it")
+
+
+def broken_jpegs() -> dict[str, bytes]:
+    data = noisy_jpeg()
+    dqt = data.index(b"\xff\xdb")
+    out = {f"cut at {k}/3": data[: len(data) * k // 3] for k in (1, 2)}
+    out["no EOI"] = data[:-2]
+    out["DQT length 1"] = data[: dqt + 2] + b"\x00\x01" + data[dqt + 4:]
+    out["DQT length past the end"] = data[: dqt + 2] + b"\xff\xf0" + data[dqt + 4:]
+    progressive = noisy_jpeg(progressive=True)
+    out["progressive cut at 2/3"] = progressive[: len(progressive) * 2 // 3]
+    return out
+
+
+@pytest.mark.parametrize("kind", sorted(broken_jpegs()))
+def test_a_broken_jpeg_in_a_gpu_batch_is_named_before_any_gpu_call(gpu, kind):
+    nvi = gpu(fake_nvimgcodec("0.9", **RELEASES["0.9"]))
+    bad = broken_jpegs()[kind]
+    with pytest.raises(DecodeError) as info:
+        decode_image([noisy_jpeg(), bad], device="cuda", name=["s.tfrecord:0", "s.tfrecord:9000"])
+    assert str(info.value).startswith(f"cannot decode image s.tfrecord:9000 ({len(bad)} bytes): corrupt or truncated "
+                                      "JPEG: ")
+    assert nvi.log["decoded"] == []
+    with pytest.raises(DecodeError):  # the CPU contract rejects the same bytes
+        decode_image(bad, backend="pillow")
+
+
+def test_the_structure_check_messages():
+    from tfr_torch.images._jpeg import jpeg_problem
+
+    data = noisy_jpeg()
+    for name in ("jpeg_rgb420.jpg", "jpeg_progressive.jpg", "jpeg_gray.jpg", "jpeg_exif6.jpg", "jpeg_cmyk.jpg"):
+        assert jpeg_problem(read(name)) is None, name
+    assert jpeg_problem(data) is None and jpeg_problem(noisy_jpeg(progressive=True)) is None
+    sos = data.index(b"\xff\xda")
+    assert jpeg_problem(data[:-2]) == f"no end-of-image marker: the data ends inside the scan that starts at byte {sos}"
+    assert jpeg_problem(data[:300]) is not None
+    assert jpeg_problem(b"\x89PNG") == "no start-of-image marker (it starts with b'\\x89P')"
+    dqt = data.index(b"\xff\xdb")
+    assert jpeg_problem(data[: dqt + 2] + b"\x00\x01" + data[dqt + 4:]) == (
+        f"marker segment 0xffdb at byte {dqt} has length 1 (at least 2)")
+    assert jpeg_problem(read("bad_jpeg_no_scan.jpg")) == "end-of-image marker at byte 609 before any scan"
+
+
+def test_truncation_at_every_offset_is_caught_by_the_structure_check():
+    from tfr_torch.images._jpeg import jpeg_problem
+
+    data = read("jpeg_rgb420.jpg")
+    assert all(jpeg_problem(data[:cut]) is not None for cut in range(len(data)))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_real_gpu_refuses_a_cut_jpeg():
+    data = noisy_jpeg(500, 375)
+    with pytest.raises(DecodeError, match=r"^cannot decode image r:1 "):
+        decode_image([data, data[: len(data) // 3]], device="cuda", name=["r:0", "r:1"])
