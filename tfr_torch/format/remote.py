@@ -1,0 +1,340 @@
+"""Reading remote files (s3://, gs://, any fsspec URL) with several range requests in flight, and an optional
+local-disk block cache.
+
+A request to object storage costs a round trip (tens of milliseconds) before its first byte: one reader that
+asks for one block at a time waits most of the time. `RemoteFile` keeps requests in flight ahead of its reader:
+
+- sequential reading (`RecordReader`): the next `readahead` blocks of `block_size` bytes are requested while the
+  current one is read, so memory stays at about `readahead + 1` blocks per open file;
+- reading records by offset (`RecordFile`, a shuffle through an index): the reader announces the byte ranges of
+  the next records (`prefetch`); nearby ranges (gaps up to `merge_gap`) are merged into one request, and the
+  requests run together; without a cache only those ranges are fetched;
+- with `cache_dir`, whole blocks are kept on local disk (`BlockCache`: content-addressed by URL, ETag or size and
+  modification time, and block; size-limited, least recently used out; safe across workers and processes): a
+  block is fetched once, later reads of it (any record in it, any epoch, any worker) come from local disk.
+
+Requests run in a thread pool of `max_in_flight` threads per process (each DataLoader worker has its own), made
+on first use in the process that reads, so forked workers are safe. Errors name the URL and the byte range.
+
+>>> from tfr_torch.format.remote import RemoteOptions
+>>> RemoteOptions(block_size=4 << 20, readahead=8).block_size
+4194304
+"""
+
+from __future__ import annotations
+
+import bisect
+import io
+import logging
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from tfr_torch.format.blockcache import BlockCache, block_key
+from tfr_torch.format.options import check_positive_int
+from tfr_torch.format.paths import PathLike, _fsspec, as_path
+
+__all__ = ["RemoteOptions", "RemoteFile", "open_remote"]
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RemoteOptions:
+    """How remote files (fsspec URLs) are read. Defaults suit S3 and GCS from a machine in the same region.
+
+    - `block_size`: bytes per range request when reading sequentially, and per cached block (8 MiB).
+    - `readahead`: blocks requested ahead of a sequential reader, per open file (4: ~40 MB of memory per file).
+    - `max_in_flight`: range requests running at once per process (threads; 16).
+    - `merge_gap`: reading records by offset, ranges at most this many bytes apart are fetched in one request
+      (64 KiB).
+    - `cache_dir`: a local folder for a block cache shared by workers and processes (None: no cache). Each block
+      is fetched once while the cache holds it; reading by offset then fetches whole blocks.
+    - `cache_bytes`: the cache's size limit (10 GiB); least recently used blocks are removed past it.
+
+    >>> RemoteOptions(cache_dir="/tmp/tfr-cache", cache_bytes=50 << 30)  # doctest: +ELLIPSIS
+    RemoteOptions(block_size=8388608, readahead=4, max_in_flight=16, merge_gap=65536, cache_dir='/tmp/tfr-cache', ...)
+    """
+
+    block_size: int = 8 << 20
+    readahead: int = 4
+    max_in_flight: int = 16
+    merge_gap: int = 1 << 16
+    cache_dir: str | None = None
+    cache_bytes: int = 10 << 30
+
+    def __post_init__(self) -> None:
+        check_positive_int(self.block_size, "block_size", "bytes per range request and cached block")
+        check_positive_int(self.max_in_flight, "max_in_flight", "range requests at once")
+        check_positive_int(self.cache_bytes, "cache_bytes", "the block cache's size limit")
+        for name in ("readahead", "merge_gap"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name} must be a non-negative int, got {value!r}")
+        if self.cache_dir is not None:
+            if not isinstance(self.cache_dir, (str, os.PathLike)):
+                raise TypeError(f"cache_dir must be None or a local folder (str or os.PathLike), got "
+                                f"{type(self.cache_dir).__name__}: {self.cache_dir!r}")
+            object.__setattr__(self, "cache_dir", os.fspath(self.cache_dir))
+
+
+_POOLS: dict[tuple[int, int], ThreadPoolExecutor] = {}
+_POOLS_LOCK = threading.Lock()
+
+
+def _pool(threads: int) -> ThreadPoolExecutor:
+    """This process's pool of `threads` request threads (a forked child makes its own)."""
+    key = (os.getpid(), threads)
+    with _POOLS_LOCK:
+        pool = _POOLS.get(key)
+        if pool is None:
+            pool = _POOLS[key] = ThreadPoolExecutor(threads, thread_name_prefix="tfr_torch-remote")
+        return pool
+
+
+def _version(info: dict[str, Any]) -> str:
+    """What identifies this version of the object: its ETag (or checksum, generation), else its modification
+    time; "" when the filesystem tells neither (then nothing is cached)."""
+    for key in ("ETag", "etag", "md5Hash", "generation", "VersionId", "version_id", "mtime", "LastModified",
+                "last_modified", "updated", "created"):
+        value = info.get(key)
+        if value:
+            return f"{key}={value}"
+    return ""
+
+
+def _merge(ranges: Sequence[tuple[int, int]], gap: int, limit: int) -> list[tuple[int, int]]:
+    """Sorted ranges with those at most `gap` apart merged, no merged range longer than `limit` (unless one range
+    alone is)."""
+    out: list[tuple[int, int]] = []
+    for start, end in sorted(ranges):
+        if out and start - out[-1][1] <= gap and max(end, out[-1][1]) - out[-1][0] <= limit:
+            out[-1] = (out[-1][0], max(end, out[-1][1]))
+        else:
+            out.append((start, end))
+    return out
+
+
+class RemoteFile(io.RawIOBase):
+    """A remote file read with range requests in flight (see the module's docstring). `readahead=False` for
+    reading by offset: no blocks fetched ahead, only what `prefetch` announces or a read asks for.
+
+    Attributes: `url`, `size`, `version` (what the cache keys on), `requests` (range requests made so far)."""
+
+    def __init__(self, url: PathLike, options: RemoteOptions | None = None, *, readahead: bool = True) -> None:
+        super().__init__()
+        self.url = as_path(url)
+        self.options = options if options is not None else RemoteOptions()
+        self._fs, self._inner = _fsspec(self.url)
+        try:
+            try:
+                info = self._fs.info(self._inner, refresh=True)  # never a listing's stale ETag
+            except TypeError:  # a filesystem whose info takes no `refresh`
+                info = self._fs.info(self._inner)
+        except FileNotFoundError:
+            raise FileNotFoundError(f"no such file: {self.url!r}") from None
+        if info.get("type") == "directory":
+            raise IsADirectoryError(f"{self.url!r} is a folder, not a file")
+        self.size = int(info["size"])
+        self.version = _version(info)
+        opts = self.options
+        self._block_size = opts.block_size
+        self._readahead = opts.readahead if readahead else 0
+        self._pool = _pool(opts.max_in_flight)
+        self._cache = (BlockCache.shared(opts.cache_dir, opts.cache_bytes)
+                       if opts.cache_dir is not None and self.version else None)
+        self._pos = 0
+        self._blocks: OrderedDict[int, Future[bytes]] = OrderedDict()  # in memory, for sequential reading
+        self._stored: dict[int, Future[None]] = {}  # blocks being put in the cache (reading by offset)
+        self._pinned: list[tuple[int, int, Future[bytes]]] = []  # prefetched ranges, sorted (reading by offset)
+        self._starts: list[int] = []  # their starts, for bisect
+        self.requests = 0
+
+    # ----- io.RawIOBase ------------------------------------------------------------------------------------------
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self.size}[whence]
+        if base + offset < 0:
+            raise ValueError(f"negative seek position {base + offset} in {self.url}")
+        self._pos = base + offset
+        return self._pos
+
+    def readinto(self, view: Any) -> int:
+        data = self._read_at(self._pos, len(view))
+        n = len(data)
+        memoryview(view).cast("B")[:n] = data
+        self._pos += n
+        return n
+
+    def read(self, size: int | None = -1) -> bytes:
+        if size is None or size < 0:
+            size = max(self.size - self._pos, 0)
+        parts = []
+        while size > 0:
+            data = self._read_at(self._pos, size)
+            if not data:
+                break
+            parts.append(bytes(data))
+            self._pos += len(data)
+            size -= len(data)
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def readall(self) -> bytes:
+        return self.read(-1)
+
+    def close(self) -> None:
+        if not self.closed:
+            futures: list[Future[Any]] = [*self._blocks.values(), *self._stored.values()]
+            for fut in futures + [f for _, _, f in self._pinned]:
+                fut.cancel()
+            self._blocks.clear()
+            self._stored.clear()
+            self._pinned.clear()
+            self._starts.clear()
+        super().close()
+
+    # ----- reading by offset -------------------------------------------------------------------------------------
+
+    def prefetch(self, ranges: Sequence[tuple[int, int]]) -> list[tuple[int, int, Future[bytes]]]:
+        """Start fetching these byte ranges [start, end) (the next records to be read by offset) and return a
+        token for `release`. With a cache, their blocks are fetched into it instead (the token is empty)."""
+        ranges = [(max(s, 0), min(e, self.size)) for s, e in ranges if min(e, self.size) > max(s, 0)]
+        if self._cache is not None:
+            bs = self._block_size
+            for b in sorted({b for s, e in ranges for b in range(s // bs, (e - 1) // bs + 1)}):
+                if b not in self._stored:
+                    self.requests += 1
+                    self._stored[b] = self._pool.submit(self._store_block, b)
+            return []
+        token = []
+        for start, end in _merge(ranges, self.options.merge_gap, self._block_size):
+            self.requests += 1
+            entry = (start, end, self._pool.submit(self._fetch, start, end))
+            i = bisect.bisect_right(self._starts, start)
+            self._starts.insert(i, start)
+            self._pinned.insert(i, entry)
+            token.append(entry)
+        return token
+
+    def release(self, token: list[tuple[int, int, Future[bytes]]]) -> None:
+        """Forget ranges fetched by `prefetch` (their records were read)."""
+        gone = {id(entry) for entry in token}
+        if gone:
+            self._pinned = [entry for entry in self._pinned if id(entry) not in gone]
+            self._starts = [entry[0] for entry in self._pinned]
+
+    # ----- where bytes come from ---------------------------------------------------------------------------------
+
+    def _read_at(self, pos: int, n: int) -> memoryview | bytes:
+        """Some bytes (at least one, unless at the end) from `pos`, at most `n`."""
+        end = min(pos + n, self.size)
+        if pos >= end:
+            return b""
+        if self._pinned:
+            i = bisect.bisect_right(self._starts, pos) - 1
+            for start, stop, fut in self._pinned[max(i - 3, 0) : i + 1][::-1]:
+                if start <= pos and end <= stop:
+                    return memoryview(fut.result())[pos - start : end - start]
+        bs = self._block_size
+        b = pos // bs
+        if self._readahead or b in self._blocks:
+            data = self._block(b)
+            return memoryview(data)[pos - b * bs : min(end - b * bs, len(data))]
+        if self._cache is not None:
+            return self._cached_range(pos, end)
+        self.requests += 1
+        return self._fetch(pos, end)
+
+    def _block(self, b: int) -> bytes:
+        """Block `b` for a sequential reader: dropping the blocks before it, asking for the next ones."""
+        for old in [k for k in self._blocks if k < b]:
+            del self._blocks[old]
+        last = (self.size - 1) // self._block_size
+        for k in range(b, min(b + self._readahead, last) + 1):
+            if k not in self._blocks:
+                self.requests += 1
+                self._blocks[k] = self._pool.submit(self._load_block, k)
+        while len(self._blocks) > self._readahead + 1:  # after a backward seek: keep the nearest
+            self._blocks.popitem(last=True)[1].cancel()
+        return self._blocks[b].result()
+
+    def _cached_range(self, pos: int, end: int) -> bytes:
+        """Bytes [pos, end) (within one block) through the cache: the block fetched into it first if needed."""
+        bs = self._block_size
+        b = pos // bs
+        end = min(end, (b + 1) * bs)
+        fut = self._stored.get(b)
+        if fut is None:
+            self.requests += 1
+            fut = self._stored[b] = self._pool.submit(self._store_block, b)
+        fut.result()
+        assert self._cache is not None
+        data = self._cache.read(self._key(b), self._length(b), pos - b * bs, end - pos)
+        if data is None:  # evicted since (a cache smaller than what is being read): fetch the bytes themselves
+            del self._stored[b]
+            self.requests += 1
+            data = self._fetch(pos, end)
+        return data
+
+    def _key(self, b: int) -> str:
+        return block_key(self.url, self.version, self.size, self._block_size, b)
+
+    def _length(self, b: int) -> int:
+        return min(self._block_size, self.size - b * self._block_size)
+
+    def _load_block(self, b: int) -> bytes:
+        """(pool thread) Block `b` from the cache, else fetched (and stored in the cache)."""
+        length = self._length(b)
+        if self._cache is not None:
+            data = self._cache.read(self._key(b), length)
+            if data is not None:
+                return data
+        data = self._fetch(b * self._block_size, b * self._block_size + length)
+        self._put(b, data)
+        return data
+
+    def _store_block(self, b: int) -> None:
+        """(pool thread) Make sure the cache holds block `b`."""
+        assert self._cache is not None
+        if self._cache.read(self._key(b), self._length(b), 0, 0) is None:
+            self._put(b, self._fetch(b * self._block_size, b * self._block_size + self._length(b)))
+
+    def _put(self, b: int, data: bytes) -> None:
+        if self._cache is None:
+            return
+        try:
+            self._cache.put(self._key(b), data)
+        except OSError as exc:  # a full or read-only disk: reading goes on without caching this block
+            _log.warning("cannot cache block %d of %s in %s: %s", b, self.url, self._cache.folder, exc)
+
+    def _fetch(self, start: int, end: int) -> bytes:
+        """(any thread) Bytes [start, end) of the object, exactly."""
+        try:
+            data = self._fs.cat_file(self._inner, start=start, end=end)
+        except FileNotFoundError:
+            raise FileNotFoundError(f"no such file: {self.url!r} (it was removed while being read)") from None
+        except OSError as exc:
+            raise OSError(f"cannot read bytes [{start}, {end}) of {self.url}: {exc}") from exc
+        if len(data) != end - start:
+            raise OSError(f"reading bytes [{start}, {end}) of {self.url} gave {len(data)} bytes, expected "
+                          f"{end - start}: the object changed while it was read? (it had {self.size} bytes and "
+                          f"version {self.version or 'unknown'} when opened)")
+        return bytes(data)
+
+
+def open_remote(url: PathLike, options: RemoteOptions | None = None, *, readahead: bool = True) -> RemoteFile:
+    """Open a remote file for reading with range requests in flight (see `RemoteFile`)."""
+    return RemoteFile(url, options, readahead=readahead)
