@@ -10,7 +10,7 @@ from __future__ import annotations
 import operator
 import os
 import warnings
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator, Iterator, Sequence
 from typing import IO, Any, Protocol, cast
 
 import numpy as np
@@ -31,6 +31,7 @@ from tfr_torch.format.framing import (
     unpack_header,
 )
 from tfr_torch.format.options import CompressionOrAuto, OnError, check_compression
+from tfr_torch.format.remote import RemoteOptions, open_remote
 from tfr_torch.format.paths import PathLike, as_path, is_url, open_input
 from tfr_torch.format.sniff import header_message, not_a_tfrecord
 
@@ -84,6 +85,7 @@ class RecordReader:
         end: int | None = None,
         on_error: OnError = "raise",
         buffer_size: int = _BUFFER,
+        remote: RemoteOptions | None = None,
     ) -> None:
         self.path = as_path(path)
         self.verify = bool(verify)
@@ -99,7 +101,7 @@ class RecordReader:
         self.offset = start
         self.records = 0
         self.skipped = 0
-        self._raw = open_input(self.path)
+        self._raw = open_remote(self.path, remote) if is_url(self.path) else open_input(self.path)
         try:
             self.compression, self._stream, self._total = self._open(
                 normalize_compression(compression, allow_auto=True))
@@ -608,6 +610,7 @@ def read_records(
     start: int = 0,
     end: int | None = None,
     on_error: OnError = "raise",
+    remote: RemoteOptions | None = None,
 ) -> RecordReader:
     """Iterate over the records of a TFRecord file as `bytes` (each a fresh object the caller owns).
 
@@ -629,12 +632,15 @@ def read_records(
       `.skipped` counts the estimate. Records read after a skipped bad record are yielded as they come (each
       passed its CRCs); if their member fails later, the error names them (the member's check comes at its end).
 
+    - `remote`: how a URL (s3://, gs://, ...) is read: block size, read-ahead, requests in flight, a local block
+      cache (`RemoteOptions`; None: its defaults).
+
     >>> with read_records("data.tfrecord") as records:  # doctest: +SKIP
     ...     for record in records:
     ...         ...
     """
     return RecordReader(path, check_compression(compression, auto=True), verify, start=start, end=end,
-                        on_error=on_error)
+                        on_error=on_error, remote=remote)
 
 
 class RecordFile:
@@ -644,10 +650,12 @@ class RecordFile:
     Compressed files cannot be read this way (each access would inflate from the start): they raise ValueError.
     """
 
-    def __init__(self, path: PathLike, compression: str | None = "auto", verify: bool = True) -> None:
+    def __init__(self, path: PathLike, compression: str | None = "auto", verify: bool = True, *,
+                 remote: RemoteOptions | None = None) -> None:
         self.path = as_path(path)
         self.verify = verify
-        self._raw = open_input(self.path, block_size=1 << 16)
+        self._raw = (open_remote(self.path, remote, readahead=False) if is_url(self.path)  # no read-ahead
+                     else open_input(self.path, block_size=1 << 16))
         try:
             self._fd = self._raw.fileno() if hasattr(os, "pread") and not is_url(self.path) else None
         except (AttributeError, OSError, ValueError):
@@ -734,6 +742,20 @@ class RecordFile:
             chunks.append(chunk)
             got += len(chunk)
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    def prefetch(self, offsets: Sequence[int], sizes: Sequence[int]) -> Any:
+        """Start fetching these records (offsets and framed sizes from the index) of a remote file before `read`
+        asks for them: the requests run together, nearby records in one. Give what it returns to `release` once
+        they are read. Nothing to do for a local (or compressed) file."""
+        prefetch = getattr(self._raw, "prefetch", None)
+        if prefetch is None or getattr(self, "_seek", None) is not None:  # compressed: offsets are not the file's
+            return None
+        return prefetch([(int(o), int(o) + int(n)) for o, n in zip(offsets, sizes)])
+
+    def release(self, token: Any) -> None:
+        """Forget records fetched by `prefetch` (read now)."""
+        if token:
+            self._raw.release(token)
 
     def _current_size(self) -> int | None:
         """The file's size now (it may have grown since it was opened); None when it cannot be known."""
