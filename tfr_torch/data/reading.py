@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Iterator, Sequence
-from typing import NamedTuple, cast
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 
@@ -14,12 +14,14 @@ from tfr_torch.data.sharding import Run
 from tfr_torch.errors import TFRecordError
 from tfr_torch.format.framing import OVERHEAD
 from tfr_torch.format.location import RecordLocation
+from tfr_torch.format.paths import is_url
 from tfr_torch.format.reader import OnError, RecordFile, RecordReader
 
 __all__ = ["Block", "Located", "Source", "iter_run", "iter_random", "interleave", "shuffle_buffer", "located",
            "blocks_of", "drop", "regroup", "flatten"]
 
 _GROUP = 64  # records per block made from single records (read by offset, or out of the shuffle buffer)
+_AHEAD = 256  # records read by offset from remote files: announced this many at a time, one window ahead
 
 
 class Located(NamedTuple):
@@ -67,7 +69,7 @@ class Source(NamedTuple):
     `counts` (when known) are the record counts the split was made with; a file read without an index is checked
     against them as it is read: one that ends early, or, where `whole[f]` says the count is the file's total, one
     that holds more, raises instead of giving a rank fewer or more records than the others. `origin` names where
-    the counts came from, for that message."""
+    the counts came from, for that message. `remote`: how URLs are read (a `RemoteOptions`; None: its defaults)."""
 
     paths: Sequence[str]
     offsets: Sequence[np.ndarray | None]
@@ -77,6 +79,7 @@ class Source(NamedTuple):
     counts: Sequence[int] | None = None
     whole: Sequence[bool] | None = None
     origin: str = "the record count"
+    remote: Any = None
 
 
 def iter_run(source: Source, run: Run) -> Iterator[Block]:
@@ -96,7 +99,7 @@ def iter_run(source: Source, run: Run) -> Iterator[Block]:
         start, end, skip = 0, None, run.start
     checked = source.counts if offsets is None else None  # counts to check the file against as it is read
     with RecordReader(path, source.compression, source.verify, start=start, end=end,
-                      on_error=source.on_error) as reader:
+                      on_error=source.on_error, remote=source.remote) as reader:
         blocks = reader.blocks(None if offsets is None else offsets[run.start : run.stop, 1])
         read = given = 0  # records read from the file; records yielded
         extra: int | None = None  # the offset of a record past the run, once one is read
@@ -134,26 +137,52 @@ def iter_run(source: Source, run: Run) -> Iterator[Block]:
 
 
 def iter_random(source: Source, global_ids: np.ndarray, counts: Sequence[int]) -> Iterator[Block]:
-    """Records by global number, each read by its offset (one open handle per file), in blocks."""
+    """Records by global number, each read by its offset (one open handle per file), in blocks. Records of remote
+    files are announced to their handles a window of `_AHEAD` ahead, so their range requests run together while
+    the window before is read."""
     ends = np.cumsum(counts)
     tables = cast("Sequence[np.ndarray]", source.offsets)  # reading by offset: every file has its index
     files: dict[int, RecordFile] = {}
+    remote = any(is_url(p) for p in source.paths)
+
+    def handle(f: int) -> RecordFile:
+        opened = files.get(f)
+        if opened is None:
+            opened = files[f] = RecordFile(source.paths[f], source.compression, source.verify, remote=source.remote)
+        return opened
+
+    def where(ids: np.ndarray) -> tuple[list[int], list[int]]:
+        f = np.searchsorted(ends, ids, side="right")
+        return f.tolist(), (ids - np.where(f > 0, ends[np.maximum(f - 1, 0)], 0)).tolist()
+
+    def announce(ids: np.ndarray) -> list[tuple[RecordFile, Any]]:
+        tokens = []
+        by_file: dict[int, list[int]] = {}
+        for f, i in zip(*where(ids)):
+            by_file.setdefault(f, []).append(i)
+        for f, rows in by_file.items():
+            if is_url(source.paths[f]):
+                table = tables[f][rows]
+                tokens.append((handle(f), handle(f).prefetch(table[:, 0], table[:, 1])))
+        return tokens
 
     def records() -> Iterator[Located]:
-        for g in global_ids.tolist():
-            f = int(np.searchsorted(ends, g, side="right"))
-            i = g - (int(ends[f - 1]) if f else 0)
-            handle = files.get(f)
-            if handle is None:
-                handle = files[f] = RecordFile(source.paths[f], source.compression, source.verify)
-            offset, size = (int(v) for v in tables[f][i])
-            yield Located(handle.read(offset, size), source.paths[f], offset)
+        step = _AHEAD if remote else max(len(global_ids), 1)
+        ahead = announce(global_ids[:step]) if remote else []
+        for w in range(0, len(global_ids), step):
+            window = global_ids[w : w + step]
+            current, ahead = ahead, (announce(global_ids[w + step : w + 2 * step]) if remote else [])
+            for f, i in zip(*where(window)):
+                offset, size = (int(v) for v in tables[f][i])
+                yield Located(handle(f).read(offset, size), source.paths[f], offset)
+            for opened, token in current:
+                opened.release(token)
 
     try:
         yield from blocks_of(records())
     finally:
-        for handle in files.values():
-            handle.close()
+        for opened in files.values():
+            opened.close()
 
 
 def interleave(streams: Sequence[Iterator[Located]] | Iterator[Iterator[Located]], cycle: int) -> Iterator[Located]:

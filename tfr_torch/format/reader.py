@@ -743,7 +743,7 @@ class RecordFile:
             got += len(chunk)
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
-    def prefetch(self, offsets: Sequence[int], sizes: Sequence[int]) -> Any:
+    def prefetch(self, offsets: np.ndarray | Sequence[int], sizes: np.ndarray | Sequence[int]) -> Any:
         """Start fetching these records (offsets and framed sizes from the index) of a remote file before `read`
         asks for them: the requests run together, nearby records in one. Give what it returns to `release` once
         they are read. Nothing to do for a local (or compressed) file."""
@@ -754,8 +754,9 @@ class RecordFile:
 
     def release(self, token: Any) -> None:
         """Forget records fetched by `prefetch` (read now)."""
-        if token:
-            self._raw.release(token)
+        release = getattr(self._raw, "release", None)
+        if token and release is not None:
+            release(token)
 
     def _current_size(self) -> int | None:
         """The file's size now (it may have grown since it was opened); None when it cannot be known."""

@@ -32,7 +32,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import IO, Any, cast
 
 from tfr_torch.format.blockcache import BlockCache, block_key
 from tfr_torch.format.options import check_positive_int
@@ -335,6 +335,7 @@ class RemoteFile(io.RawIOBase):
         return bytes(data)
 
 
-def open_remote(url: PathLike, options: RemoteOptions | None = None, *, readahead: bool = True) -> RemoteFile:
-    """Open a remote file for reading with range requests in flight (see `RemoteFile`)."""
-    return RemoteFile(url, options, readahead=readahead)
+def open_remote(url: PathLike, options: RemoteOptions | None = None, *, readahead: bool = True) -> IO[bytes]:
+    """Open a remote file for reading with range requests in flight (see `RemoteFile`; a binary file, as
+    `open_input` returns, with `prefetch`/`release` and `size`)."""
+    return cast(IO[bytes], RemoteFile(url, options, readahead=readahead))
