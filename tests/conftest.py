@@ -106,8 +106,10 @@ def loader_error(monkeypatch):
                 pass
         except Exception as err:  # noqa: BLE001 - the caller asserts its type
             error = err.with_traceback(None)  # the traceback's frames would keep the loader (and its workers) alive
+        workers = getattr(loader, "num_workers", 0)
         del loader_iter
-        gc.collect()
+        if workers:  # collected now, with its workers, rather than in a later test (a full collection is slow)
+            gc.collect()
         return error
 
     return run
@@ -185,13 +187,14 @@ _seconds: dict[str, float] = {}
 
 
 def pytest_runtest_logreport(report):
-    _seconds[report.nodeid] = _seconds.get(report.nodeid, 0.0) + report.duration
+    if report.when == "call":  # a module fixture's set-up is paid by whichever test comes first: not counted
+        _seconds[report.nodeid] = report.duration
 
 
 def pytest_terminal_summary(terminalreporter):
-    """Name the tests that took more than SLOW_WITHOUT_REASON_S (setup and teardown included) and whose function
-    has no docstring: a slow test should say why it is slow. A notice, never a failure: durations depend on the
-    machine and its load, and a test suite that fails by chance is the thing this guards against."""
+    """Name the tests whose call took more than SLOW_WITHOUT_REASON_S and whose function has no docstring: a slow
+    test should say why it is slow. A notice, never a failure: durations depend on the machine and its load, and a
+    test suite that fails by chance is the thing this guards against."""
     session = terminalreporter._session
     if session is None:
         return

@@ -55,6 +55,7 @@ def test_unknown_workload_is_refused_by_name():
 
 
 def test_end_to_end_and_per_record_rows_on_both_backends(tmp_path):
+    """Slow by nature: runs the benchmark runner in a subprocess over both workloads on both backends."""
     stdout, rows = run_rows(tmp_path, "read-decode-tabular", "per-record-tabular")
     keys = [(r["workload"], r["library"], r["key"]) for r in rows]
     assert keys == [("read-decode-tabular", "tfr_torch", "dataset"), ("read-decode-tabular", "tfr_torch", "records"),

@@ -515,6 +515,7 @@ def test_progress_is_drawn_on_a_terminal_only(files):
     (["reshard", "--out", "new"], "a-train:"),
 ])
 def test_long_commands_draw_progress_on_a_terminal(files, tmp_path, command, label):
+    """Slow by nature: two fresh interpreters (one on a pseudo-terminal) import tfr_torch and run the command."""
     a, _ = files
     args = [command[0], a, *[tmp_path / x if x == "new" else x for x in command[1:]]]
     rc, _, screen = _on_a_terminal(*args)
@@ -524,6 +525,7 @@ def test_long_commands_draw_progress_on_a_terminal(files, tmp_path, command, lab
 
 
 def test_convert_draws_progress_on_a_terminal(tmp_path):
+    """Slow by nature: converts a small image folder in a fresh interpreter on a pseudo-terminal, then again."""
     from PIL import Image
 
     for label in ("cat", "dog"):

@@ -197,6 +197,7 @@ def test_golden_examples_decode_as_parse_example():
 
 
 def test_sequence_ragged_and_utf8_columns(tmp_path):
+    """Slow by nature: a Ray Data read and its execution on the local cluster (tasks, object store)."""
     path = str(tmp_path / "r.tfrecord")
     with tfr_torch.TFRecordWriter(path) as writer:
         for i in range(50):

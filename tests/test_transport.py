@@ -280,6 +280,8 @@ def test_transform_output_that_is_not_a_dict_passes_through(tmp_path, write):
 
 @needs_shm
 def test_spawned_workers_and_mappings_of_finished_workers_are_dropped(tmp_path, write):
+    """Slow by nature: 2 epochs of 2 spawned workers (each a fresh interpreter importing torch), then 3 epochs of
+    new forked workers."""
     path = str(tmp_path / "d.tfrecord")
     write(path, 64)
     dataset = tfr_torch.TFRecordDataset(path, SPEC, index="auto", batch_size=8)
