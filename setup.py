@@ -13,9 +13,9 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 SOURCES = ["module.c", "crc32c.c", "framing.c", "fileread.c", "example.c", "batch.c", "sequence.c", "spans.c",
-           "transport.c"]
+           "transport.c", "seek.c"]
 HEADERS = ["crc32c.h", "framing.h", "fileread.h", "example.h", "batch.h", "sequence.h", "spans.h", "transport.h",
-           "wire.h"]
+           "wire.h", "seek.h"]
 
 
 class OptionalBuildExt(build_ext):
@@ -50,6 +50,12 @@ def _compile_args():
     return args + os.environ.get("TFR_TORCH_CFLAGS", "").split()
 
 
+def _zlib_macros():
+    """seek.c (seek points in GZIP / ZLIB files) links the system's zlib (zlib.h and -lz, as CPython's own zlib module
+    does on POSIX); on Windows it is left out and compressed files are read from their start."""
+    return [] if os.name == "nt" else [("TFR_HAVE_ZLIB", "1")]
+
+
 def _link_args():
     return [] if os.name == "nt" else os.environ.get("TFR_TORCH_LDFLAGS", "").split()
 
@@ -58,10 +64,12 @@ setup(
     ext_modules=[
         Extension(
             "tfr_torch._native._core",
-            sources=[f"tfr_torch/_native/src/{name}" for name in SOURCES],
+            sources=[f"tfr_torch/_native/src/{name}" for name in SOURCES if os.name != "nt" or name != "seek.c"],
             depends=[f"tfr_torch/_native/src/{name}" for name in HEADERS],
             extra_compile_args=_compile_args(),
             extra_link_args=_link_args(),
+            define_macros=_zlib_macros(),
+            libraries=[] if os.name == "nt" else ["z"],
         )
     ],
     cmdclass={"build_ext": OptionalBuildExt},

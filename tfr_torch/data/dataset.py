@@ -51,6 +51,7 @@ from tfr_torch.format.location import RecordLocation
 from tfr_torch.format.options import CompressionOrAuto, OnError, check_compression, check_on_error, check_positive_int
 from tfr_torch.format.paths import PathLike, expand_paths, file_sizes
 from tfr_torch.format.reader import RecordReader
+from tfr_torch.format.seek import has_seek_points
 from tfr_torch.format.shardset import Sidecar, class_names, find_sidecar, trusted_counts
 
 __all__ = ["TFRecordDataset"]
@@ -170,9 +171,10 @@ class TFRecordDataset(IterableDataset[Any]):
         if self.world_size > 1:
             self._ensure_counts("every rank must yield the same number of records")
         self._warn_if_empty()
-        # a global shuffle reads records by offset: only for indexed, uncompressed files (else: buffered shuffle)
+        # a global shuffle reads records by offset: for indexed files, uncompressed or with seek points (else: buffered
+        # shuffle)
         self._global_shuffle = self.shuffle and all(o is not None for o in self.offsets) and not any(
-            _compressed(p, compression) for p in self.paths)
+            _compressed(p, compression) and not has_seek_points(p) for p in self.paths)
         self._epoch = torch.zeros((), dtype=torch.int64).share_memory_()
         self._resume: dict[str, Any] | None = None
         self._position = 0

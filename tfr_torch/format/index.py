@@ -2,12 +2,14 @@
 
 `offset` is where the record's header starts and `size` its framed size (12 + length + 4). For GZIP/ZLIB files
 the offsets are positions in the decompressed stream: a reader reaches them with one decompression pass
-(`read_records(path, start=..., end=...)`), never one per record.
+(`read_records(path, start=..., end=...)`), never one per record; `build_index` also writes their seek points
+(`<index>.seek`, format/seek.py), through which RecordFile reads any record inflating at most one interval.
 """
 
 from __future__ import annotations
 
 import re
+from typing import cast
 
 import numpy as np
 
@@ -17,6 +19,7 @@ from tfr_torch.format.options import CompressionOrAuto, check_compression
 from tfr_torch.format.framing import HEADER_SIZE, OVERHEAD, parse_header
 from tfr_torch.format.paths import PathLike, as_path, atomic_output, file_size, open_input
 from tfr_torch.format.reader import RecordReader
+from tfr_torch.format.seek import DEFAULT_SPAN, build_seek_points, check_span, seek_path_for
 
 __all__ = ["build_index", "read_index", "scan_index", "check_index", "index_path_for"]
 
@@ -45,20 +48,30 @@ def scan_index(path: PathLike, compression: CompressionOrAuto = "auto", verify: 
     return np.concatenate(parts) if parts else np.zeros((0, 2), dtype=np.int64)
 
 
-def build_index(path: PathLike, index_path: PathLike | None = None, compression: CompressionOrAuto = "auto") -> str:
+def build_index(path: PathLike, index_path: PathLike | None = None, compression: CompressionOrAuto = "auto", *,
+                seek_span: int | None = DEFAULT_SPAN) -> str:
     """Write the index of a TFRecord file (default `<file>.idx`) and return the index's path.
 
     The file is byte-identical to what DALI's `tfrecord2idx` and the `tfrecord` package write for uncompressed
-    files; empty files give an empty index. Written atomically.
+    files; empty files give an empty index. Written atomically. For a GZIP/ZLIB file, its seek points are also
+    written beside the index (`<index>.seek`, one every `seek_span` decompressed bytes; None: none) when the
+    compiled core is available, for random access (RecordFile, IndexedTFRecordDataset, global shuffling).
 
     >>> build_index("train.tfrecord")  # doctest: +SKIP
     'train.tfrecord.idx'
     """
-    index = scan_index(path, compression)
+    compression = check_compression(compression, auto=True)
+    if seek_span is not None:  # checked before the file is read
+        check_span(seek_span)
+    with RecordReader(path, compression, verify=False) as probe:
+        kind = probe.compression
+    index = scan_index(path, cast(CompressionOrAuto, kind))
     target = index_path_for(path) if index_path is None else as_path(index_path)
     text = "".join(f"{offset} {size}\n" for offset, size in index.tolist())
     with atomic_output(target) as f:
         f.write(text.encode("ascii"))
+    if kind != NONE and seek_span is not None:
+        build_seek_points(path, seek_path_for(target), kind, seek_span)
     return target
 
 

@@ -32,7 +32,8 @@ from tfr_torch.format.framing import (
 )
 from tfr_torch.format.options import CompressionOrAuto, OnError, check_compression
 from tfr_torch.format.remote import RemoteOptions, open_remote
-from tfr_torch.format.paths import PathLike, as_path, is_url, open_input
+from tfr_torch.format.paths import PathLike, as_path, exists, is_url, open_input
+from tfr_torch.format.seek import SeekPoints, read_seek_points, seek_path_for
 from tfr_torch.format.sniff import header_message, not_a_tfrecord
 
 __all__ = ["HEADER_SIZE", "FOOTER_SIZE", "RecordReader", "RecordFile", "read_records", "OnError"]
@@ -644,14 +645,16 @@ def read_records(
 
 
 class RecordFile:
-    """Random access to the records of an uncompressed TFRecord file by byte offset (from an index).
+    """Random access to the records of a TFRecord file by byte offset (from an index).
 
     Keeps one open handle; `read(offset, size)` reads exactly that record and checks its header and data CRCs.
-    Compressed files cannot be read this way (each access would inflate from the start): they raise ValueError.
+    A GZIP or ZLIB file is read through its seek points (`seek`, default `<file>.idx.seek`, which `build_index`
+    writes; offsets are then in the decompressed stream): each read inflates at most one interval between points.
+    Without seek points a compressed file raises ValueError (each access would inflate from the start).
     """
 
     def __init__(self, path: PathLike, compression: str | None = "auto", verify: bool = True, *,
-                 remote: RemoteOptions | None = None) -> None:
+                 seek: PathLike | None = None, remote: RemoteOptions | None = None) -> None:
         self.path = as_path(path)
         self.verify = verify
         self._raw = (open_remote(self.path, remote, readahead=False) if is_url(self.path)  # no read-ahead
@@ -660,23 +663,25 @@ class RecordFile:
             self._fd = self._raw.fileno() if hasattr(os, "pread") and not is_url(self.path) else None
         except (AttributeError, OSError, ValueError):
             self._fd = None
+        self._seek: SeekPoints | None = None
         try:
             kind = normalize_compression(compression, allow_auto=True)
             if kind == "auto":
                 kind = compression_from_name(self.path) or detect_compression(self._raw.read(HEADER_SIZE))
             if kind != NONE:
-                raise ValueError(f"{self.path} is {kind.upper()}-compressed: reading single records by offset would "
-                                 "inflate the file from its start each time; read it sequentially (read_records with "
-                                 "start/end, or TFRecordDataset), or write it uncompressed for random access")
+                self._seek = _seek_points(self.path, kind, seek, _size_of(self._raw))
         except BaseException:
             self._raw.close()
             raise
-        self._size = _size_of(self._raw)  # refreshed when a record seems to reach past it
+        # refreshed when a record seems to reach past it; the decompressed size for a compressed file
+        self._size = _size_of(self._raw) if self._seek is None else self._seek.total_out
 
     def read(self, offset: int, size: int | None = None) -> bytes:
         """The data of the record whose header starts at `offset` (`size`, the framed size from the index, is
         checked against the header when given)."""
-        header = self._read_at(offset, HEADER_SIZE)
+        compressed = self._seek is not None and size is not None and size >= OVERHEAD
+        whole = self._read_at(offset, cast(int, size)) if compressed else None  # one inflation for the record
+        header = whole[:HEADER_SIZE] if whole is not None else self._read_at(offset, HEADER_SIZE)
         if len(header) < HEADER_SIZE:
             raise TruncatedRecordError(f"expected a {HEADER_SIZE}-byte record header, found {len(header)} bytes",
                                        self.path, offset)
@@ -696,7 +701,7 @@ class RecordFile:
             raise TruncatedRecordError(f"truncated record: its header says {length} bytes of data, so {need} bytes "
                                        f"from this offset, but the file has only {max(total - offset, 0)}",
                                        self.path, offset)
-        body = self._read_at(offset + HEADER_SIZE, length + FOOTER_SIZE)
+        body = whole[HEADER_SIZE:] if whole is not None else self._read_at(offset + HEADER_SIZE, length + FOOTER_SIZE)
         if len(body) < length + FOOTER_SIZE:
             raise TruncatedRecordError(f"truncated record: expected {length + OVERHEAD} bytes from this offset, "
                                        f"found {HEADER_SIZE + len(body)}", self.path, offset)
@@ -713,7 +718,8 @@ class RecordFile:
         `read`, which raises what is wrong."""
         core = _native.core
         out: list[bytes] = []
-        if (core is not None and self._fd is not None and hasattr(core, "read_framed") and len(offsets)
+        if (core is not None and self._fd is not None and self._seek is None and hasattr(core, "read_framed")
+                and len(offsets)
                 and int(np.min(sizes)) >= OVERHEAD and int(np.min(offsets)) >= 0):  # else `read` says what is wrong
             out, _ = core.read_framed(self._fd, np.ascontiguousarray(offsets, dtype=np.int64),
                                       np.ascontiguousarray(sizes, dtype=np.int64), self.verify)
@@ -722,6 +728,13 @@ class RecordFile:
         return out
 
     def _read_at(self, offset: int, size: int) -> bytes:
+        """`size` bytes from `offset` (fewer at the end): of the file, or of the decompressed stream through the
+        seek points."""
+        if self._seek is not None:
+            return self._seek.read(self._read_file_at, offset, size)
+        return self._read_file_at(offset, size)
+
+    def _read_file_at(self, offset: int, size: int) -> bytes:
         """Read at an absolute offset; local files use pread, which shares no file position with anyone (a
         handle inherited by forked DataLoader workers stays safe)."""
         if self._fd is not None:
@@ -760,6 +773,8 @@ class RecordFile:
 
     def _current_size(self) -> int | None:
         """The file's size now (it may have grown since it was opened); None when it cannot be known."""
+        if self._seek is not None:
+            return self._seek.total_out
         self._size = _size_of(self._raw)
         return self._size
 
@@ -771,3 +786,15 @@ class RecordFile:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _seek_points(path: str, kind: str, seek: PathLike | None, file_size: int | None) -> SeekPoints:
+    """The checked seek points of a compressed file, or the ValueError that says it cannot be read by offset."""
+    seek_path = as_path(seek) if seek is not None else seek_path_for(path + ".idx")
+    if file_size is None or not exists(seek_path):
+        raise ValueError(f"{path} is {kind.upper()}-compressed and has no seek points ({seek_path}): reading single "
+                         "records by offset would inflate the file from its start each time; build them with "
+                         "build_index (or `tfr-torch index`), read it sequentially (read_records with start/end, or "
+                         "TFRecordDataset), or write it uncompressed for random access")
+    return read_seek_points(seek_path, path, kind, file_size)
+

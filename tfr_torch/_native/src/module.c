@@ -4,7 +4,8 @@
  *   crc32c.c    CRC-32C                          framing.c   TFRecord framing (scan, find, frame, check)
  *   fileread.c  framed records read from a file  example.c   one Example's Features: scan, count, fill
  *   batch.c     a batch of Examples, by column   sequence.c  SequenceExample feature lists of a batch
- *   spans.c     bytes values as spans of records transport.c the worker transport's copies */
+ *   spans.c     bytes values as spans of records transport.c the worker transport's copies
+ *   seek.c      seek points in GZIP / ZLIB streams (with zlib) */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
@@ -23,6 +24,9 @@
 #include "fileread.h"
 #include "framing.h"
 #include "sequence.h"
+#ifdef TFR_HAVE_ZLIB
+#include "seek.h"
+#endif
 #include "spans.h"
 #include "transport.h"
 
@@ -944,6 +948,89 @@ static PyObject *py_bytes_of_spans(PyObject *self, PyObject *args) {
     return out;
 }
 
+#ifdef TFR_HAVE_ZLIB
+/* ---- seek points in compressed files ------------------------------------------------------------------------ */
+
+/* seek_build(data, gzip, span) -> (status, points, windows, total_out, error_in): inflate a whole GZIP / ZLIB file
+ * and return its seek points: `points` int64 rows (out, in, bits, dict), `windows` 32768 bytes per point (its
+ * window at the end of the slot). status 0 is success; else error_in is the compressed bytes used before it. */
+static PyObject *py_seek_build(PyObject *self, PyObject *args) {
+    Py_buffer data;
+    int gzip;
+    unsigned long long span;
+    if (!PyArg_ParseTuple(args, "y*pK:seek_build", &data, &gzip, &span)) return NULL;
+    tfr_seek_index ix;
+    int status;
+    Py_BEGIN_ALLOW_THREADS
+    status = tfr_seek_build(data.buf, (size_t)data.len, gzip, span ? span : 1, &ix);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&data);
+    if (status == TFR_SEEK_NOMEM) {
+        tfr_seek_free(&ix);
+        return PyErr_NoMemory();
+    }
+    PyObject *points = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(ix.count * 4 * sizeof(int64_t)));
+    PyObject *windows = PyBytes_FromStringAndSize((const char *)ix.windows, (Py_ssize_t)(ix.count * TFR_SEEK_WINDOW));
+    if (points && windows) {
+        int64_t *row = (int64_t *)PyBytes_AS_STRING(points);
+        for (size_t i = 0; i < ix.count; i++, row += 4) {
+            row[0] = (int64_t)ix.points[i].out;
+            row[1] = (int64_t)ix.points[i].in;
+            row[2] = (int64_t)ix.points[i].bits;
+            row[3] = (int64_t)ix.points[i].dict;
+        }
+    }
+    PyObject *result = points && windows ? Py_BuildValue("(iOOKK)", status, points, windows,
+                                                         (unsigned long long)ix.total_out,
+                                                         (unsigned long long)ix.error_in) : NULL;
+    Py_XDECREF(points);
+    Py_XDECREF(windows);
+    tfr_seek_free(&ix);
+    return result;
+}
+
+/* seek_extract(data, bits, window, gzip, skip, want) -> (status, bytes): restart inflation at a seek point (`data`
+ * from its shared byte when bits > 0), drop `skip` decompressed bytes and return up to `want` more. */
+static PyObject *py_seek_extract(PyObject *self, PyObject *args) {
+    Py_buffer data, window;
+    unsigned int bits;
+    int gzip;
+    unsigned long long skip;
+    Py_ssize_t want;
+    if (!PyArg_ParseTuple(args, "y*Iy*pKn:seek_extract", &data, &bits, &window, &gzip, &skip, &want)) return NULL;
+    PyObject *out = NULL;
+    if (want < 0 || bits > 7 || window.len > (Py_ssize_t)TFR_SEEK_WINDOW) {
+        PyErr_SetString(PyExc_ValueError, "seek_extract: want must be >= 0, bits 0..7 and the window at most 32768 "
+                                          "bytes");
+        goto done;
+    }
+    out = PyBytes_FromStringAndSize(NULL, want);
+    if (!out) goto done;
+    size_t got = 0;
+    int status;
+    Py_BEGIN_ALLOW_THREADS
+    status = tfr_seek_extract(data.buf, (size_t)data.len, bits, window.buf, (size_t)window.len, gzip, skip,
+                              (uint8_t *)PyBytes_AS_STRING(out), (size_t)want, &got);
+    Py_END_ALLOW_THREADS
+    if (status == TFR_SEEK_NOMEM) {
+        Py_CLEAR(out);
+        PyErr_NoMemory();
+        goto done;
+    }
+    if ((Py_ssize_t)got != want && _PyBytes_Resize(&out, (Py_ssize_t)got) < 0) goto done;
+    PyObject *result = Py_BuildValue("(iN)", status, out);
+    out = NULL;
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&window);
+    return result;
+done:
+    Py_XDECREF(out);
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&window);
+    return NULL;
+}
+#endif
+
 /* ---- module --------------------------------------------------------------------------------------------------- */
 
 static PyMethodDef module_methods[] = {
@@ -958,6 +1045,12 @@ static PyMethodDef module_methods[] = {
     {"read_framed", py_read_framed, METH_VARARGS,
      "read_framed(fd, offset or offsets, sizes, verify) -> (records, good): records of known framed sizes (back to "
      "back from an offset, or one offset each) read from a file straight into their bytes objects, checked"},
+#endif
+#ifdef TFR_HAVE_ZLIB
+    {"seek_build", py_seek_build, METH_VARARGS,
+     "seek_build(data, gzip, span) -> (status, points, windows, total_out, error_in): seek points of a GZIP/ZLIB file"},
+    {"seek_extract", py_seek_extract, METH_VARARGS,
+     "seek_extract(data, bits, window, gzip, skip, want) -> (status, bytes): inflate from a seek point"},
 #endif
     {"frame_records", py_frame_records, METH_O, "frame_records(records) -> bytes: the records framed back to back"},
     {"sparse_indices", py_sparse_indices, METH_O,

@@ -1,0 +1,356 @@
+"""Seek points in GZIP / ZLIB files (format/seek.py, the compiled seek.c): random access to every record, the
+sidecar checked before it is trusted, and the datasets that read compressed files by offset through them.
+
+Tests that take `backend` run on both backends (tests/conftest.py); they and the tests named `native` also run
+under the sanitizer build (`make test-sanitizers`)."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import random
+import struct
+import zlib
+from collections import Counter
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+import tfr_torch
+from tfr_torch import IndexMismatchError, TFRecordError
+from tfr_torch.format.reader import RecordFile
+from tfr_torch.format.seek import read_seek_points, seek_path_for
+
+SPAN = 1 << 16
+_POINT0 = 48  # the sidecar's header size: point k's row is at 48 + 32 k
+needs_core = pytest.mark.skipif(not tfr_torch._native.available(), reason="the compiled core is not built")
+
+
+def _records(n: int, seed: int = 0) -> list[bytes]:
+    """Records that compress (repeats) and do not (random bytes), of varied sizes: blocks end at any bit."""
+    rng = random.Random(seed)
+    return [b"%06d" % i + rng.randbytes(rng.randrange(0, 800)) + bytes([i % 251]) * rng.randrange(0, 600)
+            for i in range(n)]
+
+
+def _frame_all(records: list[bytes]) -> bytes:
+    from tfr_torch.format.framing import masked_crc32c
+
+    out = []
+    for r in records:
+        length = struct.pack("<Q", len(r))
+        out.append(length + struct.pack("<I", masked_crc32c(length)) + r + struct.pack("<I", masked_crc32c(r)))
+    return b"".join(out)
+
+
+def _build(path: str, **kwargs) -> str:
+    """build_index with the compiled core (which builds seek points), whatever backend the test reads with."""
+    previous = tfr_torch.set_backend("native")
+    try:
+        return tfr_torch.build_index(path, seek_span=SPAN, **kwargs)
+    finally:
+        tfr_torch.set_backend(previous)
+
+
+def _usable(path: str, backend: str | None) -> list[int]:
+    """The points after the first that reads use on this backend (Python's zlib: those on a byte boundary), with a
+    window of 200+ bytes."""
+    blob = open(path + ".idx.seek", "rb").read()
+    rows = [struct.unpack_from("<QQB3xI", blob, _POINT0 + 32 * k) for k in range(_point_count(path))]
+    return [k for k, (_, _, bits, n) in enumerate(rows) if k and n >= 200 and (backend == "native" or not bits)]
+
+
+def _write(tmp_path, kind: str, records: list[bytes]) -> str:
+    """A GZIP or ZLIB file as TFRecordWriter writes it; "multi": GZIP members of a few records each (Python's gzip
+    module, with names and mtimes in the headers), as concatenated .gz files are."""
+    path = str(tmp_path / f"data.{kind}")
+    if kind == "multi":
+        with open(path, "wb") as f:
+            for i in range(0, len(records), 37):
+                f.write(gzip.compress(_frame_all(records[i : i + 37]), mtime=i))
+        return path
+    with tfr_torch.TFRecordWriter(path, compression=kind) as w:
+        for r in records:
+            w.write(r)
+    return path
+
+
+@pytest.fixture(params=["gzip", "multi", "zlib"])
+def indexed_file(request, tmp_path):
+    records = _records(1200)
+    path = _write(tmp_path, request.param, records)
+    if not tfr_torch._native.available():
+        pytest.skip("seek points are built by the compiled core")
+    index_path = _build(path)
+    return path, records, tfr_torch.read_index(index_path, path)
+
+
+def test_every_record_by_index(indexed_file, backend):
+    path, records, index = indexed_file
+    assert os.path.exists(path + ".idx.seek")
+    assert list(tfr_torch.read_records(path)) == records  # the sequential read, for the differential
+    order = list(range(len(records)))
+    random.Random(1).shuffle(order)
+    with RecordFile(path) as f:
+        got = {i: f.read(*index[i]) for i in order}
+        assert [got[i] for i in range(len(records))] == records
+        assert f.read_many(index[order[:50], 0], index[order[:50], 1]) == [records[i] for i in order[:50]]
+
+
+@needs_core
+def test_points_start_inside_bytes_and_members_native(tmp_path):
+    """The files above give points at every bit position and, in multi-member GZIP, reads that cross members."""
+    records = _records(3000)
+    for kind in ("gzip", "multi"):
+        path = _write(tmp_path, kind, records)
+        _build(path)
+        points = read_seek_points(path + ".idx.seek", path, "gzip", os.path.getsize(path))
+        assert len(points.table) > 15
+        if kind == "gzip":  # blocks end at every bit position; in "multi", most points are members' starts
+            assert len(set(points.table[:, 2].tolist())) >= 5
+        assert points.total_out == len(_frame_all(records))
+
+
+def _rewrite_seek(path: str, edit) -> None:
+    """Apply `edit(bytearray)` to a sidecar and (like a forger would) recompute its trailing CRC."""
+    seek = path + ".idx.seek"
+    blob = bytearray(open(seek, "rb").read()[:-4])
+    edit(blob)
+    open(seek, "wb").write(bytes(blob) + struct.pack("<I", zlib.crc32(bytes(blob))))
+
+
+def _read_all_or_raise(path: str, records: list[bytes], index: np.ndarray) -> int:
+    """Read every record through the seek points: each is the true record or raises TFRecordError naming the
+    file. Returns how many raised."""
+    errors = 0
+    with RecordFile(path) as f:
+        for i, (offset, size) in enumerate(index.tolist()):
+            try:
+                data = f.read(offset, size)
+            except TFRecordError as err:
+                assert err.path == path and path in str(err)
+                errors += 1
+            else:
+                assert data == records[i], f"record {i} came back wrong"
+    return errors
+
+
+
+
+def _point_count(path: str) -> int:
+    return struct.unpack_from("<Q", open(path + ".idx.seek", "rb").read(), 40)[0]
+
+
+def _window_start(path: str, k: int) -> int:
+    blob = open(path + ".idx.seek", "rb").read()
+    n = _point_count(path)
+    lengths = [struct.unpack_from("<I", blob, _POINT0 + 32 * j + 20)[0] for j in range(n)]
+    return _POINT0 + 32 * n + sum(lengths[:k])
+
+
+def test_forged_window(indexed_file, backend):
+    path, records, index = indexed_file
+    usable = _usable(path, backend)
+    if not usable:
+        pytest.skip("no point after the first that this backend restarts at")
+    k = usable[len(usable) // 2]
+    at = _window_start(path, k) + 100
+
+    def flip(blob):
+        blob[at] ^= 0x40
+
+    _rewrite_seek(path, flip)
+    with pytest.raises(IndexMismatchError, match=f"the window of seek point {k} does not match its CRC") as info:
+        with RecordFile(path) as f:
+            for offset, size in index.tolist():
+                f.read(offset, size)
+    assert info.value.path == path and info.value.index_path == path + ".idx.seek"
+
+
+def test_forged_window_and_its_crc_gives_errors_never_wrong_records(indexed_file, backend):
+    path, records, index = indexed_file
+    n = _point_count(path)
+
+    def forge(blob):
+        for k in range(1, n):  # every window's bytes changed, and its CRC made to match
+            start = _window_start(path, k)
+            length = struct.unpack_from("<I", blob, _POINT0 + 32 * k + 20)[0]
+            for j in range(start, start + length, 97):
+                blob[j] ^= 0x5A
+            struct.pack_into("<I", blob, _POINT0 + 32 * k + 24, zlib.crc32(bytes(blob[start : start + length])))
+
+    _rewrite_seek(path, forge)
+    errors = _read_all_or_raise(path, records, index)
+    assert errors > 0 or not _usable(path, backend)
+
+
+@pytest.mark.parametrize("shift", [1, -1, 7])
+def test_moved_offsets_give_errors_never_wrong_records(indexed_file, backend, shift):
+    path, records, index = indexed_file
+    n = _point_count(path)
+    data = open(path, "rb").read()
+
+    def move(blob):
+        for k in range(1, n):  # each point's compressed offset moved, its anchor CRC made to match the new place
+            row = _POINT0 + 32 * k
+            start = struct.unpack_from("<Q", blob, row + 8)[0] + shift
+            struct.pack_into("<Q", blob, row + 8, start)
+            bits = blob[row + 16]
+            first = start - (1 if bits else 0)
+            struct.pack_into("<I", blob, row + 28, zlib.crc32(data[first : first + (1 if bits else 0) + 32]))
+
+    _rewrite_seek(path, move)
+    errors = _read_all_or_raise(path, records, index)
+    assert errors > 0 or not _usable(path, backend)
+
+
+def test_moved_decompressed_offsets_give_errors_never_wrong_records(indexed_file, backend):
+    path, records, index = indexed_file
+    n = _point_count(path)
+
+    def move(blob):
+        for k in range(1, n):
+            row = _POINT0 + 32 * k
+            struct.pack_into("<Q", blob, row, struct.unpack_from("<Q", blob, row)[0] + 16)
+
+    _rewrite_seek(path, move)
+    errors = _read_all_or_raise(path, records, index)
+    assert errors > 0 or not _usable(path, backend)
+
+
+def test_stale_seek_points_of_a_rewritten_file(tmp_path, backend):
+    if not tfr_torch._native.available():
+        pytest.skip("seek points are built by the compiled core")
+    records = _records(600)
+    path = _write(tmp_path, "gzip", records)
+    _build(path)
+    other = _records(600, seed=5)
+    _write(tmp_path, "gzip", other)  # rewritten: another size
+    with pytest.raises(IndexMismatchError, match=r"the seek points were built for a file of \d+ bytes, but the file "
+                                                 r"has \d+ \(stale seek points") as info:
+        RecordFile(path)
+    assert info.value.path == path and path + ".idx.seek" in str(info.value)
+
+
+def test_stale_seek_points_same_size(tmp_path, backend):
+    """The file rewritten with records of the same sizes (so the same index, often the same file size): never a
+    record of the old file, never a wrong one."""
+    if not tfr_torch._native.available():
+        pytest.skip("seek points are built by the compiled core")
+    records = _records(600)
+    path = _write(tmp_path, "zlib", records)
+    _build(path, compression="zlib")
+    index = tfr_torch.read_index(path + ".idx", path)
+    seek = open(path + ".idx.seek", "rb").read()
+    new = [bytes(b ^ 1 for b in r) for r in records]
+    _write(tmp_path, "zlib", new)
+    with open(path, "r+b") as f:  # same size as before, whatever the new bytes compress to
+        f.truncate(struct.unpack_from("<Q", seek, 24)[0])
+    errors = 0
+    try:
+        f = RecordFile(path)
+    except TFRecordError:
+        return
+    with f:
+        for i, (offset, size) in enumerate(index.tolist()):
+            try:
+                assert f.read(offset, size) == new[i]
+            except TFRecordError as err:
+                assert path in str(err)
+                errors += 1
+    assert errors > 0
+
+
+def test_damaged_sidecar(indexed_file):
+    path, records, index = indexed_file
+    seek = path + ".idx.seek"
+    blob = bytearray(open(seek, "rb").read())
+    blob[60] ^= 1
+    open(seek, "wb").write(bytes(blob))
+    with pytest.raises(IndexMismatchError, match="the seek points do not match their CRC"):
+        RecordFile(path)
+    open(seek, "wb").write(b"not a seek file")
+    with pytest.raises(IndexMismatchError, match="are not a tfr_torch seek file"):
+        RecordFile(path)
+
+
+def test_without_seek_points_reads_as_today(tmp_path):
+    records = _records(300)
+    path = _write(tmp_path, "gzip", records)
+    tfr_torch.build_index(path, seek_span=None)
+    assert not os.path.exists(path + ".idx.seek")
+    with pytest.raises(ValueError, match=r"is GZIP-compressed and has no seek points \(.*data\.gzip\.idx\.seek\)"):
+        RecordFile(path)
+    ds = tfr_torch.TFRecordDataset(path, index="auto", shuffle=True)
+    assert not ds._global_shuffle
+    assert sorted(ds) == sorted(records)
+
+
+def test_build_index_options(tmp_path):
+    path = _write(tmp_path, "gzip", _records(50))
+    with pytest.raises(ValueError, match="seek_span must be an int of at least 65536 decompressed bytes"):
+        tfr_torch.build_index(path, seek_span=100)
+    uncompressed = str(tmp_path / "plain.tfrecord")
+    with tfr_torch.TFRecordWriter(uncompressed) as w:
+        w.write(b"x")
+    tfr_torch.build_index(uncompressed)
+    assert not os.path.exists(uncompressed + ".idx.seek")
+    assert seek_path_for("a/b.idx") == "a/b.idx.seek"
+
+
+@needs_core
+def test_cli_index_writes_seek_points_native(tmp_path):
+    from tfr_torch.tools.cli import main
+
+    path = _write(tmp_path, "gzip", _records(100))
+    main(["index", path])
+    assert os.path.exists(path + ".idx") and os.path.exists(path + ".idx.seek")
+
+
+def _id(record: bytes) -> int:
+    return int(record[:6])
+
+
+@needs_core
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_indexed_dataset_over_compressed_files_native(tmp_path, num_workers):
+    files = []
+    for j, kind in enumerate(["gzip", "multi", "zlib"]):
+        folder = tmp_path / str(j)
+        folder.mkdir()
+        recs = [b"%06d" % (j * 1000 + i) + r[6:] for i, r in enumerate(_records(400, seed=j))]
+        files.append(_write(folder, kind, recs))
+        _build(files[-1])
+    ds = tfr_torch.IndexedTFRecordDataset(files)
+    assert len(ds) == 1200
+    loader = DataLoader(ds, batch_size=16, shuffle=True, num_workers=num_workers, collate_fn=list,
+                        generator=torch.Generator().manual_seed(0))
+    ids = Counter(_id(r) for batch in loader for r in batch)
+    assert ids == Counter(j * 1000 + i for j in range(3) for i in range(400))
+
+
+@needs_core
+@pytest.mark.parametrize("num_workers,world_size", [(0, 1), (2, 1), (2, 2)])
+def test_global_shuffle_over_compressed_files_native(tmp_path, num_workers, world_size):
+    files = []
+    for j, kind in enumerate(["gzip", "multi", "zlib"]):
+        folder = tmp_path / str(j)
+        folder.mkdir()
+        recs = [b"%06d" % (j * 1000 + i) + r[6:] for i, r in enumerate(_records(300, seed=j))]
+        files.append(_write(folder, kind, recs))
+        _build(files[-1])
+    seen: Counter[int] = Counter()
+    orders = []
+    for rank in range(world_size):
+        ds = tfr_torch.TFRecordDataset(files, index="auto", shuffle=True, seed=3, rank=rank, world_size=world_size)
+        assert ds._global_shuffle
+        got = [_id(r) for r in DataLoader(ds, batch_size=None, num_workers=num_workers)]
+        orders.append(got)
+        seen.update(got)
+    expected = 900 // world_size * world_size
+    assert sum(seen.values()) == expected and max(seen.values()) == 1
+    assert orders[0] != sorted(orders[0])  # records from all files, mixed
+    if world_size == 1:
+        assert set(seen) == {j * 1000 + i for j in range(3) for i in range(300)}

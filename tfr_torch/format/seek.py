@@ -1,0 +1,291 @@
+"""Seek points: random access inside GZIP and ZLIB TFRecord files, from a sidecar beside the record index.
+
+A seek point is where inflation can restart without reading the file from its start: the start of a deflate block
+(RFC 1951), given by its compressed byte offset and bit, its offset in the decompressed stream, and the 32 KiB of
+output before it (the window that back-references may reach). `build_index` writes them every ~1 MiB of output
+(`seek_span`) for compressed files, to `<index>.seek` (`<file>.idx.seek` by default); the data file and its index
+are left exactly as TensorFlow and DALI read them. Reading a record then inflates at most one interval between
+points plus the record. Finding block boundaries and restarting at one that begins inside a byte needs zlib's
+Z_BLOCK and inflatePrime, which Python's zlib lacks: the compiled core builds the points (seek.c); without it no
+sidecar is written, and reading uses only the points that start on a byte boundary (a point after each member's
+header always does; from one, Python's zlib resumes with the window as its dictionary), the same records, slower.
+
+The sidecar (all integers little-endian):
+
+    header, 48 bytes:  magic b"TFRSEEK1" | u32 version (1) | u32 compression (1 GZIP, 2 ZLIB) | u64 span |
+                       u64 size of the compressed file | u64 decompressed size | u64 number of points
+    points, 32 bytes:  u64 out (decompressed offset) | u64 in (file offset of the block's first whole byte) |
+                       u8 bits (0-7: the block's first bits are the high bits of byte in - 1) | 3 zero bytes |
+                       u32 window length (32768, less within 32 KiB of a member's start) | u32 CRC-32 of the
+                       window | u32 CRC-32 of the file's bytes from in - (bits > 0) to in + 32 (or the file's end)
+    windows:           each point's window, in point order (the decompressed bytes just before `out`)
+    trailer, 4 bytes:  u32 CRC-32 (zlib's) of everything before it
+
+Points are checked before they are trusted: the whole sidecar against its CRC, its compression and file size
+against the data file when it is opened, each window against its CRC and the compressed bytes at a point against
+theirs when the point is used, and every record read through one against its own CRCs as usual. A stale or forged
+sidecar raises IndexMismatchError or CorruptRecordError naming the file, never gives wrong records.
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+import struct
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from tfr_torch import _native
+from tfr_torch.errors import CorruptRecordError, IndexMismatchError
+from tfr_torch.format.compression import GZIP, ZLIB
+from tfr_torch.format.paths import PathLike, as_path, atomic_output, exists, is_url, open_input
+
+__all__ = ["SeekPoints", "build_seek_points", "read_seek_points", "seek_path_for", "check_span", "has_seek_points",
+           "DEFAULT_SPAN"]
+
+_log = logging.getLogger(__name__)
+
+DEFAULT_SPAN = 1 << 20
+_MAGIC = b"TFRSEEK1"
+_VERSION = 1
+_HEADER = struct.Struct("<8sIIQQQQ")
+_POINT = struct.Struct("<QQB3xIII")
+_TRAILER = struct.Struct("<I")
+_KINDS = {GZIP: 1, ZLIB: 2}
+_WINDOW = 32768
+_ANCHOR = 32  # compressed bytes after a point whose CRC the sidecar keeps
+_STATUS = {1: "the compressed data is corrupt there", 2: "the compressed data ends too early",
+           4: "bytes follow the end of the ZLIB stream"}
+
+
+def seek_path_for(index_path: PathLike) -> str:
+    """The sidecar of an index: `<index>.seek` (so `<file>.idx.seek` beside the default index)."""
+    return as_path(index_path) + ".seek"
+
+
+def has_seek_points(path: PathLike) -> bool:
+    """Whether a file has a seek-point sidecar where RecordFile and the datasets look: `<file>.idx.seek`."""
+    return exists(seek_path_for(as_path(path) + ".idx"))
+
+
+def available() -> bool:
+    """Whether seek points can be built here (the compiled core, with zlib)."""
+    return _native.core is not None and hasattr(_native.core, "seek_build")
+
+
+@dataclass(frozen=True)
+class SeekPoints:
+    """The seek points of one compressed file, checked against their sidecar's CRC (see the module docstring).
+
+    `table` is an int64 array (n, 3) of (out, in, bits); `windows[k]` point k's window; `window_crcs` and
+    `anchor_crcs` what each is checked against when used."""
+
+    path: str
+    seek_path: str
+    compression: str
+    span: int
+    file_size: int
+    total_out: int
+    table: np.ndarray
+    windows: tuple[bytes, ...]
+    window_crcs: tuple[int, ...]
+    anchor_crcs: tuple[int, ...]
+
+    def read(self, read_file_at: Callable[[int, int], bytes], offset: int, size: int) -> bytes:
+        """The decompressed bytes [offset, offset + size) (fewer where the stream ends first), inflated from the
+        last usable point at or before `offset`; `read_file_at(offset, size)` reads the compressed file."""
+        offset, size = int(offset), int(size)
+        if size <= 0 or offset >= self.total_out:
+            return b""
+        size = min(size, self.total_out - offset)
+        native = available()
+        k = self._point_before(offset, native)
+        out, start, bits = (int(v) for v in self.table[k])
+        stop_at = int(np.searchsorted(self.table[:, 0], offset + size))  # the first point at or after the end
+        end = int(self.table[stop_at, 1]) + 1 if stop_at < len(self.table) else self.file_size
+        first = start - (1 if bits else 0)
+        data = read_file_at(first, min(end, self.file_size) - first)
+        self._check_point(k, data, offset)
+        if native:
+            status, got = _native.core.seek_extract(data, bits, self.windows[k], self.compression == GZIP,  # type: ignore[union-attr]
+                                                    offset - out, size)
+        else:
+            status, got = _extract_python(data, self.windows[k], self.compression == GZIP, offset - out, size)
+        if status or len(got) < size:
+            why = _STATUS.get(status, "the decompressed stream ends before it")
+            raise CorruptRecordError(
+                f"cannot read {size} decompressed bytes from seek point {k} (compressed byte {start}, bit {bits}, "
+                f"decompressed offset {out}) of {self.seek_path}: {why}; the file or its seek points changed since "
+                "they were built? Build them again (build_index, or `tfr-torch index`)", self.path, offset)
+        return bytes(got)
+
+    def _point_before(self, offset: int, native: bool) -> int:
+        outs = self.table[:, 0]
+        k = int(np.searchsorted(outs, offset, side="right")) - 1
+        if not native:  # Python's zlib restarts only at a point that starts on a byte boundary (the first always does)
+            while k > 0 and self.table[k, 2]:
+                k -= 1
+        return max(k, 0)
+
+    def _check_point(self, k: int, data: bytes, offset: int) -> None:
+        if zlib.crc32(data[:_anchor_length(self.table[k])]) != self.anchor_crcs[k]:
+            raise IndexMismatchError(
+                f"seek point {k} does not match the file: its compressed bytes at {int(self.table[k, 1])} are not "
+                "those the point was built on (stale seek points, or made for another file?)", self.path, offset,
+                self.seek_path)
+        if zlib.crc32(self.windows[k]) != self.window_crcs[k]:
+            raise IndexMismatchError(f"the window of seek point {k} does not match its CRC (a damaged or forged "
+                                     "sidecar?)", self.path, offset, self.seek_path)
+
+
+def _anchor_length(row: np.ndarray) -> int:
+    return (1 if int(row[2]) else 0) + _ANCHOR
+
+
+def _extract_python(data: bytes, window: bytes, gzip: bool, skip: int, want: int) -> tuple[int, bytes]:
+    """The reference for seek_extract at a point that starts on a byte boundary: Python's zlib with the window as
+    its preset dictionary (raw deflate); GZIP members after the first are read whole (header and trailer)."""
+    d = zlib.decompressobj(-15, zdict=window) if window else zlib.decompressobj(-15)
+    raw, need, parts, made, rest = True, skip + want, [], 0, data
+    try:
+        while made < need:
+            got = d.decompress(rest, need - made)
+            parts.append(got)
+            made += len(got)
+            rest = d.unconsumed_tail
+            if d.eof:
+                tail = d.unused_data[8:] if raw else d.unused_data  # a raw member's gzip trailer is still there
+                if not gzip or not tail:
+                    break
+                d, raw, rest = zlib.decompressobj(31), False, tail
+            elif not got and not rest:
+                return (2 if made < need else 0), b"".join(parts)[skip:]
+    except zlib.error:
+        return 1, b"".join(parts)[skip:]
+    return 0, b"".join(parts)[skip : skip + want]
+
+
+def build_seek_points(path: PathLike, seek_path: PathLike, compression: str, span: int = DEFAULT_SPAN) -> bool:
+    """Write the seek points of a GZIP or ZLIB file to `seek_path` (atomically); False (nothing written, and a
+    sidecar already there removed, since it may be stale) when the compiled core is not available."""
+    check_span(span)
+    path, seek_path = as_path(path), as_path(seek_path)
+    if not available():
+        _log.info("no seek points for %s: the compiled core is not available", path)
+        _remove(seek_path)
+        return False
+    with _whole_file(path) as data:
+        status, raw_points, raw_windows, total_out, error_in = _native.core.seek_build(  # type: ignore[union-attr]
+            data, compression == GZIP, span)
+        if status:
+            raise CorruptRecordError(f"cannot build seek points: {_STATUS.get(status, 'zlib failed')} (compressed "
+                                     f"byte {error_in}, after {total_out} decompressed bytes)", path, total_out)
+        table = np.frombuffer(raw_points, dtype=np.int64).reshape(-1, 4)
+        size = len(data)
+        parts = [_HEADER.pack(_MAGIC, _VERSION, _KINDS[compression], span, size, total_out, len(table))]
+        windows = []
+        for k, (out, start, bits, dict_len) in enumerate(table.tolist()):
+            window = raw_windows[(k + 1) * _WINDOW - dict_len : (k + 1) * _WINDOW]
+            first = start - (1 if bits else 0)
+            anchor = data[first : first + _anchor_length(table[k])]
+            parts.append(_POINT.pack(out, start, bits, dict_len, zlib.crc32(window), zlib.crc32(anchor)))
+            windows.append(window)
+    body = b"".join(parts + windows)
+    with atomic_output(seek_path) as f:
+        f.write(body + _TRAILER.pack(zlib.crc32(body)))
+    return True
+
+
+def check_span(span: object) -> int:
+    """`seek_span` checked: an int of at least 64 KiB (points closer than that cost more window than they save)."""
+    if not isinstance(span, int) or isinstance(span, bool) or span < 1 << 16:
+        raise ValueError(f"seek_span must be an int of at least 65536 decompressed bytes (or None), got {span!r}")
+    return span
+
+
+class _whole_file:
+    """The bytes of a file as one buffer: a read-only map of a local file, else the file read into memory."""
+
+    def __init__(self, path: str) -> None:
+        self._map: mmap.mmap | None = None
+        self._file = open_input(path)
+        try:
+            size = os.fstat(self._file.fileno()).st_size if not is_url(path) else 0
+            self._map = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ) if size else None
+        except (AttributeError, OSError, ValueError):
+            self._map = None
+
+    def __enter__(self) -> bytes | mmap.mmap:
+        return self._map if self._map is not None else self._file.read()
+
+    def __exit__(self, *exc: object) -> None:
+        if self._map is not None:
+            self._map.close()
+        self._file.close()
+
+
+def _remove(path: str) -> None:
+    if not is_url(path):
+        try:
+            os.remove(path)
+        except FileNotFoundError:
+            pass
+
+
+def read_seek_points(seek_path: PathLike, path: PathLike, compression: str, file_size: int) -> SeekPoints:
+    """Read and check a sidecar for the file `path` (its compression and size as opened). Raises
+    IndexMismatchError naming both files when the sidecar is damaged or does not describe the file."""
+    seek_path, path = as_path(seek_path), as_path(path)
+
+    def bad(why: str) -> IndexMismatchError:
+        return IndexMismatchError(f"the seek points {why}", path, None, seek_path)
+
+    with open_input(seek_path) as f:
+        blob = f.read()
+    if len(blob) < _HEADER.size + _TRAILER.size or blob[:8] != _MAGIC:
+        raise bad(f"are not a tfr_torch seek file (expected {_HEADER.size + _TRAILER.size}+ bytes starting "
+                  f"{_MAGIC!r}, found {len(blob)} bytes starting {blob[:8]!r})")
+    if zlib.crc32(blob[: -_TRAILER.size]) != _TRAILER.unpack_from(blob, len(blob) - _TRAILER.size)[0]:
+        raise bad("do not match their CRC (a damaged or truncated sidecar?)")
+    _, version, kind, span, size, total_out, count = _HEADER.unpack_from(blob)
+    if version != _VERSION:
+        raise bad(f"have format version {version}; this tfr_torch reads version {_VERSION}")
+    if kind != _KINDS.get(compression):
+        found = {v: k for k, v in _KINDS.items()}.get(kind, f"kind {kind}")
+        raise bad(f"were built for a {str(found).upper()} file, but the file is {compression.upper()}")
+    if size != file_size:
+        raise bad(f"were built for a file of {size} bytes, but the file has {file_size} (stale seek points, or made "
+                  "for another file?)")
+    points_end = _HEADER.size + count * _POINT.size
+    if count < 1 or points_end > len(blob) - _TRAILER.size:
+        raise bad(f"say {count} points, which the sidecar's {len(blob)} bytes cannot hold")
+    rows = [_POINT.unpack_from(blob, _HEADER.size + k * _POINT.size) for k in range(count)]
+    table = np.array([r[:3] for r in rows], dtype=np.int64).reshape(-1, 3)
+    lengths = [r[3] for r in rows]
+    problem = _layout_problem(table, lengths, size, total_out)
+    if problem or points_end + sum(lengths) != len(blob) - _TRAILER.size:
+        raise bad(problem or "have windows that do not fill the sidecar")
+    windows, at = [], points_end
+    for n in lengths:
+        windows.append(blob[at : at + n])
+        at += n
+    return SeekPoints(path, seek_path, compression, span, size, total_out, table, tuple(windows),
+                      tuple(r[4] for r in rows), tuple(r[5] for r in rows))
+
+
+def _layout_problem(table: np.ndarray, lengths: list[int], size: int, total_out: int) -> str | None:
+    """What makes a point table impossible for its file, or None."""
+    outs, ins, bits = table[:, 0], table[:, 1], table[:, 2]
+    if outs[0] != 0:
+        return f"start at decompressed offset {outs[0]}, expected 0"
+    if np.any(np.diff(outs) <= 0) or np.any(np.diff(ins) <= 0):
+        return "are not in increasing order"
+    if np.any(bits > 7) or np.any(ins < 1) or int(ins[-1]) > size or int(outs[-1]) > total_out:
+        return "lie outside the file"
+    if any(n > _WINDOW or n > int(o) for n, o in zip(lengths, outs.tolist())):
+        return "have a window longer than 32768 bytes or than the output before it"
+    return None
