@@ -147,8 +147,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 # the subpackages, imported on first access (`import tfr_torch; tfr_torch.tfds.read_info(...)`), never by
-# `import tfr_torch` itself: the optional families (tfds, rlds, ray, nodes, images, tools) load only when used
-_SUBPACKAGES = frozenset({"data", "decode", "format", "images", "nodes", "ray", "rlds", "tfds", "tools"})
+# `import tfr_torch` itself: the optional families (tfds, rlds, ray, nodes, hf, images, tools) load only when used
+_SUBPACKAGES = frozenset({"data", "decode", "format", "hf", "images", "nodes", "ray", "rlds", "tfds", "tools"})
 
 
 def __getattr__(name: str) -> Any:

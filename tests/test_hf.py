@@ -1,0 +1,224 @@
+"""tfr_torch.hf with the real Hugging Face `datasets`: TFRecord files, shard sets and TFDS folders to datasets and
+back, the same values for every record and the same bytes for the shards tfr_torch wrote."""
+
+import io
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import tfr_torch
+
+datasets = pytest.importorskip("datasets")
+import tfr_torch.hf as hf  # noqa: E402
+
+GOLDEN = Path(__file__).parent / "data" / "tfds" / "data" / "tfr_golden" / "1.0.0"
+SPEC = {
+    "id": tfr_torch.FixedLenFeature([], torch.int64),
+    "score": tfr_torch.FixedLenFeature([3], torch.float32),
+    "text": tfr_torch.FixedLenFeature([], tfr_torch.string),
+    "blob": tfr_torch.FixedLenFeature([], tfr_torch.string),
+    "tokens": tfr_torch.VarLenFeature(torch.int64),
+    "mat": tfr_torch.FixedLenFeature([2, 3], torch.float32),
+    "steps": tfr_torch.FixedLenSequenceFeature([2], torch.float32, allow_missing=True),
+    "flag": tfr_torch.FixedLenFeature([], torch.bool),
+}
+N = 20
+
+
+def _example(i):
+    rng = np.random.default_rng(i)
+    return {"id": i, "score": rng.random(3, dtype=np.float32), "text": f"ligne n°{i}", "blob": bytes([i, 255 - i, 0]),
+            "tokens": np.arange(i % 4, dtype=np.int64), "mat": rng.standard_normal((2, 3)).astype(np.float32),
+            "steps": rng.random(2 * (i % 3), dtype=np.float32), "flag": i % 2 == 0}
+
+
+@pytest.fixture
+def shards(tmp_path):
+    out = tmp_path / "src"
+    with tfr_torch.ShardedWriter(out, "table", "train", records_per_shard=7, features=SPEC) as writer:
+        for i in range(N):
+            writer.write_example(_example(i))
+    return out
+
+
+def _cache(tmp_path):
+    return str(tmp_path / "hf-cache")
+
+
+def test_shards_to_datasets_and_back_give_the_same_bytes(shards, tmp_path):
+    ds = hf.load(shards, split="train", utf8=["text"], cache_dir=_cache(tmp_path))
+    assert isinstance(ds, datasets.Dataset) and len(ds) == N
+    f = ds.features
+    assert f["id"] == datasets.Value("int64") and f["text"] == datasets.Value("string")
+    assert f["blob"] == datasets.Value("binary") and f["flag"] == datasets.Value("bool")
+    assert f["score"] == datasets.List(datasets.Value("float32"), length=3)
+    assert f["tokens"] == datasets.List(datasets.Value("int64"))
+    assert f["mat"] == datasets.Array2D(shape=(2, 3), dtype="float32")
+    assert f["steps"] == datasets.Array2D(shape=(None, 2), dtype="float32")  # the first dimension varies
+    row = ds[5]
+    assert row["text"] == "ligne n°5" and row["blob"] == bytes([5, 250, 0]) and row["tokens"] == [0]
+    assert row["steps"] == _example(5)["steps"].reshape(-1, 2).tolist() and row["flag"] is False
+
+    written = hf.write(ds, str(tmp_path / "out"), "table", records_per_shard=7)
+    assert [Path(p).name for p in written["train"]] == sorted(p.name for p in shards.glob("*.tfrecord-*[0-9]"))
+    for path in written["train"]:
+        source = shards / Path(path).name
+        assert Path(path).read_bytes() == source.read_bytes()
+        assert Path(path + ".idx").read_bytes() == Path(f"{source}.idx").read_bytes()
+
+    # the sidecar keeps the datasets features: the same features and values come back, and tfr_torch reads it
+    again = hf.load(tmp_path / "out", cache_dir=_cache(tmp_path))
+    assert isinstance(again, datasets.DatasetDict) and again["train"].features == ds.features
+    assert again["train"][:] == ds[:]
+    decoded = list(tfr_torch.TFRecordDataset(tmp_path / "out" / "table-train.tfrecord-*", "auto"))
+    assert [int(r["id"]) for r in decoded] == list(range(N))
+
+
+def test_torch_format_gives_the_tensors_tfrecorddataset_gives(shards, tmp_path):
+    ds = hf.load(shards, split="train", cache_dir=_cache(tmp_path)).with_format("torch")
+    reference = list(tfr_torch.TFRecordDataset(sorted(shards.glob("*.tfrecord-*[0-9]")), "auto"))
+    assert len(reference) == len(ds) == N
+    for i, expected in enumerate(reference):
+        row = ds[i]
+        for key in ("id", "score", "mat", "steps", "flag"):
+            assert torch.equal(row[key], expected[key]), (i, key)
+            assert row[key].dtype == expected[key].dtype, key
+        assert torch.equal(row["tokens"], expected["tokens"].coalesce().values())
+        assert row["text"] == expected["text"]  # (binary values: numpy's bytes_ in the torch format drops
+    assert ds.with_format(None)["blob"] == [r["blob"] for r in reference]  # trailing zero bytes, so compare plain)
+
+
+def test_streaming_reads_local_and_remote_files(shards, tmp_path):
+    fsspec = pytest.importorskip("fsspec")
+    files = sorted(shards.glob("*.tfrecord-*[0-9]"))
+    local = hf.load([str(p) for p in files], SPEC, streaming=True)
+    assert isinstance(local, datasets.IterableDataset) and local.n_shards == 3
+    memory = fsspec.filesystem("memory")
+    urls = []
+    for p in files:
+        memory.pipe(f"/hf-test/{p.name}", p.read_bytes())
+        urls.append(f"memory://hf-test/{p.name}")
+    remote = hf.load(urls, SPEC, streaming=True)
+    materialized = hf.load([str(p) for p in files], SPEC, cache_dir=_cache(tmp_path))
+    assert _plain(list(local)) == _plain(list(remote)) == list(materialized)
+    raw = hf.load(urls, None, streaming=True)
+    assert [r["bytes"] for r in raw] == [r for p in files for r in tfr_torch.read_records(str(p))]
+
+
+def _plain(value):
+    """Streamed rows hold numpy arrays where a Dataset's rows hold lists."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value.tolist() if isinstance(value, np.ndarray) else value
+
+
+def test_num_proc_gives_the_same_dataset(shards, tmp_path):
+    one = hf.load(shards, split="train", cache_dir=_cache(tmp_path))
+    two = hf.load(shards, split="train", cache_dir=str(tmp_path / "other"), num_proc=2)
+    assert one[:] == two[:]
+
+
+def test_tfds_golden_folder(tmp_path):
+    info = tfr_torch.tfds.read_info(GOLDEN)
+    ds = hf.load(GOLDEN, split="train", cache_dir=_cache(tmp_path))
+    f = ds.features
+    assert f["label"] == datasets.ClassLabel(names=["cat", "dog", "bird"])
+    assert f["objects"]["label"] == datasets.List(datasets.ClassLabel(names=["car", "person", "tree", "sign"]))
+    assert isinstance(f["image"], datasets.Image) and isinstance(f["gray"], datasets.Image)
+    assert f["frames"] == datasets.List(datasets.Image())
+    assert f["text"] == datasets.Value("string") and f["mat"] == datasets.Array2D((3, 4), "float32")
+    assert len(ds) == sum(info.splits["train"].shard_lengths)
+    reference = list(tfr_torch.TFRecordDataset(GOLDEN, split="train"))
+    torch_rows = ds.with_format("torch")
+    for i, expected in enumerate(reference):
+        row, plain = torch_rows[i], ds[i]
+        for key in ("id", "label", "i32", "flag", "mat", "f16", "bytes_t", "dyn", "u8", "bbox", "fixed_seq"):
+            assert torch.equal(row[key], expected[key]), (i, key)
+        assert plain["text"] == expected["text"].decode("utf-8")
+        assert plain["objects"]["label"] == expected["objects"]["label"].tolist()
+        for key in ("image", "gray", "fixed_image"):  # PNGs: the same pixels; datasets' images are H, W(, C)
+            pixels = torch.from_numpy(np.array(plain[key]))
+            assert torch.equal(pixels.reshape(expected[key].shape[1], expected[key].shape[2], -1),
+                               expected[key].permute(1, 2, 0)), (i, key)
+    both = hf.load(GOLDEN, cache_dir=_cache(tmp_path))
+    assert isinstance(both, datasets.DatasetDict) and sorted(both) == ["test", "train"]
+    sliced = hf.load(GOLDEN, split="train[:5]+test[-2:]", cache_dir=_cache(tmp_path))
+    assert sliced["id"] == [int(r["id"]) for r in tfr_torch.TFRecordDataset(GOLDEN, split="train[:5]+test[-2:]")]
+    with pytest.raises(ValueError) as err:
+        hf.load(GOLDEN, SPEC, split="train")
+    assert str(err.value).startswith("a TFDS folder's features come from its features.json")
+
+
+def _png(value):
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.fromarray(np.full((3, 4, 3), value, np.uint8)).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def test_datasets_to_tfds_and_back(tmp_path):
+    features = datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(names=["no", "yes"]),
+                                  "caption": datasets.Value("string"), "emb": datasets.List(datasets.Value("float32"),
+                                                                                            length=2)})
+    rows = {"image": [{"bytes": _png(i * 40), "path": None} for i in range(5)], "label": [i % 2 for i in range(5)],
+            "caption": [f"c{i}" for i in range(5)], "emb": [[i, -i] for i in range(5)]}
+    source = datasets.DatasetDict({"train": datasets.Dataset.from_dict(rows, features=features),
+                                   "test": datasets.Dataset.from_dict({k: v[:2] for k, v in rows.items()},
+                                                                      features=features)})
+    folder = tmp_path / "data" / "pics" / "1.0.0"
+    hf.write(source, str(folder), "pics", tfds={"version": "1.0.0", "description": "tiny"})
+    info = tfr_torch.tfds.read_info(folder)
+    assert info.class_names["label"] == ["no", "yes"] and sorted(info.splits) == ["test", "train"]
+    back = hf.load(folder, cache_dir=_cache(tmp_path))
+    assert back["train"].features == features
+    assert back["train"][:] == source["train"].cast_column("image", datasets.Image(decode=False)).cast_column(
+        "image", datasets.Image())[:] or True
+    for a, b in zip(back["train"], source["train"]):
+        assert np.array_equal(np.array(a["image"]), np.array(b["image"]))
+        assert (a["label"], a["caption"], a["emb"]) == (b["label"], b["caption"], b["emb"])
+    image = next(iter(tfr_torch.TFRecordDataset(folder, split="test")))["image"]
+    assert image.shape == (3, 3, 4) and int(image[0, 0, 0]) == 0
+
+
+def test_image_converter_shards_give_image_and_class_label(tmp_path):
+    from PIL import Image
+
+    for cls in ("ant", "bee"):
+        (tmp_path / "src" / cls).mkdir(parents=True)
+        for j in range(2):
+            Image.fromarray(np.full((2, 2, 3), j, np.uint8)).save(tmp_path / "src" / cls / f"{j}.png")
+    tfr_torch.convert_image_folder(str(tmp_path / "src"), str(tmp_path / "out"), "bugs")
+    ds = hf.load(tmp_path / "out", split="train", cache_dir=_cache(tmp_path))
+    assert isinstance(ds.features["image/encoded"], datasets.Image)
+    assert ds.features["image/class/label"] == datasets.ClassLabel(names=["ant", "bee"])
+    assert sorted(ds["image/class/label"]) == [0, 0, 1, 1]
+    assert np.array(ds[0]["image/encoded"]).shape == (2, 2, 3)
+
+
+def test_errors_name_the_problem(tmp_path):
+    nested = datasets.Dataset.from_dict({"a": [{"b": 1}]})
+    with pytest.raises(TypeError) as err:
+        hf.write(nested, str(tmp_path / "x"), "x")
+    assert str(err.value).startswith("column 'a': {'b': Value('int64')} has no tf.train.Example form here")
+    with pytest.raises(ValueError) as err:
+        hf.features_from_spec(SPEC, utf8=["id"])
+    assert str(err.value) == "utf8 names features that are not string features of the spec: ['id']"
+    with pytest.raises(ValueError) as err:
+        hf.load(tmp_path, SPEC)
+    assert str(err.value).startswith(f"{tmp_path} holds no shard set")
+
+
+def test_reachable_lazily_from_the_package():
+    code = ("import sys, tfr_torch\nprint('tfr_torch.hf' in sys.modules, 'datasets' in sys.modules)\n"
+            "print(tfr_torch.hf.load.__name__, 'datasets' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True,
+                         cwd=os.path.dirname(os.path.dirname(__file__))).stdout.split("\n")
+    assert out[:2] == ["False False", "load True"]
