@@ -69,6 +69,7 @@ _EXPORTS = {
     "TFRecordDataset": "tfr_torch.data.dataset",
     "IndexedTFRecordDataset": "tfr_torch.data.indexed",
     "CachedDataset": "tfr_torch.data.cache",
+    "elastic_state": "tfr_torch.data.elastic",
     "decode_raw": "tfr_torch.decode.raw",
     "decode_image": "tfr_torch.images",
     "image_backends": "tfr_torch.images",
@@ -86,7 +87,8 @@ __all__ = ["__version__", "CachedDataset", "CorruptRecordError", "DecodeError", 
     "SparseBytes", "SparseFeature", "TFRecordDataset", "TFRecordError", "TFRecordWriter", "TruncatedRecordError",
     "UniformRowLength", "ValueRowIds", "VarLenFeature", "backend", "build_index", "check_index", "compile_features",
     "convert_dataset", "convert_image_folder", "decode_example", "decode_image", "decode_json_example", "decode_raw",
-    "decode_sequence_example", "encode_example", "encode_sequence_example", "expand_paths", "image_backends",
+    "decode_sequence_example", "elastic_state", "encode_example", "encode_sequence_example", "expand_paths",
+    "image_backends",
     "infer_features", "parse_example", "parse_sequence_example", "parse_single_example",
     "parse_single_sequence_example", "parse_tensor", "read_index", "read_records", "serialize_tensor", "set_backend",
     "string", "to_padded"]
@@ -116,6 +118,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from tfr_torch.data.dataset import TFRecordDataset
     from tfr_torch.data.indexed import IndexedTFRecordDataset
     from tfr_torch.data.cache import CachedDataset
+    from tfr_torch.data.elastic import elastic_state
     from tfr_torch.decode.raw import decode_raw
     from tfr_torch.images import decode_image, image_backends
     from tfr_torch.decode.infer import infer_features

@@ -7,14 +7,31 @@ import bisect
 import itertools
 import os
 import sys
+import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Literal, overload
 
+import numpy as np
 import torch
 from torch.utils.data import IterableDataset, default_convert, get_worker_info
 
 
 from tfr_torch.data.counting import SharedCounts, user_site
+from tfr_torch.data.elastic import (
+    LAYOUT_KEYS,
+    ORDER_KEYS,
+    STATE_VERSION,
+    as_merged,
+    check_version,
+    epoch_sequence,
+    history_digest,
+    is_part,
+    reader_order,
+    reader_streams,
+    remaining,
+    segment_rng,
+    segment_sequence,
+)
 from tfr_torch.data.distributed import check_rank_world, rank_world
 from tfr_torch.data.indexes import resolve_indexes
 from tfr_torch.data.reading import (
@@ -51,12 +68,12 @@ from tfr_torch.format.location import RecordLocation
 from tfr_torch.format.options import CompressionOrAuto, OnError, check_compression, check_on_error, check_positive_int
 from tfr_torch.format.paths import PathLike, expand_paths, file_sizes
 from tfr_torch.format.reader import RecordReader
+from tfr_torch.format.remote import RemoteOptions
 from tfr_torch.format.seek import has_seek_points
 from tfr_torch.format.shardset import Sidecar, class_names, find_sidecar, trusted_counts
 
 __all__ = ["TFRecordDataset"]
 
-_STATE_VERSION = 1
 _ROW_CHUNK = 32  # records decoded together in per-record mode (see TFRecordDataset._rows)
 
 
@@ -86,6 +103,8 @@ class TFRecordDataset(IterableDataset[Any]):
     - `shared_memory`: in DataLoader workers, batches (dicts and lists) reach the main process through a
       shared-memory buffer each worker reuses, copied out on arrival (plain dicts, lists, bytes and tensors);
       False sends them through the DataLoader's pipe as usual.
+    - `remote`: how URLs are read (`RemoteOptions`: block size, read-ahead, requests in flight, a local block
+      cache shared by workers); None: its defaults.
     - A TensorFlow Datasets folder (`~/tensorflow_datasets/mnist` or its version folder) with `split` in TFDS's
       syntax ("train[:10%]", "train+test"): its shards, counts and features from its metadata, decoded as TFDS
       does (images as uint8 [C, H, W]); `as_supervised=True` gives (input, target) pairs. See tfr_torch.tfds.
@@ -117,6 +136,7 @@ class TFRecordDataset(IterableDataset[Any]):
         shared_memory: bool = True,
         split: str | None = None,
         as_supervised: bool = False,
+        remote: RemoteOptions | None = None,
     ) -> None:
         super().__init__()
         # the options first: a bad value raises here, naming it, before any file is looked at (not in a worker)
@@ -152,6 +172,9 @@ class TFRecordDataset(IterableDataset[Any]):
         self.interleave = check_positive_int(interleave, "interleave", "files read at once")
         self.verify = verify
         self.shared_memory = bool(shared_memory)
+        if remote is not None and not isinstance(remote, RemoteOptions):
+            raise TypeError(f"remote must be None or a RemoteOptions, got {type(remote).__name__}: {remote!r}")
+        self.remote = remote
         self._rank_world = rank_world(rank, world_size)  # checked again where the records are read
         self.rank, self.world_size = self._rank_world.rank, self._rank_world.world_size
         self.offsets = resolve_indexes(self.paths, index, compression)
@@ -179,6 +202,8 @@ class TFRecordDataset(IterableDataset[Any]):
         self._resume: dict[str, Any] | None = None
         self._position = 0
         self._worker = (0, 1)
+        self._history: list[dict[str, Any]] = []  # the epoch's segments before the one being read (elastic.py)
+        self._layout: dict[str, Any] | None = None  # the layout of the segment being read
 
     # ----- counts and epochs -------------------------------------------------------------------------------------
 
@@ -272,27 +297,101 @@ class TFRecordDataset(IterableDataset[Any]):
     # ----- resumable state -----------------------------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        """Where this reader (this worker, in a DataLoader worker process) stands in the current epoch. A state
-        loaded but not yet iterated is returned as it is, so saving again right after restoring loses nothing."""
-        if self._resume is not None:
-            return dict(self._resume)
+        """Where this reader (this worker, in a DataLoader worker process) stands in the current epoch: the epoch,
+        what fixes its order, its layout (world size, workers, batch) and how many items it yielded. Every reader's
+        part together (`tfr_torch.elastic_state`) says which records the epoch has yielded, so the rest can be read
+        by another world size or number of workers. A state loaded but not yet iterated is returned as this
+        reader's part of it, so saving again right after restoring loses nothing."""
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else self._worker
-        return {"version": _STATE_VERSION, "epoch": self.epoch, "yielded": self._position, "seed": self.seed,
-                "worker": worker, "num_workers": workers, "rank": self.rank, "world_size": self.world_size,
-                "files": len(self.paths)}
+        if self._resume is not None:
+            if is_part(self._resume):  # as loaded (a worker's own part)
+                return dict(self._resume)
+            history, layout, skip = self._resume_point(self._resume, worker, workers)
+            return self._part(history, layout, worker, skip)
+        layout = self._layout if self._layout is not None else self._layout_for(workers)
+        return self._part(self._history, layout, worker, self._position)
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Resume: the next iteration of `state["epoch"]` skips what was already yielded."""
-        if state.get("version") != _STATE_VERSION:
-            raise ValueError(f"unknown TFRecordDataset state version {state.get('version')!r}")
-        expected = {"seed": self.seed, "rank": self.rank, "world_size": self.world_size, "files": len(self.paths)}
-        for key, value in expected.items():
-            if state.get(key) != value:
+        """Resume: the next iteration of `state["epoch"]` yields what the state says is left. `state` is this
+        reader's own part (what StatefulDataLoader gives each worker back: the same layout), or the merged state of
+        every reader (`tfr_torch.elastic_state`), which resumes under any world size and number of workers."""
+        if check_version(state) == 1:
+            expected = {"seed": self.seed, "rank": self.rank, "world_size": self.world_size,
+                        "files": len(self.paths)}
+            for key, value in expected.items():
+                if state.get(key) != value:
+                    raise ValueError(f"cannot resume: the saved state has {key}={state.get(key)!r}, this dataset "
+                                     f"has {value!r}")
+            self._resume = dict(state)
+            self._epoch.fill_(int(state["epoch"]))
+            return
+        mine = self._order_info()
+        for key in ORDER_KEYS:
+            if key == "records" and (state.get(key) is None or mine[key] is None):
+                continue  # counted on one side only
+            if state.get(key) != mine[key]:
                 raise ValueError(f"cannot resume: the saved state has {key}={state.get(key)!r}, this dataset has "
-                                 f"{value!r}")
+                                 f"{mine[key]!r}")
+        if is_part(state):
+            whole = as_merged(state)
+            if whole is not None:
+                state = whole
+            elif (state["rank"], state["world_size"]) != (self.rank, self.world_size):
+                raise ValueError(f"cannot resume: the saved state is one reader's part (rank {state['rank']} of "
+                                 f"{state['world_size']}, worker {state['worker']} of {state['num_workers']}) and "
+                                 f"this dataset is rank {self.rank} of {self.world_size}: to resume under another "
+                                 "layout, merge every reader's part with tfr_torch.elastic_state(...) and load that")
         self._resume = dict(state)
         self._epoch.fill_(int(state["epoch"]))
+
+    def _order_info(self) -> dict[str, Any]:
+        """What fixes an epoch's order besides the layout (ORDER_KEYS): a state resumes only a dataset that agrees."""
+        names = [os.path.basename(p) for p in self.paths]
+        counts = self._counts
+        buffered = self.shuffle and not self._global_shuffle
+        return {"seed": self.seed, "files": len(self.paths),
+                "fingerprint": f"{zlib.crc32(chr(10).join(names).encode()):08x}",
+                "records": None if counts is None else int(sum(counts)), "shuffle": self.shuffle,
+                "global_shuffle": self._global_shuffle, "pad": self.pad,
+                "interleave": self.interleave if buffered else None,
+                "shuffle_buffer": self.shuffle_buffer if buffered else None}
+
+    def _layout_for(self, workers: int, resumed: bool = False) -> dict[str, Any]:
+        """This reader's layout (see elastic.LAYOUT_KEYS); `resumed`: a later segment, always split by ranges."""
+        if self._global_shuffle:
+            split = "global"
+        elif not resumed and self._counts is None and len(self.paths) >= workers * self.world_size:
+            split = "files"
+        else:
+            split = "ranges"
+        return {"world_size": self.world_size, "num_workers": workers, "batch": self.batch_size or 1, "split": split}
+
+    def _part(self, history: list[dict[str, Any]], layout: Mapping[str, Any], worker: int,
+              yielded: int) -> dict[str, Any]:
+        return {"version": STATE_VERSION, "epoch": self.epoch, **self._order_info(), "segments": list(history),
+                **layout, "rank": self.rank, "worker": worker, "yielded": int(yielded)}
+
+    def _resume_point(self, state: Mapping[str, Any], worker: int,
+                      workers: int) -> tuple[list[dict[str, Any]], dict[str, Any], int]:
+        """(the segments before this reader's, this reader's layout, items of it already yielded) for a loaded v2
+        state: the state's last segment when this reader's layout is its layout, else a new segment."""
+        if is_part(state):
+            layout = {key: state[key] for key in LAYOUT_KEYS}
+            if (worker, workers) != (state["worker"], state["num_workers"]):
+                raise ValueError(f"cannot resume: the state is worker {state['worker']} of {state['num_workers']}'s "
+                                 f"part and is read by worker {worker} of {workers}: load each worker's own part "
+                                 "(StatefulDataLoader does), or merge every part with tfr_torch.elastic_state(...) "
+                                 "to resume under another number of workers")
+            return list(state["segments"]), layout, int(state["yielded"])
+        segments = list(state["segments"])
+        last = segments[-1]
+        # a later segment is always split by ranges; and whether counts are known can change while workers start
+        # (another worker counting), so it decides nothing here unless the last segment read whole files
+        here = self._layout_for(workers, resumed=last["split"] != "files")
+        if all(last[key] == here[key] for key in LAYOUT_KEYS):
+            return segments[:-1], here, int(last["yielded"][self.rank][worker])
+        return segments, self._layout_for(workers, resumed=True), 0
 
     # ----- iteration --------------------------------------------------------------------------------------------
 
@@ -314,13 +413,19 @@ class TFRecordDataset(IterableDataset[Any]):
         self._worker = (worker, workers)
         epoch = self.epoch
         skip = 0
-        if self._resume is not None:
-            resume = self._resume
-            if resume["epoch"] == epoch and (resume["worker"], resume["num_workers"]) == (worker, workers):
-                skip = int(self._resume["yielded"])
-            self._resume = None
+        resume, self._resume = self._resume, None
+        self._history, self._layout = [], None
+        if resume is not None and resume["epoch"] == epoch and resume["version"] == 1:
+            if (resume["worker"], resume["num_workers"]) == (worker, workers):
+                skip = int(resume["yielded"])
+        elif resume is not None and resume["epoch"] == epoch:
+            self._history, self._layout, skip = self._resume_point(resume, worker, workers)
         self._position = skip
-        blocks = self._records(epoch, worker, workers)
+        if self._history:
+            blocks = self._resumed(epoch, self._history, self._layout, worker)
+        else:
+            self._layout = self._layout_for(workers)
+            blocks = self._records(epoch, worker, workers)
         plan = plan_of(self.features) if self.features is not None else None  # once per epoch
         if self.batch_size is None:
             blocks = drop(blocks, skip)
@@ -357,6 +462,38 @@ class TFRecordDataset(IterableDataset[Any]):
             else:
                 yield plan.parse(records, _Names(group), spans=True) if spans else plan.parse(records, _Names(group))
 
+    def _resumed(self, epoch: int, history: list[dict[str, Any]], layout: Any, worker: int) -> Iterator[Block]:
+        """This reader's records in a segment after the first: what the segments of `history` left, split for
+        `layout` (see elastic.py), read by offset (a global shuffle) or as file runs that skip what was yielded."""
+        counts = self._ensure_counts("resuming an epoch under another layout needs the record counts")
+        order = self._order_info()
+        s_records = epoch_sequence(counts, self._global_shuffle, self.shuffle, self.seed, epoch,
+                                   history[0]["world_size"], self.pad)
+        left, _ = remaining(s_records, counts, order, epoch, history, self.pad)
+        seq = segment_sequence(left, layout["world_size"], self.pad)
+        streams = reader_streams(seq, s_records, counts, layout, self.rank, worker)
+        source = self._source()
+        if layout["split"] == "global":
+            return iter_random(source, s_records[streams[0]] if streams else np.zeros(0, np.int64), counts)
+        starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+
+        def read(positions: np.ndarray) -> Iterator[Block]:
+            records = s_records[positions]
+            f = int(np.searchsorted(starts[1:], records[0], side="right"))
+            index = records - starts[f]
+            blocks = iter_run(source, self._in_file(Run(f, int(index[0]), int(index[-1]) + 1)))
+            if len(index) == index[-1] - index[0] + 1:
+                return blocks
+            keep = np.zeros(int(index[-1] - index[0]) + 1, dtype=bool)
+            keep[index - index[0]] = True
+            return blocks_of(item for item, wanted in zip(located(blocks), keep.tolist()) if wanted)
+
+        if not self.shuffle:
+            return _chain(read(p) for p in streams)
+        rng = segment_rng(self.seed, epoch, len(history), history_digest(history), layout, self.rank, worker)
+        return blocks_of(reader_order([located(read(p)) for p in streams], True, self.interleave,
+                                      self.shuffle_buffer, rng))
+
     def _in_file(self, run: Run) -> Run:
         """A TFDS split slice starts inside a shard: without an index, its record numbers count from the file's
         start."""
@@ -368,7 +505,7 @@ class TFRecordDataset(IterableDataset[Any]):
         # ranks unequal or leave records unread): `whole` says a count is the file's total, not a TFDS slice
         whole = [self.tfds is None] * len(self.paths)
         return Source(self.paths, self.offsets, self.compression, self.verify, self.on_error,
-                      self._counts, whole, self._count_origin())
+                      self._counts, whole, self._count_origin(), self.remote)
 
     def _count_origin(self) -> str:
         if self._sidecar_counts and self.metadata is not None:

@@ -1,0 +1,281 @@
+"""Elastic mid-epoch resumption: which records of an epoch were already yielded, and how the rest is split between a
+new layout of readers (ranks x DataLoader workers). Pure functions over numbers, no I/O, no torch.
+
+An epoch's records form a *base sequence* S (see `epoch_sequence`): the global record number at each position,
+in the epoch's order (a seeded permutation with a global shuffle, else the records of the files in the epoch's
+file order), cut or padded to a multiple of the world size the epoch started with. An epoch is a list of
+*segments*: the first is read by the layout the epoch started with; each resume under another layout adds one.
+A segment reads a sequence of positions of S (the first: all of them; a later one: the positions no earlier
+segment yielded, in S's order, cut or padded to the new world size as a fresh epoch is), split between its
+readers exactly as a fresh epoch is split (`worker_block`). A reader's order within its block is the block itself
+(global shuffle, or no shuffle) or the block's file runs interleaved and passed through the shuffle buffer
+(`shuffle_buffer(interleave(...))`, the same functions that order the records it reads). Everything is a function
+of (seed, epoch, counts, the segments' layouts), so "reader (r, k) of segment s yielded n items" says exactly which
+positions it consumed: its first min(n x batch, block) positions in its order. That is all a state holds.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import zlib
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from tfr_torch.data.reading import interleave, shuffle_buffer
+from tfr_torch.data.sharding import epoch_rng, file_order, files_for_worker, rank_quota, worker_block
+
+__all__ = ["STATE_VERSION", "elastic_state", "epoch_sequence", "segment_sequence", "reader_streams", "reader_order",
+           "consumed", "remaining", "segment_rng", "merge_states", "ORDER_KEYS"]
+
+STATE_VERSION = 2
+# What fixes an epoch's order, besides the segments: a state only resumes a dataset that agrees on all of them.
+ORDER_KEYS = ("seed", "files", "fingerprint", "records", "shuffle", "global_shuffle", "pad", "interleave",
+              "shuffle_buffer")
+LAYOUT_KEYS = ("world_size", "num_workers", "batch", "split")
+SPLITS = ("global", "ranges", "files")
+
+
+def epoch_sequence(counts: Sequence[int], global_shuffle: bool, shuffle: bool, seed: int, epoch: int,
+                   world_size: int, pad: bool) -> np.ndarray:
+    """S: the global record number (file after file, in the dataset's file list) at each position of the epoch."""
+    count_of = np.asarray(counts, dtype=np.int64)
+    total = int(count_of.sum())
+    if total == 0:
+        return np.zeros(0, dtype=np.int64)
+    if global_shuffle:
+        base = epoch_rng(seed, epoch, 2).permutation(total).astype(np.int64)
+    else:
+        starts = np.concatenate([[0], np.cumsum(count_of)[:-1]])
+        order = file_order(len(count_of), shuffle, seed, epoch)
+        base = np.concatenate([starts[f] + np.arange(count_of[f], dtype=np.int64) for f in order])
+    positions = world_size * rank_quota(total, world_size, pad)
+    return base[np.arange(positions) % total]
+
+
+def segment_sequence(left: np.ndarray, world_size: int, pad: bool) -> np.ndarray:
+    """The positions a segment reads: `left` (positions not yet yielded, in order) cut to a multiple of the world
+    size, or padded by repeating its first ones, as a fresh epoch is (`rank_quota`)."""
+    if len(left) == 0:
+        return left
+    n = world_size * rank_quota(len(left), world_size, pad)
+    return left[np.arange(n) % len(left)]
+
+
+def _file_runs(positions: np.ndarray, records: np.ndarray, ends: np.ndarray) -> list[np.ndarray]:
+    """`positions` cut where their records change file or stop increasing: each piece is read as one pass over
+    one file (skipping the records between them)."""
+    if len(positions) == 0:
+        return []
+    files = np.searchsorted(ends, records, side="right")
+    cut = np.flatnonzero((files[1:] != files[:-1]) | (records[1:] <= records[:-1])) + 1
+    return np.split(positions, cut)
+
+
+def reader_streams(seq: np.ndarray, s_records: np.ndarray, counts: Sequence[int], layout: Mapping[str, Any],
+                   rank: int, worker: int, file_order_: np.ndarray | None = None) -> list[np.ndarray]:
+    """The positions reader (rank, worker) of a segment reads, as streams (one per file run; one stream for a
+    "global" split). `seq` is the segment's sequence of positions, `s_records` S (record number per position)."""
+    ends = np.cumsum(np.asarray(counts, dtype=np.int64))
+    if layout["split"] == "files":  # whole files, round-robin over the epoch's file order (one rank, no padding)
+        assert file_order_ is not None  # the first segment of an epoch read without counts: the caller gives it
+        sizes = np.asarray(counts, dtype=np.int64)[file_order_]
+        first = dict(zip(file_order_.tolist(), (np.cumsum(sizes) - sizes).tolist()))  # file -> its first position
+        return [np.arange(first[f], first[f] + int(counts[f]), dtype=np.int64)
+                for f in files_for_worker(file_order_, worker, layout["num_workers"])]
+    quota = len(seq) // layout["world_size"]
+    a, b = worker_block(quota, rank, worker, layout["num_workers"], layout["batch"])
+    block = seq[a:b]
+    if layout["split"] == "global":
+        return [block]
+    return _file_runs(block, s_records[block], ends)
+
+
+def segment_rng(seed: int, epoch: int, segment: int, digest: int, layout: Mapping[str, Any], rank: int,
+                worker: int) -> np.random.Generator:
+    """The shuffle buffer's generator of a reader of a resumed segment: from (seed, epoch, the resume point, the
+    new layout, the reader). The first segment's readers use the fresh epoch's (`epoch_rng`), unchanged."""
+    if segment == 0:
+        return epoch_rng(seed, epoch, 3 + worker + layout["num_workers"] * rank)
+    entropy = [int(seed) & (2**63 - 1), int(epoch), 5, segment, digest, layout["world_size"], layout["num_workers"],
+               layout["batch"], rank, worker]
+    return np.random.default_rng(np.random.SeedSequence(entropy))
+
+
+def reader_order(streams: list[Any], buffered: bool, cycle: int, buffer: int, rng: np.random.Generator | None,
+                 ) -> Iterator[Any]:
+    """A reader's items in the order it yields them: its streams one after the other, or interleaved `cycle` at a
+    time through a shuffle buffer of `buffer` (`buffered`). The same function orders positions (to know what was
+    consumed) and records (to read them)."""
+    if not buffered:
+        return itertools.chain.from_iterable(streams)
+    assert rng is not None  # a buffered shuffle draws from a generator
+    return shuffle_buffer(interleave((iter(s) for s in streams), cycle), buffer, rng)
+
+
+def history_digest(segments: Sequence[Mapping[str, Any]]) -> int:
+    """A number that names the resume point (every segment's layout and counts), for `segment_rng`."""
+    return zlib.crc32(json.dumps(list(segments), sort_keys=True).encode())
+
+
+def consumed(seq: np.ndarray, s_records: np.ndarray, counts: Sequence[int], order: Mapping[str, Any],
+             layout: Mapping[str, Any], yielded: Sequence[Sequence[int]], segment: int, digest: int,
+             epoch: int, file_order_: np.ndarray | None = None) -> np.ndarray:
+    """The positions the readers of one segment yielded: reader (r, k) its first yielded[r][k] x batch of its
+    order (fewer at its block's end)."""
+    taken: list[np.ndarray] = []
+    buffered = bool(order["shuffle"]) and layout["split"] != "global"
+    for rank in range(layout["world_size"]):
+        for worker in range(layout["num_workers"]):
+            n = int(yielded[rank][worker]) * int(layout["batch"])
+            if n <= 0:
+                continue
+            streams = reader_streams(seq, s_records, counts, layout, rank, worker, file_order_)
+            if not buffered:
+                taken.append(np.concatenate(streams)[:n] if streams else np.zeros(0, dtype=np.int64))
+                continue
+            rng = segment_rng(order["seed"], epoch, segment, digest, layout, rank, worker)
+            items = reader_order([s.tolist() for s in streams], True, order["interleave"],
+                                 order["shuffle_buffer"], rng)
+            taken.append(np.fromiter(itertools.islice(items, n), dtype=np.int64))
+    return np.concatenate(taken) if taken else np.zeros(0, dtype=np.int64)
+
+
+def remaining(s_records: np.ndarray, counts: Sequence[int], order: Mapping[str, Any], epoch: int,
+              segments: Sequence[Mapping[str, Any]], pad: bool) -> tuple[np.ndarray, list[np.ndarray]]:
+    """The positions of S no segment yielded (in S's order), and each segment's sequence."""
+    left = np.arange(len(s_records), dtype=np.int64)
+    sequences = []
+    for s, segment in enumerate(segments):
+        seq = left if s == 0 else segment_sequence(left, segment["world_size"], pad)
+        sequences.append(seq)
+        first_order = (file_order(len(counts), order["shuffle"], order["seed"], epoch)
+                       if segment["split"] == "files" else None)
+        digest = history_digest(segments[:s])
+        gone = consumed(seq, s_records, counts, order, segment, segment["yielded"], s, digest, epoch, first_order)
+        left = np.setdiff1d(left, gone, assume_unique=False)  # sorted: S's order
+    return left, sequences
+
+
+# ----- states: one reader's part, and the merged state of every reader ---------------------------------------------
+
+
+def check_version(state: Mapping[str, Any]) -> int:
+    version = state.get("version") if isinstance(state, Mapping) else None
+    if version not in (1, STATE_VERSION):
+        if isinstance(version, int) and version > STATE_VERSION:
+            raise ValueError(f"the saved TFRecordDataset state has version {version}, newer than this tfr_torch "
+                             f"reads ({STATE_VERSION}): upgrade tfr_torch to resume from it")
+        raise ValueError(f"unknown TFRecordDataset state version {version!r} (expected {STATE_VERSION})")
+    return int(version)
+
+
+def is_part(state: Mapping[str, Any]) -> bool:
+    """One reader's part (what state_dict returns), not a merged state."""
+    return "worker" in state
+
+
+def as_merged(part: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A part that is the whole epoch's state (its layout has one reader), merged; else None."""
+    if part.get("version") != STATE_VERSION or part["world_size"] * part["num_workers"] != 1:
+        return None
+    return merge_states([part])
+
+
+def merge_states(parts: Any) -> dict[str, Any]:
+    """One state for the whole job from every reader's part (see tfr_torch.elastic_state, which also takes
+    StatefulDataLoader states)."""
+    flat = list(parts)
+    merged = [p for p in flat if not is_part(p)]
+    pieces = [p for p in flat if is_part(p)]
+    for p in flat:
+        if check_version(p) == 1:
+            raise ValueError("a state saved by an older tfr_torch (version 1) resumes only with the layout it was "
+                             f"saved with (rank {p.get('rank')} of {p.get('world_size')}, worker {p.get('worker')} "
+                             f"of {p.get('num_workers')}): load it per worker, with the same world size and "
+                             "num_workers")
+    if merged:
+        first = merged[0]
+        for other in merged[1:]:
+            if other != first:
+                raise ValueError("the merged states given differ: give one merged state, or the parts")
+        if pieces:
+            raise ValueError("give either one merged state or every reader's part, not both")
+        return dict(first)
+    if not pieces:
+        raise ValueError("no TFRecordDataset state given: pass every reader's state_dict() (or the "
+                         "StatefulDataLoader states of every rank)")
+    first = pieces[0]
+    for p in pieces[1:]:
+        for key in ("epoch", *[k for k in ORDER_KEYS if k != "records"], *LAYOUT_KEYS, "segments"):
+            if p.get(key) != first.get(key):
+                raise ValueError(f"the parts come from different epochs or datasets: {key}={first.get(key)!r} in "
+                                 f"rank {first['rank']} worker {first['worker']}'s part, {key}={p.get(key)!r} in "
+                                 f"rank {p['rank']} worker {p['worker']}'s")
+    world, workers = first["world_size"], first["num_workers"]
+    yielded: list[list[int | None]] = [[None] * workers for _ in range(world)]
+    for p in pieces:
+        r, k = p["rank"], p["worker"]
+        if not (0 <= r < world and 0 <= k < workers):
+            raise ValueError(f"a part names rank {r} worker {k}, outside its layout of {world} rank(s) x "
+                             f"{workers} worker(s)")
+        if yielded[r][k] is not None and yielded[r][k] != p["yielded"]:
+            raise ValueError(f"two parts for rank {r} worker {k} disagree: yielded={yielded[r][k]} and "
+                             f"{p['yielded']} (states saved at different steps?)")
+        yielded[r][k] = int(p["yielded"])
+    missing = [f"rank {r} worker {k}" for r in range(world) for k in range(workers) if yielded[r][k] is None]
+    if missing:
+        shown = ", ".join(missing[:6]) + (f" and {len(missing) - 6} more" if len(missing) > 6 else "")
+        raise ValueError(f"the parts of {len(missing)} of the {world * workers} readers ({world} rank(s) x "
+                         f"{workers} worker(s)) are missing: {shown}; gather every rank's state")
+    segment = {key: first[key] for key in LAYOUT_KEYS}
+    segment["yielded"] = yielded
+    state = {"version": STATE_VERSION, "epoch": first["epoch"], **{key: first[key] for key in ORDER_KEYS}}
+    state["records"] = next((p["records"] for p in pieces if p["records"] is not None), None)  # a worker may count
+    state["segments"] = [*first["segments"], segment]
+    return state
+
+
+def elastic_state(*states: Any) -> dict[str, Any]:
+    """One state of a whole job's epoch, loadable under any world size and number of DataLoader workers, from the
+    states of all its readers: `TFRecordDataset.state_dict()` parts, torchdata `StatefulDataLoader.state_dict()`s
+    (each worker's part is taken from it), lists of them (what `all_gather_object` gives), or a merged state.
+
+    >>> state = tfr_torch.elastic_state(gathered)   # doctest: +SKIP  (every rank's loader.state_dict())
+    >>> dataset.load_state_dict(state)              # doctest: +SKIP  (then a fresh loader, any num_workers)
+    """
+    parts: list[Mapping[str, Any]] = []
+    for state in states:
+        _collect(state, parts)
+    return merge_states(parts)
+
+
+def _collect(state: Any, parts: list[Mapping[str, Any]]) -> None:
+    if isinstance(state, (list, tuple)):
+        for item in state:
+            _collect(item, parts)
+    elif isinstance(state, Mapping) and "version" in state:
+        parts.append(state)
+    elif isinstance(state, Mapping) and "_snapshot" in state:  # StatefulDataLoader with worker processes
+        if state.get("_steps_since_snapshot", 0):
+            raise ValueError(f"this StatefulDataLoader state is {state['_steps_since_snapshot']} step(s) past its "
+                             "last snapshot of the workers' states: build the loader with snapshot_every_n_steps=1 "
+                             "(the default) to resume it under another layout")
+        workers = state["_snapshot"].get("_worker_snapshots", {})
+        for key in sorted(workers):
+            _collect(_dataset_state(workers[key], key), parts)
+    elif isinstance(state, Mapping) and "_num_yielded" in state:  # StatefulDataLoader(num_workers=0)
+        _collect(_dataset_state(state, "the loader"), parts)
+    else:
+        raise ValueError(f"not a TFRecordDataset or StatefulDataLoader state: a {type(state).__name__}"
+                         + (f" with keys {sorted(map(str, state))[:8]}" if isinstance(state, Mapping) else ""))
+
+
+def _dataset_state(state: Mapping[str, Any], where: str) -> Any:
+    found = state.get("dataset_state")
+    if found is None:
+        raise ValueError(f"the StatefulDataLoader state of {where} holds no dataset state: is its dataset a "
+                         "TFRecordDataset?")
+    return found
