@@ -1,5 +1,7 @@
 """Images: decode_image with one result contract for every decoder (Pillow, TorchCodec, torchvision, and GPU
-batches with nvImageCodec / TorchCodec / torchvision), and the read modes shared with the converters.
+batches with nvImageCodec / TorchCodec / torchvision), the read modes shared with the converters, batched image
+transforms (ImageTransform), and DeviceLoader, which decodes and transforms the next batches on the GPU while the
+current one trains.
 
 >>> from tfr_torch import decode_image
 >>> pixels = decode_image(open("cat.jpg", "rb").read(), "RGB")  # doctest: +SKIP
@@ -7,5 +9,8 @@ batches with nvImageCodec / TorchCodec / torchvision), and the read modes shared
 
 from tfr_torch.images._pixels import MODES, normalize_mode
 from tfr_torch.images.decode import BACKENDS, choose_backend, decode_image, image_backends
+from tfr_torch.images.loader import DecodeImages, DeviceLoader
+from tfr_torch.images.transforms import IMAGENET_MEAN, IMAGENET_STD, ImageTransform
 
-__all__ = ["BACKENDS", "MODES", "choose_backend", "decode_image", "image_backends", "normalize_mode"]
+__all__ = ["BACKENDS", "MODES", "DecodeImages", "DeviceLoader", "IMAGENET_MEAN", "IMAGENET_STD", "ImageTransform",
+           "choose_backend", "decode_image", "image_backends", "normalize_mode"]

@@ -29,6 +29,8 @@ class Header:
     bit_depth: int = 0
     animated: bool = False
     orientation: int = 1
+    height: int = 0  # a JPEG's frame size (0 when no frame header was found): the image transforms plan crops by it
+    width: int = 0
 
 
 def sniff(data: bytes) -> Header:
@@ -69,7 +71,7 @@ def _png(data: bytes) -> Header:
 
 def _jpeg(data: bytes) -> Header:
     """Walk the JPEG markers up to the first frame header (SOFn: ITU T.81 B.2.2) or the scan."""
-    pos, components, precision, orientation = 2, 0, 0, 1
+    pos, components, precision, orientation, height, width = 2, 0, 0, 1, 0, 0
     end = len(data)
     while pos + 4 <= end:
         if data[pos] != 0xFF:
@@ -88,10 +90,12 @@ def _jpeg(data: bytes) -> Header:
         start_of_frame = (0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF)
         if marker in start_of_frame and len(segment) >= 6:
             precision, components = segment[0], segment[5]
+            height, width = segment[1] << 8 | segment[2], segment[3] << 8 | segment[4]
         if marker in (0xDA, 0xD9):  # start of scan / end of image: no more headers
             break
         pos += 2 + length
-    return Header("jpeg", components=components, precision=precision, orientation=orientation)
+    return Header("jpeg", components=components, precision=precision, orientation=orientation, height=height,
+                  width=width)
 
 
 def _exif_orientation(tiff: bytes) -> int:

@@ -1,0 +1,205 @@
+"""DeviceLoader and ImageTransform on the CPU: prefetch order and depth (with a recording stand-in for the CUDA
+streams and events), random crops that are a pure function of (seed, epoch, rank, index), state and resume through
+the loader, len / set_epoch passthrough, errors naming the image, and DecodeImages in DataLoader workers."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from PIL import Image
+from torch.utils.data import DataLoader
+
+import tfr_torch
+from tfr_torch.errors import DecodeError
+from tfr_torch.images import DecodeImages, DeviceLoader, ImageTransform
+from tfr_torch.images import loader as loader_module
+
+SPEC = {"image/encoded": tfr_torch.FixedLenFeature([], tfr_torch.string),
+        "label": tfr_torch.FixedLenFeature([], torch.int64)}
+
+
+def jpeg(k: int) -> bytes:
+    rng = np.random.default_rng(k)
+    height, width = 40 + 3 * (k % 5), 50 + 2 * (k % 7)
+    y, x = np.mgrid[0:height, 0:width]
+    pixels = np.stack([(x * 5 + k) % 256, (y * 4) % 256, (x + y + k * 9) % 256], -1) + rng.integers(0, 9, (height,
+                                                                                                        width, 3))
+    buf = io.BytesIO()
+    Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8)).save(buf, "JPEG", quality=90)
+    return buf.getvalue()
+
+
+@pytest.fixture(scope="module")
+def shard(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("images") / "train.tfrecord")
+    with tfr_torch.TFRecordWriter(path) as writer:
+        for k in range(23):
+            writer.write_example({"image/encoded": jpeg(k), "label": k})
+    tfr_torch.build_index(path, path + ".idx")
+    return path
+
+
+def dataset(path: str, **kwargs) -> tfr_torch.TFRecordDataset:
+    return tfr_torch.TFRecordDataset(path, SPEC, index="auto", batch_size=5, **kwargs)
+
+
+TRAIN = ImageTransform(size=16, train=True, seed=11)
+
+
+def test_random_choices_are_a_pure_function_of_seed_epoch_rank_and_index():
+    sizes = [(40 + k, 60 - k) for k in range(8)]
+    boxes, flips = TRAIN.plan(sizes, epoch=3, rank=1, indices=range(8))
+    again, _ = TRAIN.plan(sizes[4:], epoch=3, rank=1, indices=range(4, 8))  # another batch grouping
+    assert np.array_equal(boxes[4:], again)
+    assert not np.array_equal(boxes, TRAIN.plan(sizes, epoch=4, rank=1, indices=range(8))[0])
+    assert not np.array_equal(boxes, TRAIN.plan(sizes, epoch=3, rank=0, indices=range(8))[0])
+    many, _ = TRAIN.plan([(375, 500)] * 2000, epoch=0, rank=0, indices=range(2000))
+    area = many[:, 2] * many[:, 3] / (375 * 500)
+    assert area.min() >= 0.08 - 1e-3 and area.max() <= 1.0
+    assert (many[:, 0] >= 0).all() and (many[:, 0] + many[:, 2] <= 375).all()
+    assert (many[:, 1] >= 0).all() and (many[:, 1] + many[:, 3] <= 500).all()
+    _, flipped = TRAIN.plan([(375, 500)] * 2000, epoch=0, rank=0, indices=range(2000))
+    assert 900 < flipped.sum() < 1100
+    centre, none = ImageTransform(224, train=False).plan([(375, 500)], 0, 0, [0])
+    side = 224 * 375 / 256  # the shorter side to 256, then the centre 224: 328.125 pixels of the original
+    assert np.allclose(centre, [[(375 - side) / 2, (500 - side) / 2, side, side]]) and not none.any()
+
+
+def test_the_batched_gather_is_a_bilinear_resize_of_each_crop():
+    g = torch.Generator().manual_seed(0)
+    images = [torch.randint(0, 256, (h, w, 3), dtype=torch.uint8, generator=g).permute(2, 0, 1)
+              for h, w in [(40, 50), (33, 21), (64, 64)]]
+    t = ImageTransform(size=16, seed=3, dtype=torch.uint8)
+    boxes, flips = t.plan([(40, 50), (33, 21), (64, 64)], 0, 0, [0, 1, 2])
+    boxes = np.round(boxes)
+    got = t.apply(images, boxes, flips, method="gather")
+    for image, (top, left, h, w), flip, out in zip(images, boxes.astype(int), flips, got):
+        want = F.interpolate(image[:, top:top + h, left:left + w][None].float(), size=(16, 16), mode="bilinear",
+                             align_corners=False)[0]
+        want = want.flip(-1) if flip else want
+        assert (out.float() - want.round().clamp(0, 255)).abs().max() <= 1
+    resized = t.apply(images, boxes, flips, method="resize")
+    assert resized.shape == (3, 3, 16, 16) and resized.is_contiguous(memory_format=torch.channels_last)
+    normalized = ImageTransform(size=16, seed=3, dtype=torch.bfloat16).apply(images, boxes, flips)
+    assert normalized.dtype == torch.bfloat16 and abs(float(normalized.float().mean())) < 2.5
+
+
+class Recorder(loader_module.Streams):
+    """The CUDA streams and events of a DeviceLoader, recorded: which batch was prepared, recorded, waited for."""
+
+    def __init__(self, log: list) -> None:
+        self.log = log
+        self.count = 0
+
+    def record(self):
+        self.count += 1
+        self.log.append(("record", self.count))
+        return self.count
+
+    def wait(self, event, tensors):
+        self.log.append(("wait", event))
+
+
+class Pulls:
+    """A loader that logs each batch it hands out."""
+
+    def __init__(self, inner, log):
+        self.inner, self.log = inner, log
+        self.dataset = inner.dataset
+
+    def __iter__(self):
+        for k, batch in enumerate(self.inner):
+            self.log.append(("pull", k + 1))
+            yield batch
+
+    def __len__(self):
+        return len(self.inner)
+
+
+@pytest.mark.parametrize("prefetch", [0, 1, 2, 3])
+def test_prefetch_prepares_the_next_batches_before_handing_one_out(shard, monkeypatch, prefetch):
+    log: list = []
+    monkeypatch.setattr(loader_module, "streams_for", lambda device: Recorder(log))
+    loader = DeviceLoader(Pulls(DataLoader(dataset(shard), batch_size=None), log), "cpu", transform=TRAIN,
+                          prefetch=prefetch)
+    for number, batch in enumerate(loader, 1):
+        log.append(("train", number))
+        assert batch["image/encoded"].shape[1:] == (3, 16, 16)
+    trains = [i for i, entry in enumerate(log) if entry[0] == "train"]
+    assert len(trains) == 5
+    for number, at in enumerate(trains, 1):
+        pulled = max(e[1] for e in log[:at] if e[0] == "pull")
+        assert pulled == min(number + prefetch, 5)  # exactly `prefetch` batches ahead (5 batches in all)
+        assert log[at - 1] == ("wait", number)  # the training stream waits for this batch's event only
+        recorded = [e[1] for e in log[:at] if e[0] == "record"]
+        assert recorded == list(range(1, min(number + prefetch, 5) + 1))
+
+
+def run(loader) -> list:
+    return [(b["label"].tolist(), b["image/encoded"].clone()) for b in loader]
+
+
+def test_resume_through_the_loader_sees_the_same_batches_and_crops(shard):
+    whole = run(DeviceLoader(DataLoader(dataset(shard, shuffle=True), batch_size=None), "cpu", transform=TRAIN))
+    assert sorted(sum((labels for labels, _ in whole), [])) == list(range(23))
+    first = DeviceLoader(DataLoader(dataset(shard, shuffle=True), batch_size=None), "cpu", transform=TRAIN)
+    it = iter(first)
+    for _ in range(2):
+        next(it)
+    state = first.state_dict()
+    assert state["samples"] == 10 and state["batches"] == 2 and state["loader"]["yielded"] == 2
+    again = DeviceLoader(DataLoader(dataset(shard, shuffle=True), batch_size=None), "cpu", transform=TRAIN)
+    again.load_state_dict(state)
+    rest = run(again)
+    assert [labels for labels, _ in rest] == [labels for labels, _ in whole[2:]]
+    for (_, got), (_, want) in zip(rest, whole[2:]):
+        assert torch.equal(got, want)
+
+
+def test_len_and_set_epoch_pass_through(shard):
+    data = dataset(shard, shuffle=True)
+    loader = DeviceLoader(DataLoader(data, batch_size=None), "cpu", transform=TRAIN)
+    assert len(loader) == 5
+    first = run(loader)
+    loader.set_epoch(1)
+    assert data.epoch == 1 and loader.epoch == 1 and loader.state_dict()["epoch"] == 1
+    second = run(loader)
+    assert [labels for labels, _ in first] != [labels for labels, _ in second]
+    eval_loader = DeviceLoader(DataLoader(dataset(shard), batch_size=None), "cpu",
+                               transform=ImageTransform(16, train=False, dtype=torch.uint8))
+    assert [b["image/encoded"].dtype for b in eval_loader] == [torch.uint8] * 5
+
+
+def test_a_bad_image_is_named_by_its_place_or_its_name_key(shard, tmp_path):
+    path = str(tmp_path / "bad.tfrecord")
+    with tfr_torch.TFRecordWriter(path) as writer:
+        for k in range(6):
+            data = jpeg(k)
+            writer.write_example({"image/encoded": data[: len(data) // 3] if k == 4 else data, "label": k,
+                                  "name": f"img{k}.jpg"})
+    tfr_torch.build_index(path, path + ".idx")
+    spec = dict(SPEC, name=tfr_torch.FixedLenFeature([], tfr_torch.string))
+    data = tfr_torch.TFRecordDataset(path, spec, index="auto", batch_size=3)
+    with pytest.raises(DecodeError, match=r"^cannot decode image epoch 0, batch 1, item 1 \("):
+        list(DeviceLoader(DataLoader(data, batch_size=None), "cpu", transform=TRAIN))
+    with pytest.raises(DecodeError, match=r"^cannot decode image img4.jpg \("):
+        list(DeviceLoader(DataLoader(data, batch_size=None), "cpu", transform=TRAIN, names="name"))
+
+
+def test_decode_images_in_dataloader_workers(shard):
+    transform = DecodeImages(ImageTransform(16, train=False, dtype=torch.uint8))
+    data = dataset(shard, transform=transform)
+    batches = list(DataLoader(data, batch_size=None, num_workers=2))
+    assert sorted(sum((b["label"].tolist() for b in batches), [])) == list(range(23))
+    assert all(b["image/encoded"].shape[1:] == (3, 16, 16) for b in batches)
+    here = {int(label): image for b in DataLoader(dataset(shard), batch_size=None)
+            for label, image in zip(b["label"], transform(b)["image/encoded"])}
+    for b in batches:
+        for label, image in zip(b["label"], b["image/encoded"]):
+            assert torch.equal(image, here[int(label)])
+    with pytest.raises(ValueError, match=r"^DecodeImages with a training transform needs index="):
+        DecodeImages(TRAIN)

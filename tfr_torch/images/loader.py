@@ -1,0 +1,336 @@
+"""DeviceLoader: a DataLoader wrapper that hands the training loop batches already on the device, their images
+decoded and transformed there, the next batches prepared while the current one trains.
+
+In the style of torch_xla's MpDeviceLoader and DALI's PyTorch iterator, in plain PyTorch. For each batch that the
+wrapped loader yields (a dict, e.g. from TFRecordDataset(..., batch_size=B) in DataLoader(batch_size=None,
+pin_memory=True)):
+- its tensors are copied to the device on a side CUDA stream (non_blocking, from pinned memory);
+- its encoded images (`images=` key, a list of bytes) are checked and decoded on the device (nvImageCodec, the
+  hardware JPEG engines where they can be created: no SM time taken from training), only the crop region where the
+  decoder can, then cropped, flipped, resized, normalized and laid out channels_last by an ImageTransform, in one
+  batch;
+- an event is recorded on the side stream; the training stream waits for that event only when the batch is handed
+  out, so `prefetch` (default 2) batches are decoded ahead while the current one trains.
+Random crops and flips are a pure function of (seed, epoch, rank, sample index in the epoch), so a resumed run sees
+the same crops. `len()`, `set_epoch` and `state_dict` / `load_state_dict` pass through to the wrapped loader and its
+dataset. On the CPU the same API decodes in the main process (or pass a DataLoader whose workers decode: see
+ImageBatchTransform), which is how the tests run it.
+
+>>> loader = DeviceLoader(DataLoader(dataset, batch_size=None, num_workers=8, pin_memory=True),  # doctest: +SKIP
+...                       "cuda", transform=ImageTransform(224, train=True))
+>>> for batch in loader:  # doctest: +SKIP
+...     loss = model(batch["image/encoded"]).sum()  # float32 [B, 3, 224, 224], channels_last, on the GPU
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Optional, Union
+
+import numpy as np
+import torch
+
+from tfr_torch.images import _pixels
+from tfr_torch.images._formats import sniff
+from tfr_torch.images.decode import _resolve, decode_views
+from tfr_torch.images.transforms import ImageTransform
+
+__all__ = ["DeviceLoader", "DecodeImages", "Streams", "streams_for"]
+
+_STATE_VERSION = 1
+
+
+class Streams:
+    """Where the loader's device work runs and how the training stream waits for it. This one (the CPU's) does
+    nothing; CudaStreams uses a side CUDA stream and events. Tests give a recording stand-in."""
+
+    def side(self) -> contextlib.AbstractContextManager[Any]:
+        return contextlib.nullcontext()
+
+    def stream_id(self) -> Optional[int]:
+        return None
+
+    def record(self) -> Any:
+        return None
+
+    def wait(self, event: Any, tensors: list[torch.Tensor]) -> None:
+        return None
+
+
+class CudaStreams(Streams):
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.stream = torch.cuda.Stream(device)
+
+    def side(self) -> contextlib.AbstractContextManager[Any]:
+        return torch.cuda.stream(self.stream)
+
+    def stream_id(self) -> Optional[int]:
+        return int(self.stream.cuda_stream)
+
+    def record(self) -> Any:
+        event = torch.cuda.Event()
+        event.record(self.stream)
+        return event
+
+    def wait(self, event: Any, tensors: list[torch.Tensor]) -> None:
+        current = torch.cuda.current_stream(self.device)
+        current.wait_event(event)
+        for tensor in tensors:  # made on the side stream, used on this one: the allocator must know
+            tensor.record_stream(current)
+
+
+def streams_for(device: torch.device) -> Streams:
+    """The Streams of `device`: a side CUDA stream for a GPU, nothing for the CPU."""
+    return CudaStreams(device) if device.type == "cuda" else Streams()
+
+
+@dataclass
+class _Ready:
+    batch: Any
+    event: Any
+    tensors: list[torch.Tensor]
+    snapshot: Any
+    samples: int
+
+
+class DeviceLoader:
+    """Batches of `loader` on `device` with the encoded images under `images` decoded and transformed there.
+
+    - `transform`: an ImageTransform (training or evaluation); None decodes only (a list of uint8 [C, H, W]).
+    - `prefetch`: batches prepared ahead of the one being trained on (default 2).
+    - `backend`: the decoder (see decode_image; "auto" picks one that meets the contract).
+    - `names`: a key of the batch whose values name the records in errors (e.g. "image/filename"); by default a
+      bad image is named by its place: "epoch E, batch B, item I".
+    - `rank`: for the random crops; by default the wrapped dataset's `rank`, else 0.
+    """
+
+    def __init__(self, loader: Any, device: Union[str, torch.device, None] = None, *,
+                 transform: Optional[ImageTransform] = None, images: str = "image/encoded", prefetch: int = 2,
+                 backend: Optional[str] = None, names: Optional[str] = None, rank: Optional[int] = None,
+                 non_blocking: bool = True) -> None:
+        if not isinstance(prefetch, int) or prefetch < 0:
+            raise ValueError(f"prefetch must be a non-negative int (batches), got {prefetch!r}")
+        if transform is not None and not isinstance(transform, ImageTransform):
+            raise TypeError(f"transform must be an ImageTransform or None, got {type(transform).__name__}")
+        self.loader = loader
+        self.device = torch.device(device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.transform = transform
+        self.images = images
+        self.prefetch = prefetch
+        self.backend = _resolve(backend)
+        self.names = names
+        self.non_blocking = non_blocking
+        self.mode = _pixels.normalize_mode(transform.mode if transform is not None else "RGB")
+        dataset = getattr(loader, "dataset", None)
+        self.rank = int(rank if rank is not None else getattr(dataset, "rank", 0) or 0)
+        self._epoch = int(getattr(dataset, "epoch", 0) or 0)
+        self._samples = 0  # samples handed out this epoch
+        self._batches = 0
+        self._snapshot: Any = None
+        self._resume: Optional[dict[str, Any]] = None
+
+    # ----- the wrapped loader's contract ----------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Set the epoch (crops and the dataset's shuffle); passed to the dataset and the sampler that have one."""
+        self._epoch = int(epoch)
+        for part in (getattr(self.loader, "dataset", None), getattr(self.loader, "sampler", None)):
+            if part is not None and hasattr(part, "set_epoch"):
+                part.set_epoch(epoch)
+
+    @property
+    def epoch(self) -> int:
+        return self._epoch
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where the training loop stands: the batches it has received (not those prefetched), with the wrapped
+        loader's state as it was right after it yielded the last of them."""
+        if self._resume is not None:
+            return dict(self._resume)
+        return {"version": _STATE_VERSION, "epoch": self._epoch, "samples": self._samples, "batches": self._batches,
+                "loader": self._snapshot}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Resume: the next iteration continues `state["epoch"]` after the batches already received."""
+        if state.get("version") != _STATE_VERSION:
+            raise ValueError(f"unknown DeviceLoader state version {state.get('version')!r}")
+        self.set_epoch(int(state["epoch"]))
+        inner = state.get("loader")
+        if inner is not None:
+            self._state_owner().load_state_dict(inner)
+        self._resume = dict(state)
+
+    def _state_owner(self) -> Any:
+        if hasattr(self.loader, "state_dict") and hasattr(self.loader, "load_state_dict"):
+            return self.loader  # torchdata's StatefulDataLoader, or any loader with state
+        dataset = getattr(self.loader, "dataset", None)
+        if getattr(self.loader, "num_workers", 0) == 0 and hasattr(dataset, "state_dict"):
+            return dataset  # read in this process: the dataset's own position is the loader's
+        raise TypeError("DeviceLoader.state_dict needs a loader with state_dict (torchdata's StatefulDataLoader) or "
+                        "a DataLoader with num_workers=0 over a dataset with state_dict")
+
+    def _take_snapshot(self) -> Any:
+        try:
+            owner = self._state_owner()
+        except TypeError:
+            return None
+        return owner.state_dict()
+
+    # ----- iteration ---------------------------------------------------------------------------------------
+
+    def __iter__(self) -> Iterator[Any]:
+        streams = streams_for(self.device)
+        samples, batches = 0, 0
+        if self._resume is not None:
+            samples, batches = int(self._resume["samples"]), int(self._resume["batches"])
+            self._snapshot = self._resume.get("loader")
+            self._resume = None
+        self._samples, self._batches = samples, batches
+        epoch = self._epoch
+        source = iter(self.loader)
+        queue: collections.deque[_Ready] = collections.deque()
+        pulled = [samples, batches]
+
+        def fill(depth: int) -> None:
+            while len(queue) < depth:
+                try:
+                    batch = next(source)
+                except StopIteration:
+                    return
+                snapshot = self._take_snapshot()
+                ready = self._prepare(batch, streams, epoch, pulled[0], pulled[1])
+                ready.snapshot = snapshot
+                pulled[0] += ready.samples
+                pulled[1] += 1
+                queue.append(ready)
+
+        while True:
+            fill(1)
+            if not queue:
+                return
+            ready = queue.popleft()
+            fill(self.prefetch)  # the next `prefetch` batches go to the device before this one is handed out
+            streams.wait(ready.event, ready.tensors)
+            self._samples += ready.samples
+            self._batches += 1
+            self._snapshot = ready.snapshot
+            yield ready.batch
+
+    def _prepare(self, batch: Any, streams: Streams, epoch: int, first: int, number: int) -> _Ready:
+        tensors: list[torch.Tensor] = []
+        with streams.side():
+            if isinstance(batch, Mapping):
+                out = {key: self._move(value, tensors) for key, value in batch.items() if key != self.images}
+                encoded = batch.get(self.images)
+                if encoded is None:
+                    raise KeyError(f"DeviceLoader: the batch has no {self.images!r} (its keys: "
+                                   f"{', '.join(map(str, batch))}); pass images= the key of the encoded images")
+                pixels = self._images(list(encoded), batch, streams, epoch, first, number)
+                if isinstance(pixels, torch.Tensor):
+                    tensors.append(pixels)
+                else:
+                    tensors.extend(pixels)
+                out[self.images] = pixels
+                count = len(encoded)
+            else:
+                out = self._move(batch, tensors)
+                count = len(batch) if hasattr(batch, "__len__") else 1
+            event = streams.record()
+        return _Ready(out, event, tensors, None, count)
+
+    def _move(self, value: Any, tensors: list[torch.Tensor]) -> Any:
+        if isinstance(value, torch.Tensor):
+            moved = value.to(self.device, non_blocking=self.non_blocking)
+            tensors.append(moved)
+            return moved
+        if isinstance(value, Mapping):
+            return {k: self._move(v, tensors) for k, v in value.items()}
+        if isinstance(value, (list, tuple)) and value and isinstance(value[0], torch.Tensor):
+            return type(value)(self._move(v, tensors) for v in value)
+        return value
+
+    def _images(self, encoded: list[Any], batch: Mapping[str, Any], streams: Streams, epoch: int, first: int,
+                number: int) -> Union[torch.Tensor, list[torch.Tensor]]:
+        items = [bytes(e) if not isinstance(e, bytes) else e for e in encoded]
+        if self.names is not None and self.names in batch:
+            names: list[Optional[str]] = [str(n.decode() if isinstance(n, bytes) else n) for n in batch[self.names]]
+        else:
+            names = [f"epoch {epoch}, batch {number}, item {k}" for k in range(len(items))]
+        transform = self.transform
+        indices = list(range(first, first + len(items)))
+        regions = None
+        if transform is not None and self.device.type == "cuda":
+            headers = [sniff(d) for d in items]
+            if all(h.height and h.width for h in headers):  # plan the crops now: decode only their regions
+                boxes, _ = transform.plan([(h.height, h.width) for h in headers], epoch, self.rank, indices)
+                regions = [_region(b, h.height, h.width) for b, h in zip(boxes, headers)]
+        decoded = decode_views(items, names, self.mode, torch.uint8, self.backend, False, self.device, regions,
+                               streams.stream_id(), contiguous=transform is None)
+        if transform is None:
+            return [pixels for pixels, _ in decoded]
+        sizes = []  # the whole image's: its header's (a region may have been decoded), else the pixels'
+        for data, (pixels, _) in zip(items, decoded):
+            header = sniff(data)
+            sizes.append((header.height, header.width) if header.height and header.width else
+                         (int(pixels.shape[-2]), int(pixels.shape[-1])))
+        boxes, flips = transform.plan(sizes, epoch, self.rank, indices)
+        shifted = boxes.copy()
+        shifted[:, 0] -= [origin[0] for _, origin in decoded]
+        shifted[:, 1] -= [origin[1] for _, origin in decoded]
+        return transform.apply([pixels for pixels, _ in decoded], shifted, flips)
+
+
+def _region(box: np.ndarray, height: int, width: int) -> tuple[int, int, int, int]:
+    """The whole pixels around a box (top, left, height, width): (top, left, bottom, right) inside the image."""
+    top, left = max(int(np.floor(box[0])), 0), max(int(np.floor(box[1])), 0)
+    bottom = min(int(np.ceil(box[0] + box[2])), height)
+    right = min(int(np.ceil(box[1] + box[3])), width)
+    return top, left, bottom, right
+
+
+@dataclass(frozen=True)
+class DecodeImages:
+    """A TFRecordDataset `transform` that decodes and transforms a batch's images where the dataset runs (in
+    DataLoader workers: the training loop gets [B, C, size, size] tensors). Evaluation transforms need nothing
+    more; training ones need `index`, an int feature with each record's id, to key their crops (with the epoch of
+    the worker's dataset, set by set_epoch). Decoded images are [C, H, W] views read by the resize: no copy.
+
+    >>> dataset = TFRecordDataset(paths, spec, batch_size=256, index="auto",  # doctest: +SKIP
+    ...                           transform=DecodeImages(ImageTransform(224, train=False)))
+    """
+
+    transform: ImageTransform
+    images: str = "image/encoded"
+    backend: Optional[str] = None
+    names: Optional[str] = None
+    index: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        if self.transform.train and self.index is None:
+            raise ValueError("DecodeImages with a training transform needs index= (an int feature with each "
+                             "record's id) so that its random crops are reproducible; or decode with DeviceLoader")
+        _resolve(self.backend)
+
+    def __call__(self, batch: Mapping[str, Any]) -> dict[str, Any]:
+        from torch.utils.data import get_worker_info
+
+        items = [bytes(e) if not isinstance(e, bytes) else e for e in batch[self.images]]
+        names: list[Optional[str]] = ([str(n.decode() if isinstance(n, bytes) else n) for n in batch[self.names]]
+                                      if self.names is not None else [None] * len(items))
+        mode = _pixels.normalize_mode(self.transform.mode)
+        decoded = decode_views(items, names, mode, torch.uint8, _resolve(self.backend), False, torch.device("cpu"))
+        pixels = [p for p, _ in decoded]
+        indices = [int(i) for i in batch[self.index]] if self.index is not None else list(range(len(items)))
+        info = get_worker_info()
+        epoch = int(getattr(info.dataset, "epoch", 0)) if info is not None else 0
+        boxes, flips = self.transform.plan([(int(p.shape[-2]), int(p.shape[-1])) for p in pixels], epoch, 0, indices)
+        out = dict(batch)
+        out[self.images] = self.transform.apply(pixels, boxes, flips)
+        return out

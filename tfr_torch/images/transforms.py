@@ -1,0 +1,214 @@
+"""The usual ImageNet-style transforms on a batch of decoded images, on the CPU or a GPU, with random choices that
+are a pure function of (seed, epoch, rank, sample index): a resumed run sees the same crops.
+
+Training: random-resized-crop (torchvision's algorithm: 10 tries of an area in `scale` and an aspect ratio in
+`ratio`, else the centre crop), horizontal flip, resize to `size`; evaluation: resize the shorter side to `resize`,
+centre crop `size`. Then float32 / bfloat16 normalized by `mean` / `std` (or uint8 kept), channels_last.
+
+Each crop is one box (top, left, height, width, in pixels of the whole image) resized to `size` x `size`:
+- on the CPU, per image with torch's bilinear antialiased resize, reading a decoder's [C, H, W] view of [H, W, C]
+  memory as channels_last (no copy before the resize);
+- on a GPU, for the whole batch at once: the images laid end to end in one buffer and a bilinear gather with each
+  image's offset and box (a few kernels a batch instead of several per image; no antialiasing).
+
+>>> t = ImageTransform(size=224, train=True, seed=0)
+>>> boxes, flips = t.plan([(375, 500)], epoch=0, rank=0, indices=[0])
+>>> boxes.shape, flips.shape
+((1, 4), (1,))
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+__all__ = ["ImageTransform", "IMAGENET_MEAN", "IMAGENET_STD", "uniforms"]
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+_TRIES = 10  # torchvision's RandomResizedCrop tries this many boxes before it takes the centre crop
+_DRAWS = 2 * _TRIES + 3  # area and ratio per try, then top, left and the flip
+_MASK = np.uint64(0xFFFFFFFFFFFFFFFF)
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finalizer on uint64 arrays (wrapping arithmetic)."""
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    out: np.ndarray = x ^ (x >> np.uint64(31))
+    return out
+
+
+def uniforms(seed: int, epoch: int, rank: int, indices: Sequence[int], draws: int) -> np.ndarray:
+    """[len(indices), draws] floats in [0, 1), a pure function of (seed, epoch, rank, index, draw): the random
+    choices of one sample do not depend on the batch it arrives in, the worker that read it, or a resume."""
+    with np.errstate(over="ignore"):
+        key = np.array([seed & 0xFFFFFFFFFFFFFFFF], dtype=np.uint64)
+        for part in (epoch, rank):
+            key = _mix(key ^ np.uint64(part & 0xFFFFFFFFFFFFFFFF) + np.uint64(0x9E3779B97F4A7C15))
+        keys = _mix(key ^ np.asarray(indices, dtype=np.uint64))[:, None]
+        steps = np.arange(1, draws + 1, dtype=np.uint64)[None, :] * np.uint64(0x9E3779B97F4A7C15)
+        bits = _mix(keys + steps)
+    return (bits >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
+
+
+@dataclass(frozen=True)
+class ImageTransform:
+    """Training (`train=True`: random-resized-crop, flip) or evaluation (resize `resize`, centre crop) transforms
+    to `size` x `size`; `mean`/`std` normalize in [0, 1] units (None: no normalization); `dtype` torch.float32,
+    torch.bfloat16 or torch.uint8 (0-255, not normalized); `channels_last` memory; `mode` the decode mode."""
+
+    size: int = 224
+    train: bool = True
+    resize: int = 256
+    scale: tuple[float, float] = (0.08, 1.0)
+    ratio: tuple[float, float] = (3 / 4, 4 / 3)
+    flip: bool = True
+    mean: Optional[tuple[float, ...]] = IMAGENET_MEAN
+    std: Optional[tuple[float, ...]] = IMAGENET_STD
+    dtype: torch.dtype = torch.float32
+    channels_last: bool = True
+    seed: int = 0
+    mode: str = "RGB"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.size, int) or self.size < 1:
+            raise ValueError(f"size must be a positive int (pixels), got {self.size!r}")
+        if not isinstance(self.resize, int) or self.resize < self.size:
+            raise ValueError(f"resize must be an int >= size ({self.size}), got {self.resize!r}")
+        if not (0 < self.scale[0] <= self.scale[1] <= 1):
+            raise ValueError(f"scale must be (low, high) with 0 < low <= high <= 1, got {self.scale!r}")
+        if not (0 < self.ratio[0] <= self.ratio[1]):
+            raise ValueError(f"ratio must be (low, high) with 0 < low <= high, got {self.ratio!r}")
+        if self.dtype not in (torch.float32, torch.bfloat16, torch.uint8):
+            raise ValueError(f"dtype must be torch.float32, torch.bfloat16 or torch.uint8, got {self.dtype!r}")
+        if (self.mean is None) != (self.std is None):
+            raise ValueError("mean and std go together: give both or neither")
+
+    def plan(self, sizes: Sequence[tuple[int, int]], epoch: int, rank: int, indices: Sequence[int]
+             ) -> tuple[np.ndarray, np.ndarray]:
+        """(boxes [N, 4] float64 (top, left, height, width), flips [N] bool) for images of `sizes` (height,
+        width), samples `indices` of `epoch` on `rank`."""
+        hw = np.asarray(sizes, dtype=np.float64).reshape(-1, 2)
+        n = len(hw)
+        flips = np.zeros(n, dtype=bool)
+        if not self.train:  # shorter side to `resize`, the centre `size` x `size`: a box of size / scale pixels
+            side = self.size * hw.min(axis=1) / self.resize
+            boxes = np.stack([(hw[:, 0] - side) / 2, (hw[:, 1] - side) / 2, side, side], axis=1)
+            return boxes, flips
+        u = uniforms(self.seed, epoch, rank, indices, _DRAWS)
+        height, width = hw[:, 0], hw[:, 1]
+        area = height * width
+        lo, hi = math.log(self.ratio[0]), math.log(self.ratio[1])
+        chosen = np.zeros((n, 2))
+        found = np.zeros(n, dtype=bool)
+        for t in range(_TRIES):
+            target = area * (self.scale[0] + (self.scale[1] - self.scale[0]) * u[:, 2 * t])
+            aspect = np.exp(lo + (hi - lo) * u[:, 2 * t + 1])
+            w = np.round(np.sqrt(target * aspect))
+            h = np.round(np.sqrt(target / aspect))
+            ok = ~found & (w > 0) & (w <= width) & (h > 0) & (h <= height)
+            chosen[ok] = np.stack([h, w], axis=1)[ok]
+            found |= ok
+        in_ratio = width / height  # the fallback: the centre crop at the nearest allowed ratio
+        fw = np.where(in_ratio < self.ratio[0], width, np.where(in_ratio > self.ratio[1],
+                                                                 np.round(height * self.ratio[1]), width))
+        fh = np.where(in_ratio < self.ratio[0], np.round(width / self.ratio[0]), height)
+        h = np.where(found, chosen[:, 0], fh)
+        w = np.where(found, chosen[:, 1], fw)
+        top = np.where(found, np.floor(u[:, -3] * (height - h + 1)), (height - h) // 2)
+        left = np.where(found, np.floor(u[:, -2] * (width - w + 1)), (width - w) // 2)
+        if self.flip:
+            flips = u[:, -1] < 0.5
+        return np.stack([top, left, h, w], axis=1), flips
+
+    def apply(self, images: Sequence[torch.Tensor], boxes: np.ndarray, flips: np.ndarray,
+              method: str = "auto") -> torch.Tensor:
+        """The batch [N, C, size, size] of `images` ([C, H, W] uint8 each, views of [H, W, C] memory welcome)
+        cropped to `boxes`, flipped where `flips`, resized, converted. `method`: "auto" (CPU: "resize", GPU:
+        "gather"), "resize" (per image, antialiased) or "gather" (the whole batch at once, bilinear)."""
+        if not images:
+            raise ValueError("apply needs at least one image")
+        device = images[0].device
+        if method == "auto":
+            method = "gather" if device.type == "cuda" else "resize"
+        if method == "gather":
+            out = _gather(images, boxes, flips, self.size)  # float32 [N, size, size, C]
+        elif method == "resize":
+            out = _resize_each(images, boxes, flips, self.size)  # uint8 [N, size, size, C]
+        else:
+            raise ValueError(f"method must be 'auto', 'resize' or 'gather', got {method!r}")
+        return self._convert(out)
+
+    def _convert(self, nhwc: torch.Tensor) -> torch.Tensor:
+        if self.dtype == torch.uint8:
+            if nhwc.dtype != torch.uint8:
+                nhwc = nhwc.round_().clamp_(0, 255).to(torch.uint8)
+        else:
+            nhwc = nhwc.to(torch.float32) if nhwc.dtype != torch.float32 else nhwc
+            if self.mean is not None and self.std is not None:
+                mean = torch.tensor(self.mean, device=nhwc.device) * 255.0
+                inv = 1.0 / (torch.tensor(self.std, device=nhwc.device) * 255.0)
+                nhwc = (nhwc - mean) * inv
+            else:
+                nhwc = nhwc * (1.0 / 255.0)
+            nhwc = nhwc.to(self.dtype)
+        nchw = nhwc.permute(0, 3, 1, 2)  # channels_last memory already
+        return nchw if self.channels_last else nchw.contiguous()
+
+
+def _resize_each(images: Sequence[torch.Tensor], boxes: np.ndarray, flips: np.ndarray, size: int) -> torch.Tensor:
+    out = torch.empty((len(images), size, size, images[0].shape[0]), dtype=torch.uint8, device=images[0].device)
+    for k, image in enumerate(images):
+        top, left, h, w = (int(round(v)) for v in boxes[k])
+        top, left = max(top, 0), max(left, 0)
+        crop = image[:, top: top + max(h, 1), left: left + max(w, 1)].unsqueeze(0)
+        if crop.dtype != torch.uint8:
+            crop = crop.to(torch.uint8)
+        resized = F.interpolate(crop, size=(size, size), mode="bilinear", antialias=True, align_corners=False)
+        if flips[k]:
+            resized = resized.flip(-1)
+        out[k] = resized[0].permute(1, 2, 0)
+    return out
+
+
+def _gather(images: Sequence[torch.Tensor], boxes: np.ndarray, flips: np.ndarray, size: int) -> torch.Tensor:
+    """Bilinear crop + resize of every image at once: [N, size, size, C] float32 (align_corners=False sampling,
+    clamped to each box, as resizing the crop would sample it)."""
+    device = images[0].device
+    channels = images[0].shape[0]
+    flat = torch.cat([im.permute(1, 2, 0).reshape(-1, channels) for im in images])  # pixels end to end
+    heights = torch.tensor([im.shape[1] for im in images], device=device)
+    widths = torch.tensor([im.shape[2] for im in images], device=device)
+    starts = torch.cumsum(heights * widths, 0) - heights * widths
+    box = torch.as_tensor(boxes, dtype=torch.float32, device=device)
+    top, left, h, w = box[:, 0:1], box[:, 1:2], box[:, 2:3], box[:, 3:4]
+    grid = torch.arange(size, device=device, dtype=torch.float32)[None, :] + 0.5
+    ys = (top + grid * h / size - 0.5).clamp_(min=top.clamp(min=0), max=(top + h - 1).clamp(max=heights[:, None] - 1))
+    cols = grid.expand(len(images), size)
+    cols = torch.where(torch.as_tensor(flips, device=device)[:, None], size - cols, cols)
+    xs = (left + cols * w / size - 0.5).clamp_(min=left.clamp(min=0),
+                                              max=(left + w - 1).clamp(max=widths[:, None] - 1))
+    y0 = ys.floor()
+    x0 = xs.floor()
+    wy = (ys - y0)[:, :, None, None]
+    wx = (xs - x0)[:, None, :, None]
+    y0l, x0l = y0.long(), x0.long()
+    y1l = torch.minimum(y0l + 1, heights[:, None] - 1)
+    x1l = torch.minimum(x0l + 1, widths[:, None] - 1)
+    rows0 = (starts[:, None] + y0l * widths[:, None])[:, :, None]
+    rows1 = (starts[:, None] + y1l * widths[:, None])[:, :, None]
+    cols0, cols1 = x0l[:, None, :], x1l[:, None, :]
+
+    def pick(rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+        return flat[(rows + cols).reshape(-1)].reshape(len(images), size, size, channels).to(torch.float32)
+
+    top_row = pick(rows0, cols0) * (1 - wx) + pick(rows0, cols1) * wx
+    bottom_row = pick(rows1, cols0) * (1 - wx) + pick(rows1, cols1) * wx
+    return top_row * (1 - wy) + bottom_row * wy
