@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# One command for a GPU machine (../shared/reference/gpu.md): install the wheels that travelled in .whl/, build the
+# compiled core, run the GPU-relevant tests, run benchmarks/gpu_pipeline.py; logs and a JSON of the figures go to
+# $OUT (default ./gpu-out). Every step runs even when one before it failed; the exit status is the first failure.
+#   Here, before the run:  python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
+#       --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d .whl \
+#       nvidia-nvimgcodec-cu13 nvidia-nvjpeg crc32c simplejpeg && pip wheel --no-deps tfrecord==1.14.6 -w .whl
+#   There:                 bash benchmarks/gpu_check.sh   (about 4 minutes; SECONDS_PER_ROW=8 by default)
+set -u
+OUT=${OUT:-$PWD/gpu-out}
+mkdir -p "$OUT"
+status=0
+step() {  # step NAME COMMAND...: run, log to $OUT/NAME.log, remember the first failure
+  local name=$1; shift
+  echo "== $name: $*" | tee -a "$OUT/steps.log"
+  "$@" > "$OUT/$name.log" 2>&1; local rc=$?
+  echo "== $name: exit $rc" | tee -a "$OUT/steps.log"
+  tail -5 "$OUT/$name.log"
+  if [ $rc -ne 0 ] && [ $status -eq 0 ]; then status=$rc; fi
+}
+if ls .whl/*.whl > /dev/null 2>&1; then
+  step install python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
+fi
+export PYTHONPATH=$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+export LD_LIBRARY_PATH=/tmp/site/nvidia/cu13/lib:/tmp/site/nvidia/cu12/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+step build python3 setup.py -q build_ext --inplace
+step versions python3 -c "import torch, tfr_torch; from tfr_torch.images import _nvimgcodec; print(torch.__version__, torch.cuda.get_device_name() if torch.cuda.is_available() else 'no CUDA'); print(tfr_torch.image_backends()); print(_nvimgcodec.describe(0))"
+step tests python3 -m pytest -q -n 12 -p no:cacheprovider tests/test_images.py tests/test_gpu_decode.py \
+  tests/test_image_loader.py --junitxml="$OUT/tests.xml"
+step bench python3 benchmarks/gpu_pipeline.py --images 8192 --seconds "${SECONDS_PER_ROW:-8}" --json "$OUT/gpu_pipeline.json"
+exit $status

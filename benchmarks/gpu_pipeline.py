@@ -1,0 +1,213 @@
+"""Image pipelines feeding a GPU (issue 23): the rows of ../shared/reference/gpu.md's table, in under 3 minutes.
+
+    python benchmarks/gpu_pipeline.py [--images 4096] [--workers N] [--batch 256] [--seconds 10] [--cpu-only]
+                                      [--json out.json]
+
+Synthetic ImageNet-like JPEGs (500x375, quality 90) in indexed shards; every pipeline decodes, resizes to 256 and
+centre-crops 224 into uint8 batches (the ImageTransform(224, train=False, dtype=uint8) of tfr_torch.images):
+- cpu rows (always): tfr_torch with DecodeImages in DataLoader workers, shuffled via the index and not; the
+  `tfrecord` package (when installed) with the same decode_image and the same transform per record, same workers;
+- gpu rows (with CUDA, skipped otherwise): decode_image(list, device="cuda") with each GPU decoder installed,
+  DeviceLoader alone (training transforms, float32 channels_last), the ResNet-50 step alone (bf16 autocast,
+  channels_last; torchvision.models.resnet50 when it imports, else a labelled stand-in conv net), and the step fed
+  by DeviceLoader and by CPU decoding in workers.
+Each row runs for about --seconds after one warm-up batch; images/s are printed and written to --json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import numpy as np
+import torch
+from PIL import Image
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import tfr_torch  # noqa: E402
+from tfr_torch.images import DecodeImages, DeviceLoader, ImageTransform, decode_image  # noqa: E402
+
+EVAL = ImageTransform(224, train=False, dtype=torch.uint8, channels_last=False)
+SPEC = {"image/encoded": tfr_torch.FixedLenFeature([], tfr_torch.string),
+        "image/class/label": tfr_torch.FixedLenFeature([], torch.int64)}
+
+
+def make_shards(folder: str, count: int, shards: int, width: int, height: int) -> list[str]:
+    rng = np.random.default_rng(0)
+    y, x = np.mgrid[0:height, 0:width]
+    paths = [os.path.join(folder, f"train-{s:05d}.tfrecord") for s in range(shards)]
+    writers = [tfr_torch.TFRecordWriter(p) for p in paths]
+    for k in range(count):
+        base = np.stack([(x + 3 * k) % 256, (y * 2 + k) % 256, (x + y) % 256], -1)
+        pixels = np.clip(base + rng.integers(-20, 21, base.shape), 0, 255).astype(np.uint8)
+        buf = io.BytesIO()
+        Image.fromarray(pixels).save(buf, "JPEG", quality=90)
+        writers[k % shards].write_example({"image/encoded": buf.getvalue(), "image/class/label": k % 1000})
+    for writer, path in zip(writers, paths):
+        writer.close()
+        tfr_torch.build_index(path, path + ".idx")
+    return paths
+
+
+def timed(batches: Iterable[Any], count: Callable[[Any], int], seconds: float, sync: Callable[[], None]) -> float:
+    """images/s over one pass (stopped after `seconds`), after the first batch (start-up: forks, warm-up)."""
+    it = iter(batches)
+    next(it)
+    sync()
+    start, images = time.perf_counter(), 0
+    for batch in it:
+        images += count(batch)
+        if time.perf_counter() - start > seconds:
+            break
+    sync()
+    return images / (time.perf_counter() - start)
+
+
+def tfrecord_rows(paths: list[str], args: argparse.Namespace) -> float | None:
+    try:
+        from tfrecord.torch.dataset import MultiTFRecordDataset
+    except ImportError:
+        return None
+
+    def one(record: dict) -> torch.Tensor:
+        pixels = decode_image(bytes(record["image/encoded"]), "RGB")
+        boxes, flips = EVAL.plan([tuple(pixels.shape[-2:])], 0, 0, [0])
+        return EVAL.apply([pixels], boxes, flips)[0]
+
+    pattern = os.path.join(os.path.dirname(paths[0]), "{}.tfrecord")
+    splits = {os.path.basename(p)[: -len(".tfrecord")]: 1.0 / len(paths) for p in paths}
+    dataset = MultiTFRecordDataset(pattern, pattern + ".idx", splits, {"image/encoded": "byte"},
+                                   transform=one, infinite=False)
+    loader = torch.utils.data.DataLoader(dataset, batch_size=args.batch, num_workers=args.workers)
+    return timed(loader, len, args.seconds, lambda: None)
+
+
+def cpu_rows(paths: list[str], args: argparse.Namespace) -> dict[str, float | None]:
+    rows: dict[str, float | None] = {}
+    for shuffle in (True, False):
+        dataset = tfr_torch.TFRecordDataset(paths, SPEC, index="auto", batch_size=args.batch, shuffle=shuffle,
+                                            transform=DecodeImages(EVAL))
+        loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=args.workers)
+        rows[f"tfr_torch, DecodeImages in {args.workers} workers, {'shuffled' if shuffle else 'in order'}"] = timed(
+            loader, lambda b: len(b["image/class/label"]), args.seconds, lambda: None)
+    rows[f"tfrecord package, same decode_image + transform per record, {args.workers} workers"] = tfrecord_rows(
+        paths, args)
+    return rows
+
+
+def resnet50() -> tuple[torch.nn.Module, str]:
+    try:
+        import torchvision
+
+        return torchvision.models.resnet50(), "ResNet-50 (torchvision)"
+    except (ImportError, RuntimeError, AttributeError):
+        net = torch.nn.Sequential(torch.nn.Conv2d(3, 64, 7, 2, 3), torch.nn.ReLU(), torch.nn.Conv2d(64, 256, 3, 2, 1),
+                                  torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
+                                  torch.nn.Linear(256, 1000))
+        return net, "STAND-IN conv net (torchvision does not import): not ResNet-50"
+
+
+def gpu_rows(paths: list[str], args: argparse.Namespace) -> dict[str, float | None]:
+    device = torch.device("cuda")
+    rows: dict[str, float | None] = {}
+    sync = torch.cuda.synchronize
+    raw = tfr_torch.TFRecordDataset(paths, SPEC, index="auto", batch_size=args.batch, shuffle=True)
+    batches = [b["image/encoded"] for _, b in zip(range(8), torch.utils.data.DataLoader(raw, batch_size=None))]
+    for backend, version in tfr_torch.image_backends().items():
+        if backend == "pillow" or version is None:
+            continue
+        try:
+            rows[f"decode_image(list, device='cuda', backend={backend!r}) alone"] = timed(
+                (decode_image(list(b), "RGB", device=device, backend=backend) for _ in range(1000) for b in batches),
+                len, args.seconds, sync)
+        except (ValueError, RuntimeError, tfr_torch.DecodeError) as exc:
+            rows[f"decode_image backend={backend!r}: {type(exc).__name__}: {str(exc)[:120]}"] = None
+    train = ImageTransform(224, train=True, dtype=torch.bfloat16)
+
+    def device_loader() -> DeviceLoader:
+        dataset = tfr_torch.TFRecordDataset(paths, SPEC, index="auto", batch_size=args.batch, shuffle=True)
+        inner = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=4, pin_memory=True,
+                                            persistent_workers=True)
+        return DeviceLoader(inner, device, transform=train)
+
+    rows["DeviceLoader alone (training transforms, bf16 channels_last)"] = timed(
+        (b for _ in range(100) for b in device_loader()), lambda b: len(b["image/class/label"]), args.seconds, sync)
+    model, label = resnet50()
+    model = model.to(device).to(memory_format=torch.channels_last)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+    def step(images: torch.Tensor, labels: torch.Tensor) -> int:
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = torch.nn.functional.cross_entropy(model(images), labels)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        return int(images.shape[0])
+
+    fixed = torch.randn(args.batch, 3, 224, 224, device=device).to(memory_format=torch.channels_last)
+    labels = torch.randint(0, 1000, (args.batch,), device=device)
+    rows[f"{label} step alone (bf16 autocast, channels_last)"] = timed(
+        (step(fixed, labels) for _ in range(10**6)), lambda n: n, args.seconds, sync)
+    rows[f"{label} fed by DeviceLoader"] = timed(
+        (step(b["image/encoded"], b["image/class/label"]) for _ in range(100) for b in device_loader()),
+        lambda n: n, args.seconds, sync)
+    cpu = tfr_torch.TFRecordDataset(paths, SPEC, index="auto", batch_size=args.batch, shuffle=True,
+                                    transform=DecodeImages(EVAL))
+    cpu_loader = torch.utils.data.DataLoader(cpu, batch_size=None, num_workers=args.workers, pin_memory=True,
+                                             persistent_workers=True)
+    mean = torch.tensor([0.485, 0.456, 0.406], device=device).view(1, 3, 1, 1) * 255
+    std = torch.tensor([0.229, 0.224, 0.225], device=device).view(1, 3, 1, 1) * 255
+
+    def cpu_fed(batch: dict) -> int:
+        images = batch["image/encoded"].to(device, non_blocking=True).to(memory_format=torch.channels_last)
+        return step((images.float() - mean) / std, batch["image/class/label"].to(device, non_blocking=True))
+
+    rows[f"{label} fed by CPU decoding in {args.workers} workers"] = timed(
+        (cpu_fed(b) for _ in range(100) for b in cpu_loader), lambda n: n, args.seconds, sync)
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--images", type=int, default=4096)
+    parser.add_argument("--shards", type=int, default=16)
+    parser.add_argument("--width", type=int, default=500)
+    parser.add_argument("--height", type=int, default=375)
+    parser.add_argument("--batch", type=int, default=256)
+    parser.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 1))
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--cpu-only", action="store_true", help="the CPU rows only (also without CUDA)")
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    gpu = torch.cuda.is_available() and not args.cpu_only
+    report: dict[str, Any] = {"machine": platform.node(), "cpus": os.cpu_count(), "torch": torch.__version__,
+                              "decoders": tfr_torch.image_backends(), "args": vars(args),
+                              "gpu": torch.cuda.get_device_name() if gpu else None}
+    print(f"# {report}")
+    with tempfile.TemporaryDirectory() as folder:
+        paths = make_shards(folder, args.images, args.shards, args.width, args.height)
+        rows = cpu_rows(paths, args)
+        if gpu:
+            rows.update(gpu_rows(paths, args))
+        else:
+            print("# no CUDA device (or --cpu-only): the GPU rows are not run")
+    report["rows"] = rows
+    for name, rate in rows.items():
+        print(f"{name}\t{'-' if rate is None else f'{rate:,.0f}'} images/s")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
