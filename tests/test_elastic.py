@@ -230,3 +230,25 @@ def test_a_worker_part_read_by_another_worker_is_refused(corpus):
     fresh.load_state_dict(part)
     with pytest.raises(ValueError, match=r"the state is worker 0 of 2's part and is read by worker 0 of 1"):
         next(iter(fresh))
+
+
+def test_readme_recipe_runs(corpus, tmp_path):
+    """The README's save/resume recipe, run in one process (no process group): save with 2 workers, resume with 0."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    block = re.search(r"### Resuming mid-epoch.*?```python\n(.*?)```", text, re.S)
+    assert block, "the README lost its resume recipe"
+    scope: dict = {}
+    exec(compile(block.group(1), "README.md (resume recipe)", "exec"), scope)
+    dataset = make(corpus, "gzindex", 0, 1, False)
+    loader = StatefulDataLoader(dataset, batch_size=None, num_workers=2)
+    iterator = iter(loader)
+    before = [ids_of(next(iterator)) for _ in range(11)]
+    scope["save_data_state"](loader, str(tmp_path / "data.pt"))
+    del iterator
+    resumed = scope["resume_loader"](make(corpus, "gzindex", 0, 1, False), str(tmp_path / "data.pt"), 0)
+    after = [ids_of(item) for item in resumed]
+    check_exactly_once(corpus["ids"], [before], [after], 1, 1, False)
+    assert sorted(i for item in before + after for i in item) == sorted(corpus["ids"])
