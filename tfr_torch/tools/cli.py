@@ -24,6 +24,7 @@ from tfr_torch._version import __version__
 from tfr_torch.errors import DecodeError, TFRecordError
 from tfr_torch.format.compression import normalize_compression
 from tfr_torch.format.example import decode_example, decode_sequence_example
+from tfr_torch.format.seek import DEFAULT_SPAN
 from tfr_torch.format.index import build_index, index_path_for
 from tfr_torch.format.paths import expand_paths, file_size, is_url
 from tfr_torch.format.framing import OVERHEAD
@@ -198,6 +199,8 @@ def _cmd_count(args: argparse.Namespace) -> int:
 
 
 def _cmd_index(args: argparse.Namespace) -> int:
+    if args.seek_span != 0 and args.seek_span < 1 << 16:
+        raise UsageError(f"argument --seek-span: expected 0 (no seek points) or at least 65536, got {args.seek_span}")
     paths = _files(args)
     targets = [index_path_for(path) for path in paths]
     if args.out_dir:
@@ -214,7 +217,8 @@ def _cmd_index(args: argparse.Namespace) -> int:
     status = 0
     for path, target in zip(paths, targets):
         try:
-            build_index(path, target, compression=args.compression)
+            build_index(path, target, compression=args.compression,
+                        seek_span=None if args.seek_span == 0 else args.seek_span)
         except (TFRecordError, OSError) as err:
             meter.write(_problem(err))
             status = 1
@@ -519,9 +523,12 @@ def _parser() -> argparse.ArgumentParser:
     p.set_defaults(run=_cmd_count)
 
     p = command("index", "Write <file>.idx beside each file: one `offset size` line per record, the format of "
-                         "DALI and the tfrecord package (offsets in the decompressed stream for compressed files).")
+                         "DALI and the tfrecord package (offsets in the decompressed stream for compressed files); "
+                         "for GZIP/ZLIB files also their seek points, <file>.idx.seek, for random access.")
     p.add_argument("--out-dir", metavar="DIR", help="write the indexes into this existing folder instead "
                    "(default: beside each file)")
+    p.add_argument("--seek-span", metavar="BYTES", type=int, default=DEFAULT_SPAN,
+                   help="decompressed bytes between seek points of compressed files (default 1048576; 0: none)")
     p.set_defaults(run=_cmd_index)
 
     p = command("verify", "Check every record's CRCs; print one `path:offset: problem` line per problem (and "

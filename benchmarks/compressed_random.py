@@ -1,0 +1,98 @@
+"""A random-order epoch over a GZIP file through its seek points, beside a sequential pass over the same file.
+
+    python benchmarks/compressed_random.py [--records-kb 16,128] [--total-mb 48] [--spans-kb 1024,256] [--repeat 3]
+
+For each record size, writes a GZIP TFRecord file of about `--total-mb` decompressed MB (records half random
+bytes, half repeated ones: about 2:1 compressible, like serialized Examples of features and images), then times,
+best of `--repeat`:
+
+- sequential: `for record in read_records(path)` (every record, one inflation pass);
+- random: every record once in a seeded random order through `RecordFile(path).read(offset, size)` (what the
+  global shuffle of TFRecordDataset and IndexedTFRecordDataset do), with seek points every `--spans-kb` KiB of
+  output (build_index(seek_span=...)): each read inflates from the last point before the record;
+- before seek points: one `read_records(path, start=offset, end=offset + size)` per record (an inflation from the
+  start of the file each), timed on 20 records and scaled to the epoch.
+
+Ratio: random time over sequential time. The sidecar's size is printed as a share of the compressed file's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+
+import numpy as np
+
+import tfr_torch
+from tfr_torch.format.reader import RecordFile
+
+
+def _write(path: str, record_bytes: int, total: int, seed: int = 0) -> int:
+    rng = np.random.default_rng(seed)
+    n = max(total // record_bytes, 1)
+    with tfr_torch.TFRecordWriter(path, compression="gzip") as w:
+        for i in range(n):
+            half = record_bytes // 2
+            w.write(rng.integers(0, 256, half, dtype=np.uint8).tobytes() + bytes([i % 251]) * (record_bytes - half))
+    return n
+
+
+def _best(fn, repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def _sequential(path: str) -> None:
+    for _ in tfr_torch.read_records(path):
+        pass
+
+
+def _random(path: str, index: np.ndarray, order: np.ndarray) -> None:
+    with RecordFile(path) as f:
+        for i in order.tolist():
+            f.read(int(index[i, 0]), int(index[i, 1]))
+
+
+def _from_start(path: str, index: np.ndarray, order: np.ndarray) -> None:
+    for i in order.tolist():
+        offset, size = int(index[i, 0]), int(index[i, 1])
+        for _ in tfr_torch.read_records(path, start=offset, end=offset + size):
+            pass
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--records-kb", default="16,128", help="record sizes in KiB, comma-separated")
+    parser.add_argument("--total-mb", type=int, default=48, help="decompressed MB per file")
+    parser.add_argument("--spans-kb", default="1024,256", help="seek point spans in KiB, comma-separated")
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    print(f"backend: {tfr_torch.backend()}; GZIP files of ~{args.total_mb} MB decompressed; best of {args.repeat}")
+    print(f"{'record':>8} {'span':>8} {'sequential':>11} {'random':>9} {'ratio':>6} {'sidecar':>8} "
+          f"{'before (est.)':>14} {'ratio':>7}")
+    with tempfile.TemporaryDirectory() as tmp:
+        for kb in (int(v) for v in args.records_kb.split(",")):
+            path = os.path.join(tmp, f"r{kb}.tfrecord.gz")
+            n = _write(path, kb << 10, args.total_mb << 20)
+            order = np.random.default_rng(1).permutation(n)
+            sequential = _best(lambda: _sequential(path), args.repeat)
+            sample = order[:20]
+            index = tfr_torch.read_index(tfr_torch.build_index(path, seek_span=None), path)
+            before = _best(lambda: _from_start(path, index, sample), 1) * n / len(sample)
+            for span in (int(v) for v in args.spans_kb.split(",")):
+                tfr_torch.build_index(path, seek_span=span << 10)
+                random_time = _best(lambda: _random(path, index, order), args.repeat)
+                share = os.path.getsize(path + ".idx.seek") / os.path.getsize(path)
+                print(f"{kb:>6}KB {span:>6}KB {sequential:>10.3f}s {random_time:>8.3f}s "
+                      f"{random_time / sequential:>5.2f}x {share:>7.1%} {before:>13.1f}s "
+                      f"{before / sequential:>6.0f}x")
+
+
+if __name__ == "__main__":
+    main()
