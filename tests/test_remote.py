@@ -1,0 +1,260 @@
+"""Remote reads with range requests in flight and the local block cache (tfr_torch.format.remote, .blockcache),
+against an S3-protocol server on the loopback interface (moto's ThreadedMotoServer) behind a proxy that delays
+every request (benchmarks/latency_proxy.py: the delay is the simulated network, nothing here is timed).
+
+Covered: exact records from S3 (plain and GZIP) read sequentially and shuffled through the index, in the process
+and through DataLoader(num_workers=4) (every id exactly once), with small blocks so that many are in flight; the
+cache: a second read makes no range request, eviction keeps the folder under its limit, a partial temporary file
+or a short block file left by a crash is never served, two processes share one folder, a changed object (new
+ETag, same size) is read anew; errors name the URL; RemoteOptions' checks.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("moto")
+moto_server = pytest.importorskip("moto.server")
+s3fs = pytest.importorskip("s3fs")
+fsspec = pytest.importorskip("fsspec")
+
+import torch  # noqa: E402
+from torch.utils.data import DataLoader  # noqa: E402
+
+import tfr_torch  # noqa: E402
+from benchmarks.latency_proxy import LatencyProxy  # noqa: E402
+from tfr_torch.format.blockcache import BlockCache, block_key  # noqa: E402
+from tfr_torch.format.remote import RemoteFile, RemoteOptions  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+BUCKET = "tfr-remote"
+SPEC = {"id": tfr_torch.FixedLenFeature([], torch.int64)}
+AWS_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+SMALL = RemoteOptions(block_size=8192, readahead=6, max_in_flight=8, merge_gap=256)
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory):
+    """The S3 server on 127.0.0.1, a proxy in front of it adding 5 ms per request, s3fs pointed at the proxy."""
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    proxy = LatencyProxy(*server.get_host_and_port(), delay=0.005).start()
+    with pytest.MonkeyPatch.context() as mp:
+        for name, value in AWS_ENV.items():
+            mp.setenv(name, value)
+        for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
+            mp.delenv(name, raising=False)
+        mp.setenv("AWS_CONFIG_FILE", str(tmp_path_factory.mktemp("aws") / "config"))
+        mp.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path_factory.mktemp("aws") / "credentials"))
+        mp.setenv("FSSPEC_S3_ENDPOINT_URL", proxy.url)
+        mp.setitem(fsspec.config.conf, "s3", {**fsspec.config.conf.get("s3", {}), "endpoint_url": proxy.url})
+        s3fs.S3FileSystem.clear_instance_cache()
+        try:
+            fs = fsspec.filesystem("s3")
+            assert fs.endpoint_url == proxy.url  # never the real AWS
+            fs.mkdir(BUCKET)
+            yield {"fs": fs, "proxy": proxy, "endpoint": proxy.url}
+        finally:
+            s3fs.S3FileSystem.clear_instance_cache()
+            proxy.stop()
+            server.stop()
+
+
+def records_of(first: int, count: int) -> list[bytes]:
+    return [tfr_torch.encode_example({"id": first + i, "blob": b"r" * ((first + i) * 37 % 900)})
+            for i in range(count)]
+
+
+def write(url: str, records: list[bytes], compression: str | None = None, index: bool = True) -> None:
+    with tfr_torch.TFRecordWriter(url, compression=compression) as writer:
+        for record in records:
+            writer.write(record)
+    if index:
+        tfr_torch.build_index(url)
+
+
+def ids_of(loader) -> list[int]:
+    seen: list[int] = []
+    for item in loader:
+        seen += item["id"].reshape(-1).tolist()
+    return seen
+
+
+@pytest.mark.parametrize("compression", [None, "gzip"])
+def test_read_records_exact_with_many_blocks_in_flight(s3, compression):
+    url = f"s3://{BUCKET}/exact-{compression}/a.tfrecord" + (".gz" if compression else "")
+    records = records_of(0, 300) + [b"", b"\x01" * 40_000]  # a record longer than several blocks
+    write(url, records, compression, index=compression is None)
+    with tfr_torch.read_records(url, remote=SMALL) as reader:
+        assert list(reader) == records
+        assert reader._raw.requests > (10 if compression is None else 1)  # many range requests (GZIP: small)
+    index = tfr_torch.read_index(url + ".idx", url) if compression is None else None
+    if index is not None:  # the index's offsets from the middle
+        assert list(tfr_torch.read_records(url, start=int(index[100, 0]), remote=SMALL)) == records[100:]
+
+
+@pytest.mark.filterwarnings("ignore:This DataLoader will create 4 worker processes:UserWarning")
+@pytest.mark.parametrize("variant", ["sequential", "shuffled-index", "gzip-sequential", "gzip-shuffled",
+                                     "cached-shuffled-index"])
+def test_dataloader_four_workers_every_record_exactly_once(s3, tmp_path, variant):
+    gzip = variant.startswith("gzip")
+    suffix = ".tfrecord.gz" if gzip else ".tfrecord"
+    prefix = f"s3://{BUCKET}/loader-{variant}"
+    counts = [120, 0, 75, 210, 33]
+    first, ids = 1, []
+    for n, count in enumerate(counts):
+        write(f"{prefix}/part-{n}{suffix}", records_of(first, count), "gzip" if gzip else None, index=True)
+        ids += list(range(first, first + count))
+        first += count
+    cache = str(tmp_path / "cache") if variant.startswith("cached") else None
+    options = RemoteOptions(block_size=16384, readahead=4, max_in_flight=8, merge_gap=512, cache_dir=cache)
+    dataset = tfr_torch.TFRecordDataset(f"{prefix}/part-*{suffix}", features=SPEC, index="auto",
+                                        shuffle="shuffled" in variant, seed=3, batch_size=16, remote=options)
+    assert dataset.remote is options
+    seen = ids_of(DataLoader(dataset, batch_size=None, num_workers=4))
+    duplicated = sorted(i for i, c in Counter(seen).items() if c > 1)
+    assert not duplicated, duplicated
+    assert sorted(seen) == ids
+    if "shuffled" in variant:
+        assert seen != sorted(seen)
+    if cache is not None:  # every worker's blocks went through the cache: a second epoch reads only from it
+        before = s3["proxy"].requests
+        dataset.set_epoch(1)
+        assert sorted(ids_of(DataLoader(dataset, batch_size=None, num_workers=4))) == ids
+        assert s3["proxy"].requests - before <= len(counts) * 4 + 4  # HEADs when files open; no range request
+
+
+def test_shuffled_reads_in_process_merge_and_prefetch(s3):
+    url = f"s3://{BUCKET}/inproc/a.tfrecord"
+    records = records_of(1000, 400)
+    write(url, records)
+    dataset = tfr_torch.TFRecordDataset(url, index="auto", shuffle=True, seed=9, remote=SMALL)
+    got = list(dataset)
+    assert sorted(got) == sorted(records) and got != records
+
+
+def test_cache_hits_misses_and_eviction(s3, tmp_path):
+    url = f"s3://{BUCKET}/cache/a.tfrecord"
+    records = records_of(0, 500)
+    write(url, records, index=False)
+    size = s3["fs"].size(url)
+    folder = tmp_path / "cache"
+    options = RemoteOptions(block_size=4096, readahead=3, cache_dir=str(folder), cache_bytes=10 * 4096)
+    with RemoteFile(url, options) as f:
+        assert f.read() == s3["fs"].cat(url)
+        first = f.requests
+    cache = BlockCache.shared(str(folder), 10 * 4096)
+    assert cache.evicted > 0  # the file is larger than the cache
+    assert cache.usage() <= 10 * 4096
+    assert first == -(-size // 4096)
+    # a cache as large as the file: the second read serves every block from disk
+    big = RemoteOptions(block_size=4096, readahead=3, cache_dir=str(tmp_path / "big"), cache_bytes=size * 2)
+    assert list(tfr_torch.read_records(url, remote=big)) == records
+    before = s3["proxy"].requests
+    hits = BlockCache.shared(str(tmp_path / "big"), size * 2).hits
+    assert list(tfr_torch.read_records(url, remote=big)) == records
+    assert s3["proxy"].requests - before == 1  # the HEAD that opens the file; no range request
+    assert BlockCache.shared(str(tmp_path / "big"), size * 2).hits - hits == -(-size // 4096)
+
+
+def test_a_crash_leaves_nothing_that_is_served(s3, tmp_path):
+    url = f"s3://{BUCKET}/crash/a.tfrecord"
+    records = records_of(0, 200)
+    write(url, records, index=False)
+    options = RemoteOptions(block_size=4096, cache_dir=str(tmp_path / "c"))
+    probe = RemoteFile(url, options)
+    probe.close()
+    cache = BlockCache.shared(str(tmp_path / "c"), options.cache_bytes)
+    key0 = block_key(url, probe.version, probe.size, 4096, 0)
+    key1 = block_key(url, probe.version, probe.size, 4096, 1)
+    os.makedirs(os.path.dirname(cache.path(key0)), exist_ok=True)
+    os.makedirs(os.path.dirname(cache.path(key1)), exist_ok=True)
+    # a writer that died mid-block: its temporary file, and a block file cut short (a lost write)
+    Path(cache.path(key0)).with_name(f".{key0}.tmp-99999-deadbeef").write_bytes(b"\x00" * 100)
+    Path(cache.path(key1)).write_bytes(b"\x00" * 100)
+    assert list(tfr_torch.read_records(url, remote=options)) == records
+    assert os.path.getsize(cache.path(key0)) == 4096 and os.path.getsize(cache.path(key1)) == 4096  # refetched
+
+
+def test_two_processes_share_a_cache_folder(s3, tmp_path):
+    """Slow (about 10 s): two fresh interpreters (each importing torch) fill one folder past its limit at once."""
+    url = f"s3://{BUCKET}/shared/a.tfrecord"
+    records = records_of(0, 600)
+    write(url, records, index=False)
+    folder = tmp_path / "shared-cache"
+    limit = s3["fs"].size(url) // 2  # both fill it past its limit at once
+    script = textwrap.dedent(f"""
+        import sys, tfr_torch
+        from tfr_torch.format.remote import RemoteOptions
+        options = RemoteOptions(block_size=4096, readahead=4, cache_dir={str(folder)!r}, cache_bytes={limit})
+        ids = [tfr_torch.parse_single_example(r, {{"id": tfr_torch.FixedLenFeature([], "int64")}})["id"].item()
+               for r in tfr_torch.read_records({url!r}, remote=options)]
+        print(len(ids), len(set(ids)))
+    """)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FSSPEC_")}
+    env.update(AWS_ENV, FSSPEC_S3_ENDPOINT_URL=s3["endpoint"],
+               PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    procs = [subprocess.Popen([sys.executable, "-c", script], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    for proc in procs:
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err[-3000:]
+        assert out.split() == ["600", "600"]
+    cache = BlockCache(str(folder), limit)
+    assert 0 < cache.usage() <= limit
+    assert not [p for p in folder.rglob("*.tmp-*")]  # no temporary file left behind
+
+
+def test_a_changed_object_is_read_anew(s3, tmp_path):
+    url = f"s3://{BUCKET}/changed/a.tfrecord"
+    old = [bytes([i % 251]) * 500 for i in range(100)]
+    write(url, old, index=False)
+    options = RemoteOptions(block_size=4096, cache_dir=str(tmp_path / "c"))
+    assert list(tfr_torch.read_records(url, remote=options)) == old
+    size = s3["fs"].size(url)
+    same_size = [bytes([(i + 7) % 251]) * 500 for i in range(100)]  # the same size: only the ETag differs
+    write(url, same_size, index=False)
+    assert s3["fs"].size(url) == size
+    assert list(tfr_torch.read_records(url, remote=options)) == same_size
+
+
+def test_errors_name_the_url(s3):
+    url = f"s3://{BUCKET}/errors/gone.tfrecord"
+    with pytest.raises(FileNotFoundError, match=re.escape(url)):
+        RemoteFile(url)
+    write(url, records_of(0, 50), index=False)
+    f = RemoteFile(url, RemoteOptions(block_size=1024, readahead=0), readahead=False)
+    s3["fs"].rm(url)
+    with pytest.raises(FileNotFoundError, match=re.escape(url)):
+        f.read(100)
+    f.close()
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({"block_size": 0}, "block_size must be a positive int (bytes per range request and cached block), got 0"),
+    ({"max_in_flight": -1}, "max_in_flight must be a positive int (range requests at once), got -1"),
+    ({"readahead": -2}, "readahead must be a non-negative int, got -2"),
+    ({"cache_bytes": 1.5}, "cache_bytes must be a positive int (the block cache's size limit), got 1.5"),
+])
+def test_remote_options_checks(kwargs, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        RemoteOptions(**kwargs)
+    with pytest.raises(TypeError, match="cache_dir must be None or a local folder"):
+        RemoteOptions(cache_dir=3)  # type: ignore[arg-type]
+
+
+def test_dataset_checks_remote(tmp_path):
+    path = str(tmp_path / "a.tfrecord")
+    write(path, records_of(0, 3), index=False)
+    with pytest.raises(TypeError, match="remote must be None or a RemoteOptions, got dict"):
+        tfr_torch.TFRecordDataset(path, remote={"block_size": 1})  # type: ignore[arg-type]
