@@ -1,6 +1,6 @@
 """RLDS episodes and windowed frame samples (tfr_torch.rlds) beside tf.data doing the same work.
 
-    python benchmarks/rlds_frames.py [--episodes 300] [--workers 2] [--repeat 3] [--tf-python /work/tfvenv/bin/python]
+    python benchmarks/rlds_frames.py [--episodes 300] [--workers 2] [--repeat 3] [--tf-python PYTHON]
 
 The data set is benchmarks/rlds_loader.py's (written once under `--data-dir`): Open X-Embodiment-shaped episodes of
 8 to 26 steps, each step a 64x64 JPEG and a 32x32 PNG, state, action, language instruction and embedding. Timed,
@@ -137,7 +137,8 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--buffer", type=int, default=1000, help="frame shuffle buffer (frames)")
-    parser.add_argument("--tf-python", default="/work/tfvenv/bin/python")
+    parser.add_argument("--tf-python", default=os.environ.get("TFR_TORCH_TF_PYTHON", ""),
+                        help="a Python with tensorflow and tensorflow-datasets (default: $TFR_TORCH_TF_PYTHON)")
     parser.add_argument("--data-dir", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "data"))
     args = parser.parse_args()
     from torch.utils.data import DataLoader
