@@ -382,8 +382,9 @@ def test_load_state_dict_refuses_another_dataset(corpus):
     # one reader's part of a larger layout resumes only that reader (merge the parts to change the layout; a
     # state of a one-reader layout is the whole epoch's and resumes anywhere: tests/test_elastic.py)
     part = TFRecordDataset(paths, SPEC, index="auto", shuffle=True, seed=0, rank=1, world_size=2).state_dict()
-    with pytest.raises(ValueError, match=r"one reader's part \(rank 1 of 2, worker 0 of 1\) and this dataset is "
-                                         r"rank 0 of 3: to resume under another layout, merge"):
+    with pytest.raises(ValueError, match=r"the saved state has world_size=2, this dataset has 3: it is one reader's "
+                                         r"part \(rank 1 of 2, worker 0 of 1\) and this dataset is rank 0 of 3; to "
+                                         r"resume under another layout, merge"):
         TFRecordDataset(paths, SPEC, index="auto", shuffle=True, seed=0, rank=0, world_size=3).load_state_dict(part)
 
 

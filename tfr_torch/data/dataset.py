@@ -338,9 +338,11 @@ class TFRecordDataset(IterableDataset[Any]):
             if whole is not None:
                 state = whole
             elif (state["rank"], state["world_size"]) != (self.rank, self.world_size):
-                raise ValueError(f"cannot resume: the saved state is one reader's part (rank {state['rank']} of "
+                key = "rank" if state["world_size"] == self.world_size else "world_size"
+                raise ValueError(f"cannot resume: the saved state has {key}={state[key]!r}, this dataset has "
+                                 f"{getattr(self, key)!r}: it is one reader's part (rank {state['rank']} of "
                                  f"{state['world_size']}, worker {state['worker']} of {state['num_workers']}) and "
-                                 f"this dataset is rank {self.rank} of {self.world_size}: to resume under another "
+                                 f"this dataset is rank {self.rank} of {self.world_size}; to resume under another "
                                  "layout, merge every reader's part with tfr_torch.elastic_state(...) and load that")
         self._resume = dict(state)
         self._epoch.fill_(int(state["epoch"]))
