@@ -217,8 +217,27 @@ def test_errors_name_the_problem(tmp_path):
 
 
 def test_reachable_lazily_from_the_package():
+    """Slow: a fresh interpreter that imports datasets (and with it pandas and pyarrow)."""
     code = ("import sys, tfr_torch\nprint('tfr_torch.hf' in sys.modules, 'datasets' in sys.modules)\n"
             "print(tfr_torch.hf.load.__name__, 'datasets' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True,
                          cwd=os.path.dirname(os.path.dirname(__file__))).stdout.split("\n")
     assert out[:2] == ["False False", "load True"]
+
+
+def test_readme_section_runs(tmp_path, monkeypatch):
+    import re
+
+    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    block = re.search(r"## Hugging Face datasets\n.*?```python\n(.*?)```", text, re.S)
+    assert block, "the README lost its Hugging Face section"
+    (tmp_path / "tests").symlink_to(Path(__file__).resolve().parent)  # the golden TFDS folder it reads
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "cache")
+    scope: dict = {}
+    exec(compile(block.group(1), "README.md (Hugging Face datasets)", "exec"), scope)
+    assert scope["ds"][3]["caption"] == "item 3" and scope["batch"]["emb"].shape == (4, 2, 3)
+    assert len(list(scope["stream"])) == 10
+    again = hf.load("out", split="train", cache_dir=str(tmp_path / "c2"))
+    assert again["id"] == [2 * i for i in range(10)]
+    assert sorted(tfr_torch.tfds.read_info("data_dir/golden_copy/1.0.0").splits) == ["train"]

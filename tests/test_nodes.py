@@ -124,7 +124,7 @@ def test_a_state_from_another_rank_is_refused(files):
     state = loader.state_dict()
     other = _loader(files, index="auto", rank=1, world_size=2)
     other.load_state_dict(state)
-    with pytest.raises(ValueError, match="the saved state has rank=0, this dataset has 1"):
+    with pytest.raises(ValueError, match="^cannot resume: the saved state"):  # the dataset's message, naming ranks
         next(iter(other))
 
 
@@ -152,6 +152,7 @@ def test_node_decodes_and_batches_through_the_dataset(files):
 
 
 def test_process_mapper(files):
+    """Slow: two spawned worker processes, each importing torch."""
     node = TFRecordNode(files, index="auto")
     loader = Loader(ParallelMapper(Batcher(node, 10, drop_last=False), ExampleDecoder(SPEC), num_workers=2,
                                    method="process", multiprocessing_context="spawn"))
@@ -159,6 +160,7 @@ def test_process_mapper(files):
 
 
 def test_reachable_lazily_from_the_package():
+    """Slow: a fresh interpreter that imports torch and torchdata."""
     import subprocess
     import sys
 
@@ -166,3 +168,19 @@ def test_reachable_lazily_from_the_package():
             "print(tfr_torch.nodes.TFRecordNode.__name__, 'torchdata.nodes' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout.split("\n")
     assert out[:2] == ["False False", "TFRecordNode True"]
+
+
+def test_readme_section_runs(tmp_path, monkeypatch):
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    block = re.search(r"## torchdata.nodes\n.*?```python\n(.*?)```", text, re.S)
+    assert block, "the README lost its torchdata.nodes section"
+    monkeypatch.chdir(tmp_path)
+    scope: dict = {}
+    exec(compile(block.group(1), "README.md (torchdata.nodes)", "exec"), scope)
+    ids = [i for b in scope["first"] + scope["rest"] for i in b.tolist()]
+    assert len(ids) == 48 and len(set(ids)) == 48  # 50 records, batches of 8 (drop_last)
+    full = [i for b in scope["pipeline"]() for i in b["id"].tolist()]
+    assert ids == full
