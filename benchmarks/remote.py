@@ -21,6 +21,7 @@ in flight overlap.
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import os
 import shutil
@@ -106,7 +107,7 @@ def main() -> None:
                 fs.put_file(name, f"{BUCKET}/{os.path.basename(name)}")
         rows = []
         for shuffle in (False, True):
-            rate = best(args.repeat, lambda: epoch(f"{work}/part-*.tfrecord", shuffle, args.workers, None))
+            rate = best(args.repeat, functools.partial(epoch, f"{work}/part-*.tfrecord", shuffle, args.workers, None))
             rows.append(("local disk", "shuffled (index)" if shuffle else "in order", rate, rate))
         base = {"in order": rows[0][2], "shuffled (index)": rows[1][2]}
         for delay in args.delays:
@@ -115,10 +116,10 @@ def main() -> None:
                 fsspec.filesystem("s3").clear_instance_cache()
                 url = f"s3://{BUCKET}/part-*.tfrecord"
                 plain = RemoteOptions(block_size=2 << 20)
-                rate = best(args.repeat, lambda: epoch(url, False, args.workers, plain))
+                rate = best(args.repeat, functools.partial(epoch, url, False, args.workers, plain))
                 rows.append((f"S3 +{delay * 1000:.0f} ms/request", "in order", rate, base["in order"]))
 
-                def cold_cache() -> float:
+                def cold_cache(url: str = url) -> float:
                     folder = tempfile.mkdtemp(prefix="cache-", dir=work)
                     try:
                         return epoch(url, True, args.workers, RemoteOptions(block_size=2 << 20, cache_dir=folder))
@@ -128,7 +129,7 @@ def main() -> None:
                 rate = best(args.repeat, cold_cache)
                 rows.append((f"S3 +{delay * 1000:.0f} ms/request", "shuffled (index), cold block cache", rate,
                              base["shuffled (index)"]))
-                rate = best(1, lambda: epoch(url, True, args.workers, plain))
+                rate = best(1, functools.partial(epoch, url, True, args.workers, plain))
                 rows.append((f"S3 +{delay * 1000:.0f} ms/request", "shuffled (index), no cache", rate,
                              base["shuffled (index)"]))
         print(f"{args.records} records of 16 KiB in {args.shards} shards, DataLoader(num_workers={args.workers}), "
