@@ -70,6 +70,7 @@ _EXPORTS = {
     "IndexedTFRecordDataset": "tfr_torch.data.indexed",
     "CachedDataset": "tfr_torch.data.cache",
     "elastic_state": "tfr_torch.data.elastic",
+    "ElasticDistributedSampler": "tfr_torch.data.sampler",
     "decode_raw": "tfr_torch.decode.raw",
     "decode_image": "tfr_torch.images",
     "image_backends": "tfr_torch.images",
@@ -80,7 +81,8 @@ _EXPORTS = {
 }
 
 # written out (not computed) so that type checkers see the re-exports; a test keeps it equal to _EXPORTS
-__all__ = ["__version__", "CachedDataset", "CorruptRecordError", "DecodeError", "ExamplePlan", "FixedLenFeature",
+__all__ = ["__version__", "CachedDataset", "CorruptRecordError", "DecodeError", "ElasticDistributedSampler",
+    "ExamplePlan", "FixedLenFeature",
     "FixedLenSequenceFeature", "IndexMismatchError", "IndexedTFRecordDataset", "RaggedFeature", "RaggedTensor",
     "RecordLocation", "RecordReader", "RowLengths", "RowLimits", "RowSplits", "RowStarts", "ShardedWriter",
     "SkippedRecordWarning",
@@ -119,6 +121,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from tfr_torch.data.indexed import IndexedTFRecordDataset
     from tfr_torch.data.cache import CachedDataset
     from tfr_torch.data.elastic import elastic_state
+    from tfr_torch.data.sampler import ElasticDistributedSampler
     from tfr_torch.decode.raw import decode_raw
     from tfr_torch.images import decode_image, image_backends
     from tfr_torch.decode.infer import infer_features

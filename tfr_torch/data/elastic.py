@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from tfr_torch.data.reading import interleave, shuffle_buffer
+from tfr_torch.data.sampler_state import is_sampler_state, merge_sampler_parts, sampler_state_in
 from tfr_torch.data.sharding import epoch_rng, file_order, files_for_worker, rank_quota, worker_block
 
 __all__ = ["STATE_VERSION", "elastic_state", "epoch_sequence", "segment_sequence", "reader_streams", "reader_order",
@@ -242,6 +243,8 @@ def elastic_state(*states: Any) -> dict[str, Any]:
     """One state of a whole job's epoch, loadable under any world size and number of DataLoader workers, from the
     states of all its readers: `TFRecordDataset.state_dict()` parts, torchdata `StatefulDataLoader.state_dict()`s
     (each worker's part is taken from it), lists of them (what `all_gather_object` gives), or a merged state.
+    The same for `ElasticDistributedSampler` states: every rank's `sampler.state_dict()`, or the states of
+    StatefulDataLoaders that read through the sampler (the sampler's part is taken from each).
 
     >>> state = tfr_torch.elastic_state(gathered)   # doctest: +SKIP  (every rank's loader.state_dict())
     >>> dataset.load_state_dict(state)              # doctest: +SKIP  (then a fresh loader, any num_workers)
@@ -249,7 +252,11 @@ def elastic_state(*states: Any) -> dict[str, Any]:
     parts: list[Mapping[str, Any]] = []
     for state in states:
         _collect(state, parts)
-    return merge_states(parts)
+    samplers = [p for p in parts if is_sampler_state(p)]
+    if samplers and len(samplers) != len(parts):
+        raise ValueError(f"give the states of one kind: {len(samplers)} ElasticDistributedSampler state(s) and "
+                         f"{len(parts) - len(samplers)} TFRecordDataset state(s) were given")
+    return merge_sampler_parts(samplers) if samplers else merge_states(parts)
 
 
 def _collect(state: Any, parts: list[Mapping[str, Any]]) -> None:
@@ -258,6 +265,8 @@ def _collect(state: Any, parts: list[Mapping[str, Any]]) -> None:
             _collect(item, parts)
     elif isinstance(state, Mapping) and "version" in state:
         parts.append(state)
+    elif isinstance(state, Mapping) and (sampler := sampler_state_in(state)) is not None:
+        parts.append(sampler)  # a StatefulDataLoader reading through an ElasticDistributedSampler
     elif isinstance(state, Mapping) and "_snapshot" in state:  # StatefulDataLoader with worker processes
         if state.get("_steps_since_snapshot", 0):
             raise ValueError(f"this StatefulDataLoader state is {state['_steps_since_snapshot']} step(s) past its "
@@ -277,5 +286,6 @@ def _dataset_state(state: Mapping[str, Any], where: str) -> Any:
     found = state.get("dataset_state")
     if found is None:
         raise ValueError(f"the StatefulDataLoader state of {where} holds no dataset state: is its dataset a "
-                         "TFRecordDataset?")
+                         "TFRecordDataset, or its sampler an ElasticDistributedSampler (given as sampler=, batched "
+                         "by batch_size=)?")
     return found
