@@ -40,12 +40,13 @@ def corpus(tmp_path_factory, write_corpus):
             "ids": plain.ids}
 
 
-def make(corpus, source: str, rank: int, world: int, batched: bool, shuffle: bool = True) -> TFRecordDataset:
+def make(corpus, source: str, rank: int, world: int, batched: bool, shuffle: bool = True,
+         pad: bool = False) -> TFRecordDataset:
     paths, index = corpus[source]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # counting files without an index warns
         return TFRecordDataset(paths, SPEC, index=index, shuffle=shuffle, seed=7, rank=rank, world_size=world,
-                               batch_size=BATCH if batched else None, shuffle_buffer=6, interleave=2)
+                               batch_size=BATCH if batched else None, shuffle_buffer=6, interleave=2, pad=pad)
 
 
 def ids_of(item) -> list[int]:
@@ -127,6 +128,34 @@ def test_resume_of_a_resume(corpus, source):
     # the epoch is 80 records (world 2 drops none); B dropped what A left modulo 3 (its world size) from its own
     # segment, but C (one rank) reads every record no segment yielded, those included: nothing is missing
     assert sorted(yielded) == sorted(all_ids)
+
+
+PAD_LAYOUTS = [((3, 0), (2, 1)), ((2, 2), (3, 0)), ((1, 2), (3, 0))]
+
+
+@pytest.mark.parametrize("source", ["index", "gzindex", "noindex"])
+@pytest.mark.parametrize("batched", [False, True], ids=["record", "batch"])
+@pytest.mark.parametrize("old,new", PAD_LAYOUTS, ids=[f"{a}x{b}-to-{c}x{d}" for (a, b), (c, d) in PAD_LAYOUTS])
+def test_resume_with_pad_reads_every_record(corpus, source, batched, old, new):
+    """Slow-ish: DataLoaders with worker processes. pad=True: nothing is dropped to even the ranks; the epoch's
+    positions (80 records, padded to a multiple of the first world size by repeating its first records) that no
+    reader yielded are read after the resume, padded again to a multiple of the new world size. Every record comes
+    at least once, and the only repeats are those two paddings."""
+    (world, workers), (world2, workers2) = old, new
+    before, states = run_stage([make(corpus, source, r, world, batched, pad=True) for r in range(world)], workers,
+                               3 if batched else 7)
+    merged = tfr_torch.elastic_state(states)
+    after, _ = run_stage([make(corpus, source, r, world2, batched, pad=True) for r in range(world2)], workers2, None,
+                         merged)
+    assert len({len(rank) for rank in after}) == 1, [len(rank) for rank in after]  # equal per new rank
+    before_ids = [i for rank in before for item in rank for i in item]
+    after_ids = [i for rank in after for item in rank for i in item]
+    positions = -(-80 // world) * world  # the first layout's epoch: 80 records padded (81 for 3 ranks)
+    left = positions - len(before_ids)
+    assert len(after_ids) == -(-left // world2) * world2  # the rest, padded for the new ranks
+    seen = Counter(before_ids + after_ids)
+    assert set(seen) == set(corpus["ids"])  # every record
+    assert sum(seen.values()) - len(seen) == (positions - 80) + (len(after_ids) - left)  # repeats: padding only
 
 
 def test_same_layout_resume_keeps_the_uninterrupted_order(corpus):
