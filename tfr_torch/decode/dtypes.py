@@ -44,6 +44,7 @@ class StringDType:
 
 
 string: Final = StringDType()
+"""TensorFlow's `tf.string` as a dtype for feature specs and `parse_tensor`: bytes values, decoded to lists of bytes."""
 
 DType = Union[torch.dtype, StringDType]  # a torch dtype, or `string`
 

@@ -15,6 +15,7 @@ import torch
 __all__ = ["MODES", "normalize_mode", "to_mode", "orient", "to_dtype", "luma"]
 
 MODES = ("UNCHANGED", "GRAY", "GRAY_ALPHA", "RGB", "RGB_ALPHA")
+"""The read modes of `decode_image` (torchvision's `ImageReadMode` names; "L", "LA", "RGBA" are accepted too)."""
 _ALIASES = {"RGBA": "RGB_ALPHA", "L": "GRAY", "LA": "GRAY_ALPHA"}
 _CHANNELS = {"GRAY": 1, "GRAY_ALPHA": 2, "RGB": 3, "RGB_ALPHA": 4}
 DTYPES = (torch.uint8, torch.uint16, torch.float32)

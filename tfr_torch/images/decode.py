@@ -39,6 +39,7 @@ from tfr_torch.images._pillow import PillowError, decode_pillow, exif_orientatio
 __all__ = ["decode_image", "image_backends", "choose_backend", "BACKENDS"]
 
 BACKENDS = ("auto", "pillow", "torchcodec", "torchvision", "nvimgcodec")
+"""The names `decode_image(backend=...)` and `TFR_TORCH_IMAGE_BACKEND` accept ("auto" picks per file)."""
 ENV_BACKEND = "TFR_TORCH_IMAGE_BACKEND"
 _GPU_ORDER = ("nvimgcodec", "torchcodec", "torchvision")  # the decoders that take GPU batches
 # what backend="auto" may pick on a GPU: decoders measured within JPEG_TOLERANCE levels of the CPU contract on the

@@ -31,7 +31,9 @@ import torch.nn.functional as F
 __all__ = ["ImageTransform", "IMAGENET_MEAN", "IMAGENET_STD", "uniforms"]
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
+"""The per-channel mean of ImageNet's RGB pixels in [0, 1], `ImageTransform`'s default `mean`."""
 IMAGENET_STD = (0.229, 0.224, 0.225)
+"""The per-channel standard deviation of ImageNet's RGB pixels in [0, 1], `ImageTransform`'s default `std`."""
 _TRIES = 10  # torchvision's RandomResizedCrop tries this many boxes before it takes the centre crop
 _DRAWS = 2 * _TRIES + 3  # area and ratio per try, then top, left and the flip
 _MASK = np.uint64(0xFFFFFFFFFFFFFFFF)
