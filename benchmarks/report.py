@@ -225,3 +225,155 @@ def print_processes(rows: list[Row]) -> None:
         print(f"| {row.workload} | {row.library} | `{row.label}` | {_pct(main, wall)} | "
               f"{_pct(workers, wall) if worker_pids else '—'} | {_mb(row.metrics, 'main_peak_rss_mb')} | "
               f"{_mb(row.metrics, 'worker_peak_rss_mb')} |")
+
+
+# ---- Plots for the documentation site (`make docs`): drawn from the JSON the runners write, never by hand ----------
+
+LIBRARY_COLOURS = {"tfr_torch": "#1f77b4", "tfr_torch-python": "#9ecae1", "tfrecord": "#ff7f0e",
+                   "tensorflow": "#d62728"}
+
+
+def shown_command(command: str) -> str:
+    """The command line as the docs show it: the interpreter's path becomes `python`, a --json path its file name."""
+    words = command.split()
+    if words and words[0].endswith(("python", "python3")) or words and "/python" in words[0]:
+        words[0] = "python"
+    for i, word in enumerate(words[:-1]):
+        if word == "--json":
+            words[i + 1] = words[i + 1].rsplit("/", 1)[-1]
+    return " ".join(words)
+
+
+def run_caption(data: dict[str, Any]) -> str:
+    """What ran and where, for a `run.py --json` file: under each of its plots."""
+    m = data["machine"]
+    versions = ", ".join(f"{k} {v.split(' (')[0]}" for k, v in m["versions"].items() if v and k != "tfr_torch")
+    backend = "native backend" if "native" in (m["versions"].get("tfr_torch") or "") else "backend not recorded"
+    return (f"command: {shown_command(data['command'])}\n"
+            f"machine: {m['cpu_model']}, {m['cpu_count']} CPUs, load average at start {m['load_avg']}; "
+            f"{m['python']}; tfr_torch {backend}; {versions}\n"
+            f"best of {data['repeat']} passes after {data['warmup']} warm-up; CPU only")
+
+
+def gpu_caption(data: dict[str, Any]) -> str:
+    """What ran and where, for a `gpu_pipeline.py --json` file."""
+    args = {k: v for k, v in data["args"].items() if k != "json"}
+    flags = " ".join(f"--{k.replace('_', '-')}" + ("" if v is True else f" {v}") for k, v in args.items()
+                     if v is not False and v is not None)
+    device = f"GPU: {data['gpu']}" if data.get("gpu") else "device: CPU only (no GPU measured yet)"
+    decoders = ", ".join(f"{k} {v}" for k, v in data["decoders"].items() if v)
+    return (f"command: python benchmarks/gpu_pipeline.py {flags}\n"
+            f"machine: {data['cpus']} CPUs, torch {data['torch']}, decoders: {decoders}; {device}")
+
+
+def plot_names(path: str) -> list[str]:
+    """The PNG files `plot_results` draws for one JSON file (no matplotlib needed: the docs test checks them)."""
+    import json
+    import os
+
+    with open(path) as f:
+        data = json.load(f)
+    stem = os.path.splitext(os.path.basename(path))[0]
+    if "rows" in data and isinstance(data["rows"], list):
+        workloads = list(dict.fromkeys(r["workload"] for r in data["rows"]))
+        return [f"{stem}-{w}.png" for w in workloads]
+    return [f"{stem}.png"]
+
+
+def _figure(n_bars: int, caption: str) -> tuple[Any, Any]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    lines = caption.count("\n") + 1
+    fig, ax = plt.subplots(figsize=(10, 1.2 + 0.5 * n_bars + 0.22 * lines))
+    fig.subplots_adjust(left=0.45, right=0.97, top=1 - 0.45 / fig.get_figheight(),
+                        bottom=(0.55 + 0.2 * lines) / fig.get_figheight())
+    import textwrap
+
+    wrapped = "\n".join(textwrap.fill(line, 150, subsequent_indent="    ") for line in caption.splitlines())
+    fig.text(0.01, 0.01, wrapped, fontsize=6.5, family="monospace", va="bottom", ha="left", color="#444444")
+    return fig, ax
+
+
+def _bars(ax: Any, labels: list[str], values: list[float], colours: list[str], unit: str) -> None:
+    import textwrap
+
+    y = list(range(len(labels)))[::-1]
+    ax.barh(y, values, color=colours)
+    ax.set_yticks(y)
+    ax.set_yticklabels([textwrap.fill(label, 72, subsequent_indent="  ") for label in labels], fontsize=6.5)
+    ax.xaxis.set_major_formatter(lambda x, _: fmt_int(x))
+    ax.set_xlabel(unit, fontsize=8)
+    ax.tick_params(axis="x", labelsize=7)
+    top = max(values) if values else 1.0
+    for yy, v in zip(y, values):
+        ax.text(v + top * 0.01, yy, fmt_int(v), va="center", fontsize=7)
+    ax.set_xlim(0, top * 1.18)
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+
+
+def plot_results(path: str, out_dir: str) -> list[str]:
+    """Draw the plots of one JSON file (`run.py --json`: one per workload, every library's rows in records/s;
+    `gpu_pipeline.py --json`: its rows in images/s, the GPU rows marked as not measured where they did not run)
+    into `out_dir`, each with the command and the machine under it. Returns the files written."""
+    import json
+    import os
+
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    with open(path) as f:
+        data = json.load(f)
+    os.makedirs(out_dir, exist_ok=True)
+    names = plot_names(path)
+    written = []
+    if isinstance(data["rows"], list):
+        for name in names:
+            workload = name[len(os.path.splitext(os.path.basename(path))[0]) + 1:-4]
+            rows = [r for r in data["rows"] if r["workload"] == workload and r.get("records_per_s")]
+            caption = run_caption(data)
+            fig, ax = _figure(len(rows), caption)
+            _bars(ax, [f"{r['library']}: {r['label']}" for r in rows], [r["records_per_s"] for r in rows],
+                  [LIBRARY_COLOURS.get(r["library"], "#777777") for r in rows], "records/s (higher is faster)")
+            ax.set_title(f"{workload} ({data['data'][workload]['records']:,} records)", fontsize=9, loc="left")
+            libraries = list(dict.fromkeys(r["library"] for r in rows))
+            ax.legend(handles=[Patch(color=LIBRARY_COLOURS.get(lib, "#777777"), label=lib) for lib in libraries],
+                      fontsize=7, loc="lower right", frameon=False)
+            out = os.path.join(out_dir, name)
+            fig.savefig(out, dpi=130)
+            plt.close(fig)
+            written.append(out)
+    else:
+        measured = {k: v for k, v in data["rows"].items() if v is not None}
+        caption = gpu_caption(data)
+        if not data.get("gpu"):
+            caption += ("\nnot measured: the GPU rows (decode alone per decoder, DeviceLoader alone, ResNet-50 step "
+                        "alone and fed by DeviceLoader / by CPU workers): no GPU run yet")
+        fig, ax = _figure(max(1, len(measured)), caption)
+        _bars(ax, list(measured), list(measured.values()),
+              ["#ff7f0e" if k.startswith("tfrecord") else "#1f77b4" for k in measured], "images/s (higher is faster)")
+        device = data["gpu"] or "CPU only, no GPU measured yet"
+        ax.set_title(f"Feeding a GPU: decode + resize 256 + centre crop 224 ({device})", fontsize=9, loc="left")
+        out = os.path.join(out_dir, names[0])
+        fig.savefig(out, dpi=130)
+        plt.close(fig)
+        written.append(out)
+    return written
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m benchmarks.report --plot RESULTS.json... --out DIR`: the documentation's plots."""
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--plot", nargs="+", required=True, metavar="JSON")
+    parser.add_argument("--out", required=True, metavar="DIR")
+    args = parser.parse_args(argv)
+    for path in args.plot:
+        for out in plot_results(path, args.out):
+            print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
