@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check -q
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-random test-sanitizers install install-test test-xla test-images bench golden protos clean fuzz fuzz-ci lint
+.PHONY: demo test docs test-random test-sanitizers install install-test test-xla test-images bench golden protos clean fuzz fuzz-ci lint
 
 $(PY):
 	$(PYTHON) -m venv --system-site-packages $(VENV)
@@ -118,6 +118,20 @@ test-images: $(IMAGES_VENV)/.installed-images
 	PYTHONPATH=$(CURDIR) $(IMAGES_PY) -m pytest -q -p no:cacheprovider tests/test_images.py tests/test_convert.py \
 		-k "image or mode or decode" $(PYTEST_ARGS)
 
+# The documentation site (docs/, mkdocs.yml): the benchmark plots are drawn from the committed results
+# (benchmarks/results/*.json, written by benchmarks/run.py --json and benchmarks/gpu_pipeline.py --json) into
+# docs/plots/, then the site is built into site/ with warnings as errors. Neither folder is committed. The doc tests
+# (tests/test_docs.py, part of `make test`) need none of these tools: they read the markdown files directly.
+DOCS_CONSTRAINTS := constraints/docs.txt
+$(VENV)/.installed-docs: $(VENV)/.installed $(DOCS_CONSTRAINTS)
+	$(PIP) install -c $(VENV)/torch-constraint.txt -c $(DOCS_CONSTRAINTS) -e ".[docs]"
+	@touch $@
+
+docs: $(VENV)/.installed-docs
+	rm -rf docs/plots
+	$(PY) -m benchmarks.report --plot benchmarks/results/*.json --out docs/plots
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --clean
+
 bench: install-test
 	$(PY) benchmarks/run.py
 
@@ -145,4 +159,4 @@ golden:
 	@echo "run: <venv with tensorflow-cpu==2.21.0>/bin/python tests/data/make_golden.py"
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info .pytest_cache .hypothesis
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .hypothesis site docs/plots
