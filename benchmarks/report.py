@@ -281,18 +281,19 @@ def plot_names(path: str) -> list[str]:
 
 
 def _figure(n_bars: int, caption: str) -> tuple[Any, Any]:
+    """A figure for n horizontal bars, the caption (command, machine) in small type under the axes."""
+    import textwrap
+
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    lines = caption.count("\n") + 1
-    fig, ax = plt.subplots(figsize=(10, 1.2 + 0.5 * n_bars + 0.22 * lines))
-    fig.subplots_adjust(left=0.45, right=0.97, top=1 - 0.45 / fig.get_figheight(),
-                        bottom=(0.55 + 0.2 * lines) / fig.get_figheight())
-    import textwrap
-
-    wrapped = "\n".join(textwrap.fill(line, 150, subsequent_indent="    ") for line in caption.splitlines())
+    wrapped = "\n".join(textwrap.fill(line, 118, subsequent_indent="    ") for line in caption.splitlines())
+    lines = wrapped.count("\n") + 1
+    fig, ax = plt.subplots(figsize=(8, 1.3 + 0.55 * n_bars + 0.13 * lines))
+    height = fig.get_figheight()
+    fig.subplots_adjust(left=0.44, right=0.97, top=1 - 0.4 / height, bottom=(0.6 + 0.13 * lines) / height)
     fig.text(0.01, 0.01, wrapped, fontsize=6.5, family="monospace", va="bottom", ha="left", color="#444444")
     return fig, ax
 
@@ -303,14 +304,15 @@ def _bars(ax: Any, labels: list[str], values: list[float], colours: list[str], u
     y = list(range(len(labels)))[::-1]
     ax.barh(y, values, color=colours)
     ax.set_yticks(y)
-    ax.set_yticklabels([textwrap.fill(label, 72, subsequent_indent="  ") for label in labels], fontsize=6.5)
+    ax.set_yticklabels([textwrap.fill(label, 50, subsequent_indent="  ", break_long_words=False)
+                        for label in labels], fontsize=7.5)
     ax.xaxis.set_major_formatter(lambda x, _: fmt_int(x))
-    ax.set_xlabel(unit, fontsize=8)
-    ax.tick_params(axis="x", labelsize=7)
+    ax.set_xlabel(unit, fontsize=8.5)
+    ax.tick_params(axis="x", labelsize=7.5)
     top = max(values) if values else 1.0
     for yy, v in zip(y, values):
-        ax.text(v + top * 0.01, yy, fmt_int(v), va="center", fontsize=7)
-    ax.set_xlim(0, top * 1.18)
+        ax.text(v + top * 0.01, yy, fmt_int(v), va="center", fontsize=8)
+    ax.set_xlim(0, top * 1.25)
     for side in ("top", "right"):
         ax.spines[side].set_visible(False)
 
