@@ -74,7 +74,8 @@ PAGES_WITH_CODE = [p for p in GUIDES if any(lang == "python" and not skip for la
 @pytest.mark.parametrize("page", PAGES_WITH_CODE, ids=_rel)
 def test_every_python_block_of_a_page_runs(page, tmp_path, monkeypatch):
     """The page's blocks in order, in one namespace, in an empty folder (with `tests/` linked in, for the golden
-    TFDS folder the Hugging Face page reads)."""
+    TFDS folder the Hugging Face page reads). Slow for some pages (seconds): they start DataLoader workers, convert
+    images, or write and read Hugging Face datasets, as their readers would."""
     if "huggingface" in page.name:
         datasets = pytest.importorskip("datasets")
         monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf-cache")
@@ -129,6 +130,7 @@ def _attribute_docstrings() -> dict[str, str]:
 
 
 def test_every_public_name_is_in_the_api_reference():
+    """Slow (seconds): it imports every optional family, Ray and Hugging Face datasets included."""
     entries = _reference_entries()
     names = _public_names()
     missing = [f"{module}.{name}" for module, name, _ in names if f"{module}.{name}" not in entries]
@@ -141,6 +143,7 @@ def test_every_public_name_is_in_the_api_reference():
 
 
 def test_every_public_name_has_a_docstring_and_annotated_arguments():
+    """The families are imported once by the test before (Ray and datasets take seconds); this reads the objects."""
     attribute_docs = _attribute_docstrings()
     undocumented, unannotated = [], []
     for module, name, obj in _public_names():
