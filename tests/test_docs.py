@@ -216,3 +216,17 @@ def test_the_benchmarks_page_shows_every_plot_of_the_committed_results():
     drawn = {name for path in results for name in plot_names(str(path))}
     shown = set(re.findall(r"\]\(plots/([\w.-]+\.png)\)", (DOCS / "benchmarks.md").read_text()))
     assert shown == drawn, (sorted(drawn - shown), sorted(shown - drawn))
+
+
+def test_the_records_tour_gives_what_its_comments_say(tmp_path, monkeypatch):
+    """The format layer's tour (docs/guides/records.md, once the README's) yields the values its comments name."""
+    (source,) = [src for lang, src, _, _ in code_blocks(DOCS / "guides" / "records.md")
+                 if lang == "python" and "TFRecordWriter" in src]
+    monkeypatch.chdir(tmp_path)
+    scope: dict = {}
+    exec(compile(source, "docs/guides/records.md", "exec"), scope)
+    assert scope["features"]["label"].tolist() == [3]
+    assert scope["features"]["caption"] == [b"a cat"]
+    assert scope["record"] == b"any raw record"
+    assert scope["image"].shape == (3, 3)
+    assert len(scope["index"]) == 2
