@@ -35,6 +35,7 @@ from tfr_torch.data.elastic import (
 from tfr_torch.data.distributed import check_rank_world, rank_world
 from tfr_torch.data.indexes import resolve_indexes
 from tfr_torch.data.reading import (
+    GROUP_BYTES,
     Block,
     Source,
     blocks_of,
@@ -105,6 +106,10 @@ class TFRecordDataset(IterableDataset[Any]):
       False sends them through the DataLoader's pipe as usual.
     - `remote`: how URLs are read (`RemoteOptions`: block size, read-ahead, requests in flight, a local block
       cache shared by workers); None: its defaults.
+    - `max_group_bytes`: a global shuffle over GZIP/ZLIB files (through their seek points) reads its records in
+      groups of at most this many bytes, in the shuffled order: each group's records of a file are inflated in one
+      pass over the intervals they touch instead of one restart per record. A reader holds at most one group's
+      records (plus one run's compressed bytes); larger groups make an epoch cheaper (see the README).
     - A TensorFlow Datasets folder (`~/tensorflow_datasets/mnist` or its version folder) with `split` in TFDS's
       syntax ("train[:10%]", "train+test"): its shards, counts and features from its metadata, decoded as TFDS
       does (images as uint8 [C, H, W]); `as_supervised=True` gives (input, target) pairs. See tfr_torch.tfds.
@@ -137,6 +142,7 @@ class TFRecordDataset(IterableDataset[Any]):
         split: str | None = None,
         as_supervised: bool = False,
         remote: RemoteOptions | None = None,
+        max_group_bytes: int = GROUP_BYTES,
     ) -> None:
         super().__init__()
         # the options first: a bad value raises here, naming it, before any file is looked at (not in a worker)
@@ -175,6 +181,9 @@ class TFRecordDataset(IterableDataset[Any]):
         if remote is not None and not isinstance(remote, RemoteOptions):
             raise TypeError(f"remote must be None or a RemoteOptions, got {type(remote).__name__}: {remote!r}")
         self.remote = remote
+        if not isinstance(max_group_bytes, int) or isinstance(max_group_bytes, bool) or max_group_bytes < 1:
+            raise ValueError(f"max_group_bytes must be a positive int (bytes), got {max_group_bytes!r}")
+        self.max_group_bytes = max_group_bytes
         self._rank_world = rank_world(rank, world_size)  # checked again where the records are read
         self.rank, self.world_size = self._rank_world.rank, self._rank_world.world_size
         self.offsets = resolve_indexes(self.paths, index, compression)
@@ -507,7 +516,7 @@ class TFRecordDataset(IterableDataset[Any]):
         # ranks unequal or leave records unread): `whole` says a count is the file's total, not a TFDS slice
         whole = [self.tfds is None] * len(self.paths)
         return Source(self.paths, self.offsets, self.compression, self.verify, self.on_error,
-                      self._counts, whole, self._count_origin(), self.remote)
+                      self._counts, whole, self._count_origin(), self.remote, self.max_group_bytes)
 
     def _count_origin(self) -> str:
         if self._sidecar_counts and self.metadata is not None:

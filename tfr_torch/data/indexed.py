@@ -173,9 +173,12 @@ class IndexedTFRecordDataset(Dataset[Any]):
         """Several items at once (what DataLoader asks for when it batches), each equal to `self[i]`; the records are
         decoded together where the spec allows (see ExamplePlan.iter_rows)."""
         indices = list(indices)
-        if self.features is None or len(indices) < 2:
+        if len(indices) < 2:
             return [self[i] for i in indices]
-        records, names = self._read_many(indices)
+        records, names = self._read_many(indices)  # a GZIP/ZLIB file's records inflated together (read_many)
+        if self.features is None:
+            mark = self._mark()
+            return [self._finish(data, mark) for data in records]
         rows = self._plan_here().iter_rows(records, names)
         mark = self._mark()
         return [self._finish(row, mark) for row in rows]

@@ -17,11 +17,12 @@ from tfr_torch.format.location import RecordLocation
 from tfr_torch.format.paths import is_url
 from tfr_torch.format.reader import OnError, RecordFile, RecordReader
 
-__all__ = ["Block", "Located", "Source", "iter_run", "iter_random", "interleave", "shuffle_buffer", "located",
-           "blocks_of", "drop", "regroup", "flatten"]
+__all__ = ["Block", "Located", "Source", "iter_run", "iter_random", "group_bounds", "GROUP_BYTES", "interleave",
+           "shuffle_buffer", "located", "blocks_of", "drop", "regroup", "flatten"]
 
 _GROUP = 64  # records per block made from single records (read by offset, or out of the shuffle buffer)
 _AHEAD = 256  # records read by offset from remote files: announced this many at a time, one window ahead
+GROUP_BYTES = 64 << 20  # records of compressed files read by offset: read together, this many framed bytes at most
 
 
 class Located(NamedTuple):
@@ -69,7 +70,9 @@ class Source(NamedTuple):
     `counts` (when known) are the record counts the split was made with; a file read without an index is checked
     against them as it is read: one that ends early, or, where `whole[f]` says the count is the file's total, one
     that holds more, raises instead of giving a rank fewer or more records than the others. `origin` names where
-    the counts came from, for that message. `remote`: how URLs are read (a `RemoteOptions`; None: its defaults)."""
+    the counts came from, for that message. `remote`: how URLs are read (a `RemoteOptions`; None: its defaults).
+    `group_bytes`: records of GZIP/ZLIB files read by offset are read in groups of at most this many framed
+    bytes (see `group_bounds`)."""
 
     paths: Sequence[str]
     offsets: Sequence[np.ndarray | None]
@@ -80,6 +83,7 @@ class Source(NamedTuple):
     whole: Sequence[bool] | None = None
     origin: str = "the record count"
     remote: Any = None
+    group_bytes: int = GROUP_BYTES
 
 
 def iter_run(source: Source, run: Run) -> Iterator[Block]:
@@ -136,10 +140,30 @@ def iter_run(source: Source, run: Run) -> Iterator[Block]:
                                     "rewrite its index or sidecar)", path, extra)
 
 
+def group_bounds(sizes: np.ndarray, budget: int) -> list[tuple[int, int]]:
+    """Cut records in reading order (their framed sizes) into consecutive groups of at most `budget` bytes each
+    (a record larger than the budget makes a group alone): [(start, stop), ...].
+
+    >>> group_bounds(np.array([4, 4, 4, 9, 1]), 8)
+    [(0, 2), (2, 3), (3, 4), (4, 5)]
+    """
+    ends = np.cumsum(np.asarray(sizes, dtype=np.int64))
+    bounds, start = [], 0
+    while start < len(ends):
+        before = int(ends[start - 1]) if start else 0
+        stop = max(int(np.searchsorted(ends, before + budget, side="right")), start + 1)
+        bounds.append((start, stop))
+        start = stop
+    return bounds
+
+
 def iter_random(source: Source, global_ids: np.ndarray, counts: Sequence[int]) -> Iterator[Block]:
     """Records by global number, each read by its offset (one open handle per file), in blocks. Records of remote
     files are announced to their handles a window of `_AHEAD` ahead, so their range requests run together while
-    the window before is read."""
+    the window before is read. Records of GZIP/ZLIB files (read through their seek points) are read in groups of
+    `source.group_bytes`: each group's records of a file are inflated together (RecordFile.read_many: one pass over
+    the intervals they touch, instead of one restart per record) and yielded in the order asked; a reader then
+    holds at most one group's records of compressed files, plus one run's compressed bytes."""
     ends = np.cumsum(counts)
     tables = cast("Sequence[np.ndarray]", source.offsets)  # reading by offset: every file has its index
     files: dict[int, RecordFile] = {}
@@ -166,15 +190,43 @@ def iter_random(source: Source, global_ids: np.ndarray, counts: Sequence[int]) -
                 tokens.append((handle(f), handle(f).prefetch(table[:, 0], table[:, 1])))
         return tokens
 
+    def grouped(files_of: list[int], rows: list[int]) -> Iterator[Located]:
+        """Records in the order given, those of compressed files read a group at a time."""
+        packed = {f: handle(f).compressed for f in set(files_of)}
+        if not any(packed.values()):
+            yield from one_by_one(files_of, rows)
+            return
+        sizes = np.fromiter((tables[f][i, 1] for f, i in zip(files_of, rows)), dtype=np.int64, count=len(rows))
+        for start, stop in group_bounds(sizes, source.group_bytes):
+            ready: dict[int, bytes] = {}  # position in the group -> record, for those of compressed files
+            by_file: dict[int, list[int]] = {}
+            for k in range(start, stop):
+                if packed[files_of[k]]:
+                    by_file.setdefault(files_of[k], []).append(k)
+            for f, at in by_file.items():
+                table = tables[f][[rows[k] for k in at]]
+                ready.update(zip(at, handle(f).read_many(table[:, 0], table[:, 1])))
+            for k in range(start, stop):
+                f = files_of[k]
+                offset, size = (int(v) for v in tables[f][rows[k]])
+                data = ready.pop(k, None)
+                yield Located(handle(f).read(offset, size) if data is None else data, source.paths[f], offset)
+
+    def one_by_one(files_of: list[int], rows: list[int]) -> Iterator[Located]:
+        for f, i in zip(files_of, rows):
+            offset, size = (int(v) for v in tables[f][i])
+            yield Located(handle(f).read(offset, size), source.paths[f], offset)
+
+    compressed = source.compression not in (None, "")  # "auto" may find some compressed: asked of each file
+
     def records() -> Iterator[Located]:
         step = _AHEAD if remote else max(len(global_ids), 1)
         ahead = announce(global_ids[:step]) if remote else []
         for w in range(0, len(global_ids), step):
             window = global_ids[w : w + step]
             current, ahead = ahead, (announce(global_ids[w + step : w + 2 * step]) if remote else [])
-            for f, i in zip(*where(window)):
-                offset, size = (int(v) for v in tables[f][i])
-                yield Located(handle(f).read(offset, size), source.paths[f], offset)
+            files_of, rows = where(window)
+            yield from (grouped if compressed else one_by_one)(files_of, rows)
             for opened, token in current:
                 opened.release(token)
 

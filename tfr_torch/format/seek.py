@@ -34,8 +34,9 @@ import mmap
 import os
 import struct
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
@@ -98,38 +99,95 @@ class SeekPoints:
     def read(self, read_file_at: Callable[[int, int], bytes], offset: int, size: int) -> bytes:
         """The decompressed bytes [offset, offset + size) (fewer where the stream ends first), inflated from the
         last usable point at or before `offset`; `read_file_at(offset, size)` reads the compressed file."""
-        offset, size = int(offset), int(size)
-        if size <= 0 or offset >= self.total_out:
-            return b""
-        size = min(size, self.total_out - offset)
+        return self.read_many(read_file_at, [offset], [size])[0]
+
+    def read_many(self, read_file_at: Callable[[int, int], bytes], offsets: Sequence[int] | np.ndarray,
+                  sizes: Sequence[int] | np.ndarray) -> list[bytes]:
+        """Several ranges, each as `read(read_file_at, offset, size)` gives it, in the order given, inflating each
+        stretch of the stream at most once: the ranges are sorted by offset and read in runs, each from one restart
+        at the last usable point at or before its first range. A run goes on past the bytes between its ranges
+        (inflated and dropped, never kept) while the next range's own point is not past where inflation stands, so
+        a group of records costs one pass over the intervals it touches. Memory: the ranges' bytes (inflated
+        straight into them) plus one run's compressed bytes at a time (at most the ranges' compressed size and
+        one interval's). A range asked for twice is inflated once (the same bytes object twice)."""
+        offs = np.asarray(offsets, dtype=np.int64).reshape(-1)
+        lens = np.asarray(sizes, dtype=np.int64).reshape(-1)
+        if len(offs) != len(lens):
+            raise ValueError(f"read_many: {len(offs)} offsets but {len(lens)} sizes")
+        if len(offs) and int(offs.min()) < 0:
+            raise ValueError(f"read_many: negative decompressed offset {int(offs.min())} in {self.path}")
+        lens = np.minimum(lens, self.total_out - offs)  # fewer where the stream ends first
+        out: list[bytes] = [b""] * len(offs)
+        live = np.flatnonzero(lens > 0)
+        if not len(live):
+            return out
+        order = live[np.lexsort((lens[live], offs[live]))]
+        first = np.ones(len(order), dtype=bool)  # the first of each distinct range in `order`
+        first[1:] = (np.diff(offs[order]) != 0) | (np.diff(lens[order]) != 0)
+        ranges = order[first]  # positions in the caller's lists, one per distinct range, by offset
         native = available()
-        k = self._point_before(offset, native)
+        for k, run in self._runs(offs[ranges], lens[ranges], native):
+            got = self._read_run(read_file_at, k, offs[ranges[run]], lens[ranges[run]], native)
+            for u, data in zip(run, got):
+                out[int(ranges[u])] = data
+        slot = np.cumsum(first) - 1  # each position of `order` -> its distinct range
+        for pos, u in zip(order[~first].tolist(), slot[~first].tolist()):
+            out[pos] = out[int(ranges[u])]
+        return out
+
+    def _runs(self, offs: np.ndarray, lens: np.ndarray, native: bool) -> list[tuple[int, list[int]]]:
+        """Sorted ranges split into runs: (the point to restart at, the ranges it inflates). A range joins the run
+        before it when it does not overlap that run's last range and its own point is not past where that run's
+        inflation stands (going on costs no more than a restart there)."""
+        points = self._points_before(offs, native).tolist()
+        outs = self.table[:, 0].tolist()
+        runs: list[tuple[int, list[int]]] = []
+        at = -1  # where the current run's inflation stands
+        for u, (o, n, k) in enumerate(zip(offs.tolist(), lens.tolist(), points)):
+            if runs and o >= at and outs[k] <= at:
+                runs[-1][1].append(u)
+            else:
+                runs.append((k, [u]))
+            at = o + n
+        return runs
+
+    def _read_run(self, read_file_at: Callable[[int, int], bytes], k: int, offs: np.ndarray, lens: np.ndarray,
+                  native: bool) -> list[bytes]:
+        """The ranges of one run (in order, apart), inflated from point k once; raises CorruptRecordError naming the
+        first range that the stream does not give whole."""
         out, start, bits = (int(v) for v in self.table[k])
-        stop_at = int(np.searchsorted(self.table[:, 0], offset + size))  # the first point at or after the end
+        stop_at = int(np.searchsorted(self.table[:, 0], int(offs[-1] + lens[-1])))  # the first point at/after the end
         end = int(self.table[stop_at, 1]) + 1 if stop_at < len(self.table) else self.file_size
         first = start - (1 if bits else 0)
         data = read_file_at(first, min(end, self.file_size) - first)
-        self._check_point(k, data, offset)
+        self._check_point(k, data, int(offs[0]))
+        starts = np.ascontiguousarray(offs - out, dtype=np.int64)
+        lens = np.ascontiguousarray(lens, dtype=np.int64)
         if native:
-            status, got = _native.core.seek_extract(data, bits, self.windows[k], self.compression == GZIP,  # type: ignore[union-attr]
-                                                    offset - out, size)
+            status, got, made = _native.core.seek_extract_ranges(  # type: ignore[union-attr]
+                data, bits, self.windows[k], self.compression == GZIP, starts, lens)
         else:
-            status, got = _extract_python(data, self.windows[k], self.compression == GZIP, offset - out, size)
-        if status or len(got) < size:
+            status, got, made = _extract_python(data, self.windows[k], self.compression == GZIP, starts.tolist(),
+                                                lens.tolist())
+        ends = np.cumsum(lens)
+        if status or made < int(ends[-1]):
+            short = int(np.searchsorted(ends, made, side="right"))  # the first range not made whole
+            short = min(short, len(lens) - 1)
             why = _STATUS.get(status, "the decompressed stream ends before it")
             raise CorruptRecordError(
-                f"cannot read {size} decompressed bytes from seek point {k} (compressed byte {start}, bit {bits}, "
-                f"decompressed offset {out}) of {self.seek_path}: {why}; the file or its seek points changed since "
-                "they were built? Build them again (build_index, or `tfr-torch index`)", self.path, offset)
-        return bytes(got)
+                f"cannot read {int(lens[short])} decompressed bytes from seek point {k} (compressed byte {start}, "
+                f"bit {bits}, decompressed offset {out}) of {self.seek_path}: {why}; the file or its seek points "
+                "changed since they were built? Build them again (build_index, or `tfr-torch index`)", self.path,
+                int(offs[short]))
+        return cast("list[bytes]", got)
 
-    def _point_before(self, offset: int, native: bool) -> int:
-        outs = self.table[:, 0]
-        k = int(np.searchsorted(outs, offset, side="right")) - 1
+    def _points_before(self, offs: np.ndarray, native: bool) -> np.ndarray:
+        """For each offset, the last point at or before it that can be restarted at here."""
+        k = np.searchsorted(self.table[:, 0], offs, side="right") - 1
         if not native:  # Python's zlib restarts only at a point that starts on a byte boundary (the first always does)
-            while k > 0 and self.table[k, 2]:
-                k -= 1
-        return max(k, 0)
+            aligned = np.flatnonzero(self.table[:, 2] == 0)
+            k = aligned[np.maximum(np.searchsorted(aligned, k, side="right") - 1, 0)] if len(aligned) else k * 0
+        return np.maximum(k, 0)
 
     def _check_point(self, k: int, data: bytes, offset: int) -> None:
         if zlib.crc32(data[:_anchor_length(self.table[k])]) != self.anchor_crcs[k]:
@@ -146,27 +204,57 @@ def _anchor_length(row: np.ndarray) -> int:
     return (1 if int(row[2]) else 0) + _ANCHOR
 
 
-def _extract_python(data: bytes, window: bytes, gzip: bool, skip: int, want: int) -> tuple[int, bytes]:
-    """The reference for seek_extract at a point that starts on a byte boundary: Python's zlib with the window as
-    its preset dictionary (raw deflate); GZIP members after the first are read whole (header and trailer)."""
-    d = zlib.decompressobj(-15, zdict=window) if window else zlib.decompressobj(-15)
-    raw, need, parts, made, rest = True, skip + want, [], 0, data
+def _extract_python(data: bytes, window: bytes, gzip: bool, starts: list[int],
+                    lens: list[int]) -> tuple[int, list[bytes], int]:
+    """The reference for seek_extract_ranges at a point that starts on a byte boundary: Python's zlib with the
+    window as its preset dictionary (raw deflate); GZIP members after the first are read whole (header and
+    trailer). Returns (status, the ranges' bytes, how many bytes they got in all)."""
+    inflater = _Inflater(data, window, gzip)
+    parts: list[bytes] = []
+    at = made = 0
     try:
-        while made < need:
-            got = d.decompress(rest, need - made)
-            parts.append(got)
+        for start, n in zip(starts, lens):
+            at += inflater.take(start - at, keep=False)[1]
+            if at < start:
+                break
+            got = inflater.take(n, keep=True)[0]
+            at += len(got)
             made += len(got)
-            rest = d.unconsumed_tail
-            if d.eof:
-                tail = d.unused_data[8:] if raw else d.unused_data  # a raw member's gzip trailer is still there
-                if not gzip or not tail:
-                    break
-                d, raw, rest = zlib.decompressobj(31), False, tail
-            elif not got and not rest:
-                return (2 if made < need else 0), b"".join(parts)[skip:]
+            parts.append(got)
     except zlib.error:
-        return 1, b"".join(parts)[skip:]
-    return 0, b"".join(parts)[skip : skip + want]
+        return 1, parts, made
+    return inflater.status, parts + [b""] * (len(lens) - len(parts)), made
+
+
+class _Inflater:
+    """Raw inflation from a byte-aligned point with Python's zlib, across GZIP members."""
+
+    def __init__(self, data: bytes, window: bytes, gzip: bool) -> None:
+        self._d = zlib.decompressobj(-15, zdict=window) if window else zlib.decompressobj(-15)
+        self._raw, self._gzip, self._rest = True, gzip, data
+        self.ended = False
+        self.status = 0  # 2 once the input ends inside the stream
+
+    def take(self, n: int, keep: bool) -> tuple[bytes, int]:
+        """Up to `n` more decompressed bytes (fewer once the stream or the input ends) and how many were made;
+        when not `keep`, inflated in pieces of at most 1 MiB and dropped (b"" returned)."""
+        parts: list[bytes] = []
+        made = 0
+        while made < n and not self.ended:
+            got = self._d.decompress(self._rest, n - made if keep else min(n - made, 1 << 20))
+            made += len(got)
+            if keep:
+                parts.append(got)
+            self._rest = self._d.unconsumed_tail
+            if self._d.eof:
+                tail = self._d.unused_data[8:] if self._raw else self._d.unused_data  # a raw member's trailer
+                if not self._gzip or not tail:
+                    self.ended = True
+                else:
+                    self._d, self._raw, self._rest = zlib.decompressobj(31), False, tail
+            elif not got and not self._rest:
+                self.status, self.ended = 2, True
+        return b"".join(parts), made
 
 
 def build_seek_points(path: PathLike, seek_path: PathLike, compression: str, span: int = DEFAULT_SPAN) -> bool:

@@ -1029,6 +1029,63 @@ done:
     PyBuffer_Release(&window);
     return NULL;
 }
+
+/* seek_extract_ranges(data, bits, window, gzip, starts, lens) -> (status, list of bytes, got): restart inflation
+ * at a seek point once and inflate the ranges (int64 buffers: starts[i] decompressed bytes after the point, lens[i]
+ * long; in increasing order, apart) straight into their bytes objects, made before inflation starts. `got` is how
+ * many bytes were inflated into them in all: less than the sum of lens when the stream ends first. */
+static PyObject *py_seek_extract_ranges(PyObject *self, PyObject *args) {
+    Py_buffer data, window, starts, lens;
+    unsigned int bits;
+    int gzip;
+    if (!PyArg_ParseTuple(args, "y*Iy*py*y*:seek_extract_ranges", &data, &bits, &window, &gzip, &starts, &lens))
+        return NULL;
+    PyObject *list = NULL, *result = NULL;
+    uint8_t **outs = NULL;
+    Py_ssize_t n = starts.len / (Py_ssize_t)sizeof(int64_t);
+    const int64_t *s = starts.buf, *l = lens.buf;
+    int ok = bits <= 7 && window.len <= (Py_ssize_t)TFR_SEEK_WINDOW && starts.len == lens.len &&
+             starts.len % (Py_ssize_t)sizeof(int64_t) == 0;
+    for (Py_ssize_t i = 0; ok && i < n; i++) /* each range after the one before, none negative */
+        ok = s[i] >= 0 && l[i] >= 0 && l[i] <= PY_SSIZE_T_MAX && (i == 0 || s[i] - l[i - 1] >= s[i - 1]);
+    if (!ok) {
+        PyErr_SetString(PyExc_ValueError, "seek_extract_ranges: starts and lens must be int64 buffers of one length, "
+                                          "ranges in increasing order and apart, bits 0..7 and the window at most "
+                                          "32768 bytes");
+        goto done;
+    }
+    list = PyList_New(n);
+    outs = malloc((size_t)(n ? n : 1) * sizeof *outs);
+    if (!list || !outs) {
+        if (!PyErr_Occurred()) PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)l[i]);
+        if (!item) goto done;
+        PyList_SET_ITEM(list, i, item);
+        outs[i] = (uint8_t *)PyBytes_AS_STRING(item);
+    }
+    size_t got = 0;
+    int status;
+    Py_BEGIN_ALLOW_THREADS
+    status = tfr_seek_extract_ranges(data.buf, (size_t)data.len, bits, window.buf, (size_t)window.len, gzip,
+                                     (const uint64_t *)s, (const uint64_t *)l, (size_t)n, outs, &got);
+    Py_END_ALLOW_THREADS
+    if (status == TFR_SEEK_NOMEM) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    result = Py_BuildValue("(iOK)", status, list, (unsigned long long)got);
+done:
+    Py_XDECREF(list);
+    free(outs);
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&window);
+    PyBuffer_Release(&starts);
+    PyBuffer_Release(&lens);
+    return result;
+}
 #endif
 
 /* ---- module --------------------------------------------------------------------------------------------------- */
@@ -1051,6 +1108,9 @@ static PyMethodDef module_methods[] = {
      "seek_build(data, gzip, span) -> (status, points, windows, total_out, error_in): seek points of a GZIP/ZLIB file"},
     {"seek_extract", py_seek_extract, METH_VARARGS,
      "seek_extract(data, bits, window, gzip, skip, want) -> (status, bytes): inflate from a seek point"},
+    {"seek_extract_ranges", py_seek_extract_ranges, METH_VARARGS,
+     "seek_extract_ranges(data, bits, window, gzip, starts, lens) -> (status, list of bytes, got): ranges from one "
+     "seek point"},
 #endif
     {"frame_records", py_frame_records, METH_O, "frame_records(records) -> bytes: the records framed back to back"},
     {"sparse_indices", py_sparse_indices, METH_O,

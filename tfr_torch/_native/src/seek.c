@@ -117,12 +117,12 @@ int tfr_seek_build(const uint8_t *in, size_t in_len, int gzip, uint64_t span, tf
 }
 
 /* Pass over a gzip member's trailer and the next member's header, leaving `s` in raw mode at its deflate data.
- * Returns 1 when there is a next member, 0 at the end of the input, or a status. */
+ * Returns 1 when there is a next member, 0 at the end of the input, or a status negated. */
 static int next_member(z_stream *s, const uint8_t *in, size_t in_len, size_t *pos, uint8_t *discard) {
     unsigned drop = GZIP_TRAILER;
     while (drop) {
         feed(s, in, in_len, pos);
-        if (!s->avail_in) return TFR_SEEK_TRUNCATED;
+        if (!s->avail_in) return -TFR_SEEK_TRUNCATED;
         unsigned n = s->avail_in < drop ? s->avail_in : drop;
         s->next_in += n;
         s->avail_in -= n;
@@ -130,64 +130,96 @@ static int next_member(z_stream *s, const uint8_t *in, size_t in_len, size_t *po
     }
     feed(s, in, in_len, pos);
     if (!s->avail_in) return 0;
-    if (inflateReset2(s, 31) != Z_OK) return TFR_SEEK_CORRUPT;
+    if (inflateReset2(s, 31) != Z_OK) return -TFR_SEEK_CORRUPT;
     do {
         feed(s, in, in_len, pos);
         s->next_out = discard;
         s->avail_out = TFR_SEEK_WINDOW;
         int ret = inflate(s, Z_BLOCK); /* stops once the header is read */
-        if (ret != Z_OK) return ret == Z_STREAM_END ? TFR_SEEK_CORRUPT : status_of(ret);
+        if (ret != Z_OK) return ret == Z_STREAM_END ? -TFR_SEEK_CORRUPT : -status_of(ret);
     } while (!(s->data_type & 0x80));
-    return inflateReset2(s, -15) == Z_OK ? 1 : TFR_SEEK_CORRUPT;
+    return inflateReset2(s, -15) == Z_OK ? 1 : -TFR_SEEK_CORRUPT;
+}
+
+/* Inflation restarted at a point: the stream, where it is in `in`, and whether the stream has ended. */
+typedef struct {
+    z_stream s;
+    const uint8_t *in;
+    size_t in_len, pos;
+    int gzip, ended;
+    uint8_t *discard; /* TFR_SEEK_WINDOW bytes: where dropped output goes */
+} restart;
+
+/* Inflate up to `n` more bytes into `dst` (NULL: dropped into r->discard); *made says how many (fewer once the
+ * stream ends: r->ended). Returns a status. */
+static int produce(restart *r, uint8_t *dst, uint64_t n, uint64_t *made) {
+    *made = 0;
+    while (*made < n && !r->ended) {
+        feed(&r->s, r->in, r->in_len, &r->pos);
+        uint64_t left = n - *made;
+        r->s.next_out = dst ? dst + *made : r->discard;
+        uint64_t room = dst ? FEED_MAX : TFR_SEEK_WINDOW;
+        r->s.avail_out = (uInt)(left < room ? left : room);
+        unsigned before = r->s.avail_out;
+        int ret = inflate(&r->s, Z_NO_FLUSH);
+        *made += before - r->s.avail_out;
+        if (ret == Z_STREAM_END) {
+            if (!r->gzip) { /* the one ZLIB stream has ended */
+                r->ended = 1;
+                break;
+            }
+            int more = next_member(&r->s, r->in, r->in_len, &r->pos, r->discard);
+            if (more < 0) return -more;
+            r->ended = more == 0; /* the input ends after the member */
+        } else if (ret != Z_OK) {
+            return status_of(ret == Z_NEED_DICT ? Z_DATA_ERROR : ret);
+        }
+    }
+    return TFR_SEEK_OK;
+}
+
+int tfr_seek_extract_ranges(const uint8_t *in, size_t in_len, unsigned bits, const uint8_t *window, size_t dict,
+                            int gzip, const uint64_t *starts, const uint64_t *lens, size_t n, uint8_t *const *outs,
+                            size_t *got) {
+    *got = 0;
+    if (bits > 7 || dict > TFR_SEEK_WINDOW || (bits && in_len < 1)) return TFR_SEEK_TRUNCATED;
+    restart r;
+    memset(&r, 0, sizeof r);
+    r.in = in;
+    r.in_len = in_len;
+    r.gzip = gzip;
+    r.discard = malloc(TFR_SEEK_WINDOW);
+    if (!r.discard || inflateInit2(&r.s, -15) != Z_OK) { /* -15: raw deflate, no header */
+        free(r.discard);
+        return TFR_SEEK_NOMEM;
+    }
+    if (bits) { /* the block's first bits are the high bits of the shared byte */
+        inflatePrime(&r.s, (int)bits, in[0] >> (8 - bits));
+        r.pos = 1;
+    }
+    if (dict) inflateSetDictionary(&r.s, window, (uInt)dict);
+    int status = TFR_SEEK_OK;
+    uint64_t at = 0; /* decompressed bytes since the point */
+    for (size_t i = 0; i < n && status == TFR_SEEK_OK && !r.ended; i++) {
+        uint64_t made;
+        if (starts[i] < at) { /* ranges must be in order and apart: the caller checks, this guards */
+            status = TFR_SEEK_CORRUPT;
+            break;
+        }
+        status = produce(&r, NULL, starts[i] - at, &made); /* the gap before the range, dropped */
+        at += made;
+        if (status != TFR_SEEK_OK || at < starts[i]) break;
+        status = produce(&r, outs[i], lens[i], &made);
+        at += made;
+        *got += made;
+    }
+    inflateEnd(&r.s);
+    free(r.discard);
+    return status;
 }
 
 int tfr_seek_extract(const uint8_t *in, size_t in_len, unsigned bits, const uint8_t *window, size_t dict, int gzip,
                      uint64_t skip, uint8_t *out, size_t want, size_t *got) {
-    *got = 0;
-    if (bits > 7 || dict > TFR_SEEK_WINDOW || (bits && in_len < 1)) return TFR_SEEK_TRUNCATED;
-    z_stream s;
-    memset(&s, 0, sizeof s);
-    uint8_t *discard = malloc(TFR_SEEK_WINDOW);
-    if (!discard || inflateInit2(&s, -15) != Z_OK) { /* -15: raw deflate, no header */
-        free(discard);
-        return TFR_SEEK_NOMEM;
-    }
-    size_t pos = 0;
-    int status = TFR_SEEK_OK;
-    if (bits) { /* the block's first bits are the high bits of the shared byte */
-        inflatePrime(&s, (int)bits, in[0] >> (8 - bits));
-        pos = 1;
-    }
-    if (dict) inflateSetDictionary(&s, window, (uInt)dict);
-    while (*got < want) {
-        feed(&s, in, in_len, &pos);
-        if (skip) {
-            s.next_out = discard;
-            s.avail_out = skip < TFR_SEEK_WINDOW ? (uInt)skip : TFR_SEEK_WINDOW;
-        } else {
-            s.next_out = out + *got;
-            s.avail_out = want - *got < FEED_MAX ? (uInt)(want - *got) : FEED_MAX;
-        }
-        unsigned before = s.avail_out;
-        int ret = inflate(&s, Z_NO_FLUSH);
-        unsigned made = before - s.avail_out;
-        if (skip)
-            skip -= made;
-        else
-            *got += made;
-        if (ret == Z_STREAM_END) {
-            if (!gzip) break; /* the one ZLIB stream has ended */
-            int more = next_member(&s, in, in_len, &pos, discard);
-            if (more <= 0) { /* the input ends after the member, or a status */
-                status = more;
-                break;
-            }
-        } else if (ret != Z_OK) {
-            status = status_of(ret == Z_NEED_DICT ? Z_DATA_ERROR : ret);
-            break;
-        }
-    }
-    inflateEnd(&s);
-    free(discard);
-    return status;
+    uint64_t len = want;
+    return tfr_seek_extract_ranges(in, in_len, bits, window, dict, gzip, &skip, &len, 1, &out, got);
 }

@@ -43,4 +43,12 @@ void tfr_seek_free(tfr_seek_index *ix);
 int tfr_seek_extract(const uint8_t *in, size_t in_len, unsigned bits, const uint8_t *window, size_t dict, int gzip,
                      uint64_t skip, uint8_t *out, size_t want, size_t *got);
 
+/* Several ranges from one restart: range i is lens[i] bytes from starts[i] decompressed bytes after the point
+ * (in increasing order, apart), written to outs[i]; the bytes between ranges are inflated and dropped. *got says
+ * how many bytes were written in all (fewer than the sum of lens when the input or the stream ends first). One
+ * pass over an interval for all the records wanted in it, instead of one restart per record. */
+int tfr_seek_extract_ranges(const uint8_t *in, size_t in_len, unsigned bits, const uint8_t *window, size_t dict,
+                            int gzip, const uint64_t *starts, const uint64_t *lens, size_t n, uint8_t *const *outs,
+                            size_t *got);
+
 #endif
