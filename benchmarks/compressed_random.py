@@ -1,6 +1,7 @@
 """A random-order epoch over a GZIP file through its seek points, beside a sequential pass over the same file.
 
-    python benchmarks/compressed_random.py [--records-kb 16,128] [--total-mb 48] [--spans-kb 1024,256] [--repeat 3]
+    python benchmarks/compressed_random.py [--records-kb 16,128,512] [--total-mb 48] [--spans-kb 1024,256]
+        [--group-mb 64] [--repeat 3] [--from-start]
 
 For each record size, writes a GZIP TFRecord file of about `--total-mb` decompressed MB (records half random
 bytes, half repeated ones: about 2:1 compressible, like serialized Examples of features and images), then times,
@@ -10,15 +11,19 @@ best of `--repeat`:
 - random: every record once in a seeded random order through `RecordFile(path).read(offset, size)` (what the
   global shuffle of TFRecordDataset and IndexedTFRecordDataset do), with seek points every `--spans-kb` KiB of
   output (build_index(seek_span=...)): each read inflates from the last point before the record;
-- before seek points: one `read_records(path, start=offset, end=offset + size)` per record (an inflation from the
-  start of the file each), timed on 20 records and scaled to the epoch.
+- grouped: the same order, read `--group-mb` MB of records at a time through `RecordFile.read_many` (what the
+  global shuffle does with max_group_bytes, and IndexedTFRecordDataset with a batch): each group's records sorted
+  by offset and inflated in one pass over the intervals they touch, yielded in the order asked;
+- with --from-start, before seek points: one `read_records(path, start=offset, end=offset + size)` per record (an
+  inflation from the start of the file each), timed on 20 records and scaled to the epoch.
 
-Ratio: random time over sequential time. The sidecar's size is printed as a share of the compressed file's.
+Ratios: random time over sequential time. The sidecar's size is printed as a share of the compressed file's.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import tempfile
 import time
@@ -26,6 +31,7 @@ import time
 import numpy as np
 
 import tfr_torch
+from tfr_torch.data.reading import group_bounds
 from tfr_torch.format.reader import RecordFile
 
 
@@ -59,6 +65,14 @@ def _random(path: str, index: np.ndarray, order: np.ndarray) -> None:
             f.read(int(index[i, 0]), int(index[i, 1]))
 
 
+def _grouped(path: str, index: np.ndarray, order: np.ndarray, group_bytes: int) -> None:
+    with RecordFile(path) as f:
+        for start, stop in group_bounds(index[order, 1], group_bytes):
+            at = order[start:stop]
+            for _ in f.read_many(index[at, 0], index[at, 1]):
+                pass
+
+
 def _from_start(path: str, index: np.ndarray, order: np.ndarray) -> None:
     for i in order.tolist():
         offset, size = int(index[i, 0]), int(index[i, 1])
@@ -68,30 +82,36 @@ def _from_start(path: str, index: np.ndarray, order: np.ndarray) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--records-kb", default="16,128", help="record sizes in KiB, comma-separated")
+    parser.add_argument("--records-kb", default="16,128,512", help="record sizes in KiB, comma-separated")
     parser.add_argument("--total-mb", type=int, default=48, help="decompressed MB per file")
     parser.add_argument("--spans-kb", default="1024,256", help="seek point spans in KiB, comma-separated")
+    parser.add_argument("--group-mb", type=int, default=64, help="decompressed MB of records per group")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--from-start", action="store_true", help="also time the reads before seek points")
     args = parser.parse_args()
-    print(f"backend: {tfr_torch.backend()}; GZIP files of ~{args.total_mb} MB decompressed; best of {args.repeat}")
-    print(f"{'record':>8} {'span':>8} {'sequential':>11} {'random':>9} {'ratio':>6} {'sidecar':>8} "
-          f"{'before (est.)':>14} {'ratio':>7}")
+    print(f"backend: {tfr_torch.backend()}; GZIP files of ~{args.total_mb} MB decompressed; groups of "
+          f"{args.group_mb} MB; best of {args.repeat}")
+    print(f"{'record':>8} {'span':>8} {'sequential':>11} {'random':>9} {'ratio':>6} {'grouped':>9} {'ratio':>6} "
+          f"{'sidecar':>8}" + (f" {'before (est.)':>14} {'ratio':>7}" if args.from_start else ""))
     with tempfile.TemporaryDirectory() as tmp:
         for kb in (int(v) for v in args.records_kb.split(",")):
             path = os.path.join(tmp, f"r{kb}.tfrecord.gz")
             n = _write(path, kb << 10, args.total_mb << 20)
             order = np.random.default_rng(1).permutation(n)
-            sequential = _best(lambda: _sequential(path), args.repeat)
-            sample = order[:20]
+            sequential = _best(functools.partial(_sequential, path), args.repeat)
             index = tfr_torch.read_index(tfr_torch.build_index(path, seek_span=None), path)
-            before = _best(lambda: _from_start(path, index, sample), 1) * n / len(sample)
+            before = None
+            if args.from_start:
+                sample = order[:20]
+                before = _best(functools.partial(_from_start, path, index, sample), 1) * n / len(sample)
             for span in (int(v) for v in args.spans_kb.split(",")):
                 tfr_torch.build_index(path, seek_span=span << 10)
-                random_time = _best(lambda: _random(path, index, order), args.repeat)
+                random_time = _best(functools.partial(_random, path, index, order), args.repeat)
+                grouped = _best(functools.partial(_grouped, path, index, order, args.group_mb << 20), args.repeat)
                 share = os.path.getsize(path + ".idx.seek") / os.path.getsize(path)
                 print(f"{kb:>6}KB {span:>6}KB {sequential:>10.3f}s {random_time:>8.3f}s "
-                      f"{random_time / sequential:>5.2f}x {share:>7.1%} {before:>13.1f}s "
-                      f"{before / sequential:>6.0f}x")
+                      f"{random_time / sequential:>5.2f}x {grouped:>8.3f}s {grouped / sequential:>5.2f}x {share:>7.1%}"
+                      + (f" {before:>13.1f}s {before / sequential:>6.0f}x" if before is not None else ""), flush=True)
 
 
 if __name__ == "__main__":

@@ -737,11 +737,7 @@ class RecordFile:
         core = _native.core
         out: list[bytes] = []
         if self._seek is not None and len(offsets) and int(np.min(sizes)) >= OVERHEAD:  # else `read` says
-            wholes = self._seek.read_many(self._read_file_at, offsets, sizes)
-            for k, (o, s) in enumerate(zip(np.asarray(offsets).tolist(), np.asarray(sizes).tolist())):
-                out.append(self._record(o, s, wholes[k]))
-                wholes[k] = b""  # each framed record let go once its data is out: the group is held once
-            return out
+            return self._read_many_compressed(np.asarray(offsets, dtype=np.int64), np.asarray(sizes, dtype=np.int64))
         if (core is not None and self._fd is not None and self._seek is None and hasattr(core, "read_framed")
                 and len(offsets)
                 and int(np.min(sizes)) >= OVERHEAD and int(np.min(offsets)) >= 0):  # else `read` says what is wrong
@@ -749,6 +745,25 @@ class RecordFile:
                                       np.ascontiguousarray(sizes, dtype=np.int64), self.verify)
         for offset, size in zip(offsets[len(out):].tolist(), sizes[len(out):].tolist()):
             out.append(self.read(offset, size))
+        return out
+
+    def _read_many_compressed(self, offsets: np.ndarray, sizes: np.ndarray) -> list[bytes]:
+        """Records of a compressed file inflated together, each record's data straight into its own bytes (its
+        header and CRC into small ones beside it: no copy of the group); any record that does not check out is
+        checked again whole by `_record`, which raises what is wrong."""
+        seek = cast(SeekPoints, self._seek)
+        pieces = np.stack([offsets, np.full_like(offsets, HEADER_SIZE),  # header, data, CRC of each record
+                           offsets + HEADER_SIZE, sizes - OVERHEAD,
+                           offsets + sizes - FOOTER_SIZE, np.full_like(offsets, FOOTER_SIZE)], axis=1)
+        parts = seek.read_many(self._read_file_at, pieces[:, 0::2].reshape(-1), pieces[:, 1::2].reshape(-1))
+        out: list[bytes] = []
+        for k, (offset, size) in enumerate(zip(offsets.tolist(), sizes.tolist())):
+            header, data, footer = parts[3 * k : 3 * k + 3]
+            if (parse_header(header) != size - OVERHEAD or len(data) != size - OVERHEAD
+                    or len(footer) != FOOTER_SIZE
+                    or (self.verify and masked_crc32c(data) != unpack_crc(footer, 0)[0])):
+                data = self._record(offset, size, header + data + footer)  # raises what is wrong
+            out.append(data)
         return out
 
     def _read_at(self, offset: int, size: int) -> bytes:
