@@ -38,6 +38,7 @@ class FixedLenDecoder:
             spec.default_value, spec.dtype, self.count, key, "FixedLenFeature")
         # the numpy dtype of the wire values when they are the result's values as they are (no conversion)
         self._direct = direct_numpy(spec.dtype)
+        self._scalar = not spec.shape
         self._string_scalar = spec.dtype == string and not spec.shape
         # one string per example: the compiled kernel may leave the values in the records (see plan.py)
         self.kernel_spans = (key,) if self._string_scalar else ()
@@ -57,6 +58,8 @@ class FixedLenDecoder:
         if self._direct is None:
             return None
         values = np.frombuffer(arena, self._direct, column[3], column[2])
+        if self._scalar and not single:  # already [B]
+            return torch.from_numpy(values)
         # one example: its row shaped at once (indexing a [1, ...] tensor costs a torch op)
         return torch.from_numpy(values.reshape(self.spec.shape) if single else values.reshape(b, *self.spec.shape))
 

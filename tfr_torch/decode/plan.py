@@ -612,7 +612,7 @@ def compile_features(features: Mapping[str, Any]) -> ExamplePlan:
     >>> plan.parse([tfr_torch.encode_example({"label": 4})])["label"]
     tensor([4])
     """
-    if not isinstance(features, Mapping):
+    if type(features) is not dict and not isinstance(features, Mapping):  # (a dict skips the ABC's check)
         raise TypeError(f"features must be a dict of feature names to specs, got {type(features).__name__}")
     names, specs = tuple(features), tuple(features.values())
     last_names, last_specs, last_plan = _LAST[0]  # last_plan is None before the first spec: {} must not match it

@@ -13,23 +13,30 @@ void tfr_batch_free(tfr_batch *s) {
     free(s->present);
     free(s->uncommon);
     free(s->totals);
+    free(s->strings);
 }
 
-int tfr_batch_alloc(tfr_batch *s, size_t b, size_t k) {
+int tfr_batch_init(tfr_batch *s, size_t b, size_t k) {
     memset(s, 0, sizeof(*s));
     s->b = b;
     s->k = k;
-    size_t bb = b ? b : 1, kk = k ? k : 1;
-    if (bb > SIZE_MAX / kk / sizeof(tfr_slice)) return -1;
+    size_t bb = b ? b : 1;
+    if (bb > SIZE_MAX / sizeof(tfr_slice)) return -1;
     s->data = malloc(bb * sizeof(*s->data));
     s->size = malloc(bb * sizeof(*s->size));
+    return s->data && s->size ? 0 : -1;
+}
+
+int tfr_batch_alloc(tfr_batch *s) {
+    size_t bb = s->b ? s->b : 1, kk = s->k ? s->k : 1;
+    if (bb > SIZE_MAX / kk / sizeof(tfr_slice)) return -1;
     s->slots = calloc(bb * kk, sizeof(tfr_slice));
     s->counts = calloc(bb * kk, sizeof(uint64_t));
     s->runs = calloc(bb * kk, sizeof(tfr_slice));
     s->present = calloc(bb * kk, 1);
     s->uncommon = calloc(kk, 1);
     s->totals = calloc(kk, sizeof(uint64_t));
-    return s->data && s->size && s->slots && s->counts && s->runs && s->present && s->uncommon && s->totals ? 0 : -1;
+    return s->slots && s->counts && s->runs && s->present && s->uncommon && s->totals ? 0 : -1;
 }
 
 /* Count record i's planned Features (found by tfr_scan_example): a column with an uncommon encoding goes to the
@@ -87,8 +94,9 @@ int64_t tfr_batch_uniform(const tfr_batch *s, size_t key) {
 
 static size_t round8(size_t n) { return (n + 7) & ~(size_t)7; }
 
-size_t tfr_batch_layout(const tfr_plan *plan, const tfr_batch *s, tfr_batch_wants wants, tfr_column_layout *layout) {
+size_t tfr_batch_layout(const tfr_plan *plan, tfr_batch *s, tfr_batch_wants wants, tfr_column_layout *layout) {
     size_t b = s->b, at = 0;
+    s->nstrings = 0;
     for (size_t key = 0; key < s->k; key++) {
         tfr_column_layout *c = &layout[key];
         if (s->uncommon[key]) continue;
@@ -109,9 +117,27 @@ size_t tfr_batch_layout(const tfr_plan *plan, const tfr_batch *s, tfr_batch_want
         } else if (wants.spans && wants.spans[key]) {
             c->values = at;
             at += (size_t)total * 3 * sizeof(int64_t);
+        } else {
+            if (s->nstrings > SIZE_MAX / 64 - (size_t)total) return (size_t)-1;
+            c->strings = s->nstrings;
+            s->nstrings += (size_t)total;
         }
     }
     return at;
+}
+
+/* A bytes column's values as slices of the records at `out`, which holds the `total` counted. Returns 0, or -1 when
+ * the values found are not the values counted. */
+static int fill_strings(const tfr_batch *s, size_t key, tfr_slice *out) {
+    uint64_t total = s->totals[key];
+    size_t at = 0;
+    for (size_t i = 0; i < s->b; i++) {
+        tfr_slice feature = s->slots[i * s->k + key];
+        /* never past `out`: a record's values are written only when its count fits what is left */
+        if (!feature.ptr || at + s->counts[key * s->b + i] > total) continue;
+        at += tfr_fill_bytes(feature, out + at);
+    }
+    return at == total ? 0 : -1;
 }
 
 /* A bytes column as spans: for each value (record index, start in the record, length), int64 each. Returns -1
@@ -176,8 +202,9 @@ static int64_t fill_column(const tfr_plan *plan, const tfr_batch *s, tfr_batch_w
         if (counts[i] > c->longest) c->longest = counts[i];
     int kind = plan->kinds[key];
     if (kind == TFR_BYTES) {
-        int spans = wants.spans && wants.spans[key];
-        return spans && fill_spans(s, key, (int64_t *)(arena + c->values)) < 0 ? -2 : -1;
+        int bad = wants.spans && wants.spans[key] ? fill_spans(s, key, (int64_t *)(arena + c->values))
+                                                  : fill_strings(s, key, s->strings + c->strings);
+        return bad < 0 ? -2 : -1;
     }
     int64_t bad = fill_runs(kind, s, key, arena + c->values);
     if (bad < 0 && wants.indices[key]) {
@@ -187,8 +214,11 @@ static int64_t fill_column(const tfr_plan *plan, const tfr_batch *s, tfr_batch_w
     return bad;
 }
 
-int64_t tfr_batch_fill(const tfr_plan *plan, const tfr_batch *s, tfr_batch_wants wants, tfr_column_layout *layout,
+int64_t tfr_batch_fill(const tfr_plan *plan, tfr_batch *s, tfr_batch_wants wants, tfr_column_layout *layout,
                        char *arena) {
+    if (s->nstrings > SIZE_MAX / sizeof(tfr_slice) || !(s->strings = malloc((s->nstrings ? s->nstrings : 1) *
+                                                                            sizeof(tfr_slice))))
+        return -2;
     for (size_t key = 0; key < s->k; key++) {
         if (s->uncommon[key]) continue;
         int64_t bad = fill_column(plan, s, wants, key, &layout[key], arena);

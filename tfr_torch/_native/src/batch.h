@@ -1,6 +1,8 @@
 /* A batch of tf.train.Example records decoded column by column (ExampleDecoder.decode in module.c): every
  * record's planned Features found and counted (tfr_batch_count), the columns laid out in one arena
- * (tfr_batch_layout) and filled (tfr_batch_fill). No Python objects: all of it runs without the GIL.
+ * (tfr_batch_layout) and filled (tfr_batch_fill), a bytes column's values found as slices of the records (so that
+ * the binding only makes their bytes objects). No Python objects: all of it runs without the GIL, the batch's
+ * own arrays allocated there too (tfr_batch_alloc after tfr_batch_init).
  *
  * Which problem a batch reports first is defined once, by the reference decoder (ExamplePlan.parse in
  * tfr_torch/decode/plan.py, "Error order"). The kernel never reports a problem itself: at the first record or
@@ -25,6 +27,8 @@ typedef struct {
     uint8_t *present;     /* [k * b] */
     uint8_t *uncommon;    /* [k]: decode this column with the reference parser */
     uint64_t *totals;     /* [k] */
+    tfr_slice *strings;   /* [nstrings]: the values of the bytes columns not given as spans, column after column */
+    size_t nstrings;
 } tfr_batch;
 
 /* What the columns hold beyond presence and counts: per key, 1 where a numeric column also gets its sparse COO
@@ -34,30 +38,36 @@ typedef struct {
     const uint8_t *spans;
 } tfr_batch_wants;
 
-/* Where one column's arrays lie in the arena (byte offsets), and the longest row */
+/* Where one column's arrays lie in the arena (byte offsets), where a bytes column's values start in the batch's
+ * `strings`, and the longest row */
 typedef struct {
-    size_t present, counts, values, indices;
+    size_t present, counts, values, indices, strings;
     uint64_t longest;
 } tfr_column_layout;
 
 /* Why a batch goes to the reference decoder */
 enum tfr_batch_why { TFR_WHY_RECORD = 1, TFR_WHY_FEATURE = 2 };
 
-int tfr_batch_alloc(tfr_batch *s, size_t b, size_t k);
+/* The records' pointers and sizes for b records and k keys (filled by the caller, with the GIL); then
+ * tfr_batch_alloc, which needs no GIL, the rest. Each returns 0, or -1 when out of memory; tfr_batch_free frees
+ * whatever was allocated. */
+int tfr_batch_init(tfr_batch *s, size_t b, size_t k);
+int tfr_batch_alloc(tfr_batch *s);
 void tfr_batch_free(tfr_batch *s);
 
 /* Find and count every planned Feature, record by record; returns -1 when all is well, else the record that needs
  * the reference (*why: TFR_WHY_RECORD or TFR_WHY_FEATURE). */
 int64_t tfr_batch_count(const tfr_plan *plan, tfr_batch *s, int *why);
 
-/* The arena's size for every common column of a counted batch, each column's place in `layout` ([k]);
- * (size_t)-1 when the sizes overflow. */
-size_t tfr_batch_layout(const tfr_plan *plan, const tfr_batch *s, tfr_batch_wants wants, tfr_column_layout *layout);
+/* The arena's size for every common column of a counted batch, each column's place in `layout` ([k]) and the
+ * number of bytes values kept as slices (s->nstrings); (size_t)-1 when the sizes overflow. */
+size_t tfr_batch_layout(const tfr_plan *plan, tfr_batch *s, tfr_batch_wants wants, tfr_column_layout *layout);
 
-/* Fill the laid-out arena: presence, counts, numeric values, COO indices and spans where wanted. Returns -1, the
- * first record found malformed while filling (an int64 varint longer than 10 bytes), or -2 when out of memory or
- * when the bytes values found are not those counted. */
-int64_t tfr_batch_fill(const tfr_plan *plan, const tfr_batch *s, tfr_batch_wants wants, tfr_column_layout *layout,
+/* Fill the laid-out arena: presence, counts, numeric values, COO indices and spans where wanted; and s->strings,
+ * the slices of every other bytes column's values. Returns -1, the first record found malformed while filling (an
+ * int64 varint longer than 10 bytes), or -2 when out of memory or when the bytes values found are not those
+ * counted. */
+int64_t tfr_batch_fill(const tfr_plan *plan, tfr_batch *s, tfr_batch_wants wants, tfr_column_layout *layout,
                        char *arena);
 
 /* The count every record has for `key` when all have the feature with the same count (a dense column), else -1 */

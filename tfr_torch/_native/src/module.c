@@ -442,23 +442,30 @@ static PyObject *raw_column(const tfr_batch *s, size_t key) {
     return raws;
 }
 
+/* A list of new bytes objects, one for each of the `total` slices. */
+static PyObject *bytes_of_slices(const tfr_slice *slices, size_t total) {
+    if (total > (size_t)PY_SSIZE_T_MAX) return PyErr_NoMemory();
+    PyObject *values = PyList_New((Py_ssize_t)total);
+    for (size_t j = 0; values && j < total; j++) {
+        PyObject *item = PyBytes_FromStringAndSize((const char *)slices[j].ptr, (Py_ssize_t)slices[j].len);
+        if (!item) Py_CLEAR(values);
+        else PyList_SET_ITEM(values, (Py_ssize_t)j, item);
+    }
+    return values;
+}
+
 /* A list of new bytes objects: every value of the bytes_list Features features[0], features[stride], ... (n of
  * them; absent ones have a NULL ptr), `total` values in all, as counted before. */
 static PyObject *bytes_of_features(const tfr_slice *features, size_t n, size_t stride, uint64_t total) {
     if (total > (uint64_t)PY_SSIZE_T_MAX / sizeof(tfr_slice)) return PyErr_NoMemory();
     tfr_slice *slices = malloc((total ? (size_t)total : 1) * sizeof(tfr_slice));
     if (!slices) return PyErr_NoMemory();
-    PyObject *values = PyList_New((Py_ssize_t)total);
-    size_t at = values ? tfr_fill_bytes_column(features, n, stride, slices) : 0;
-    if (values && at != total) { /* the counting pass saw other bytes: never leave NULL items in a list */
+    size_t at = tfr_fill_bytes_column(features, n, stride, slices);
+    PyObject *values = NULL;
+    if (at != total) /* the counting pass saw other bytes: never leave NULL items in a list */
         PyErr_Format(PyExc_SystemError, "bytes column: counted %llu values, found %zu", (unsigned long long)total, at);
-        Py_CLEAR(values);
-    }
-    for (size_t j = 0; values && j < at; j++) {
-        PyObject *item = PyBytes_FromStringAndSize((const char *)slices[j].ptr, (Py_ssize_t)slices[j].len);
-        if (!item) Py_CLEAR(values);
-        else PyList_SET_ITEM(values, (Py_ssize_t)j, item);
-    }
+    else
+        values = bytes_of_slices(slices, at);
     free(slices);
     return values;
 }
@@ -470,8 +477,9 @@ static PyObject *decoded_column(const ExampleDecoder *self, const tfr_batch *s, 
         PyObject *raws = raw_column(s, key);
         return raws ? Py_BuildValue("(OONiiii)", Py_None, Py_None, raws, 0, -1, -1, 0) : NULL;
     }
+    /* a bytes column's values were found as slices without the GIL (tfr_batch_fill): only the objects are made here */
     PyObject *values = self->plan.kinds[key] == TFR_BYTES && !(use_spans && self->spans[key])
-                           ? bytes_of_features(s->slots + key, s->b, s->k, s->totals[key])
+                           ? bytes_of_slices(s->strings + c->strings, (size_t)s->totals[key])
                            : PyLong_FromSize_t(c->values);
     if (!values) return NULL;
     return Py_BuildValue("(nnNKnnK)", (Py_ssize_t)c->present, (Py_ssize_t)c->counts, values,
@@ -503,7 +511,10 @@ static PyObject *decoded_batch(const ExampleDecoder *self, const tfr_batch *s, c
  *   uncommon encodings is (None, None, raws, 0, -1, -1, 0), raws each record's Feature bytes or None.
  *   1: record i is malformed or uncommon, 2: a feature of record i is malformed or of another kind, 3: record i is
  *   not bytes. For 1-3 the caller decodes the batch with the reference parser, which defines the error.
- * The scan, the count and the filling run in one stretch without the GIL, so decoding scales across threads. */
+ * The batch's arrays are allocated, and the scan, the count, the filling of the arena and the finding of the bytes
+ * values run, in one stretch without the GIL, so decoding scales across threads; with the GIL only the records'
+ * pointers are read before it and the result's objects (one list and tuple per column, a bytes object per bytes
+ * value) made after it. */
 static PyObject *decoder_decode(ExampleDecoder *self, PyObject *args) {
     PyObject *arg, *result = NULL;
     int use_spans = 0, why = 0;
@@ -517,8 +528,7 @@ static PyObject *decoder_decode(ExampleDecoder *self, PyObject *args) {
     tfr_batch_wants wants = {self->indices, use_spans ? self->spans : NULL};
     char *arena = NULL;
     int64_t bad;
-    if (tfr_batch_alloc(&s, (size_t)PyTuple_GET_SIZE(seq), k) < 0 ||
-        !(layout = calloc(k ? k : 1, sizeof(tfr_column_layout)))) {
+    if (tfr_batch_init(&s, (size_t)PyTuple_GET_SIZE(seq), k) < 0) {
         PyErr_NoMemory();
         goto done;
     }
@@ -527,14 +537,17 @@ static PyObject *decoder_decode(ExampleDecoder *self, PyObject *args) {
         goto done;
     }
     Py_BEGIN_ALLOW_THREADS
-    bad = tfr_batch_count(&self->plan, &s, &why);
-    if (bad < 0 && (arena_size = tfr_batch_layout(&self->plan, &s, wants, layout)) != (size_t)-1) {
-        /* thread-safe without the GIL, and seen by tracemalloc */
-        arena = PyMem_RawMalloc(arena_size ? arena_size : 1);
-        bad = arena ? tfr_batch_fill(&self->plan, &s, wants, layout, arena) : -2;
-        why = TFR_WHY_FEATURE;
-    } else if (bad < 0) {
-        bad = -2;
+    bad = -2; /* out of memory, unless the batch's arrays are allocated */
+    if (tfr_batch_alloc(&s) == 0 && (layout = calloc(k ? k : 1, sizeof(tfr_column_layout)))) {
+        bad = tfr_batch_count(&self->plan, &s, &why);
+        if (bad < 0 && (arena_size = tfr_batch_layout(&self->plan, &s, wants, layout)) != (size_t)-1) {
+            /* thread-safe without the GIL, and seen by tracemalloc */
+            arena = PyMem_RawMalloc(arena_size ? arena_size : 1);
+            bad = arena ? tfr_batch_fill(&self->plan, &s, wants, layout, arena) : -2;
+            why = TFR_WHY_FEATURE;
+        } else if (bad < 0) {
+            bad = -2;
+        }
     }
     Py_END_ALLOW_THREADS
     if (bad >= 0 || bad == -2) {
