@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import gc
 import os
 
 import pytest
@@ -45,6 +46,22 @@ def batch_path(request, monkeypatch):
         monkeypatch.setattr(columns, "_FEW", 0)
     yield request.param
     tfr_torch.set_backend(previous)
+
+
+_GC_AT_START = (gc.isenabled(), gc.get_threshold())
+
+
+@pytest.fixture(autouse=True)
+def _garbage_collector_left_as_found():
+    """Fail the test that leaves the garbage collector disabled or its thresholds changed: every later test would run
+    with another memory profile (mypy.api.run, in-process, once left gc.set_threshold(200_000, 30, 30) behind, and
+    the corruption tests' memory cap failed whichever of them came later in a shuffled order)."""
+    yield
+    now = (gc.isenabled(), gc.get_threshold())
+    if now != _GC_AT_START:
+        gc.enable() if _GC_AT_START[0] else gc.disable()
+        gc.set_threshold(*_GC_AT_START[1])
+        pytest.fail(f"this test left the garbage collector as (enabled, thresholds) {now}, found as {_GC_AT_START}")
 
 
 def pytest_generate_tests(metafunc):
