@@ -622,6 +622,35 @@ def test_example_decoder_lays_columns_out_in_one_arena():
 
 
 @needs_core
+def test_several_bytes_columns_each_get_their_own_values():
+    """The kernel finds every bytes column's values (as slices of the records, without the GIL) in one array, column
+    after column: each column gets its own values, with a column given as spans, a missing or empty feature and a
+    numeric column between them."""
+    core = _native.core if _native.core is not None else _native._compiled
+    records = [tfr_torch.encode_example({"a": [b"a0", b"a1"], "n": [1], "b": [b""], "c": [b"c0"]}),
+               tfr_torch.encode_example({"n": [2], "b": [b"b1", b"b2", b"b3"], "c": [b"c1"],
+                                         "a": np.array([], dtype=bytes)}),
+               tfr_torch.encode_example({"a": [b"x" * 300], "n": [3], "c": [b"c2"]})]
+    decoder = core.ExampleDecoder([b"a", b"n", b"b", b"c"], bytes([0, 2, 0, 0]), bytes(4), bytes([0, 0, 0, 1]))
+    for spans in (False, True):
+        status, arena, (a, n, b, c) = decoder.decode(records, spans)
+        assert status == 0
+        assert a[2] == [b"a0", b"a1", b"x" * 300] and a[3] == 3
+        assert b[2] == [b"", b"b1", b"b2", b"b3"] and b[3] == 4
+        assert np.frombuffer(arena, np.int64, 3, b[1]).tolist() == [1, 3, 0]
+        assert np.frombuffer(arena, np.int64, n[3], n[2]).tolist() == [1, 2, 3]
+        if spans:  # (record, start, length) of each value, in the arena
+            spans_of_c = np.frombuffer(arena, np.int64, 3 * c[3], c[2]).reshape(-1, 3)
+            assert [records[i][start : start + length] for i, start, length in spans_of_c] == [b"c0", b"c1", b"c2"]
+        else:
+            assert c[2] == [b"c0", b"c1", b"c2"]
+    spec = {"a": tfr_torch.VarLenFeature(tfr_torch.string), "b": tfr_torch.VarLenFeature(tfr_torch.string),
+            "c": tfr_torch.FixedLenFeature([], tfr_torch.string), "n": tfr_torch.FixedLenFeature([], torch.int64)}
+    reference, compiled = _both(lambda: tfr_torch.parse_example(records, spec))
+    assert compiled == reference and compiled[0] == "ok"
+
+
+@needs_core
 def test_native_results_are_writable_and_do_not_share_values():
     """Tensors made from the kernel's arena are writable views of disjoint parts of it (no warning from torch
     about non-writable memory), and they keep it alive after the rest of the batch is dropped."""
