@@ -24,6 +24,7 @@ import torch
 from tfr_torch.decode.results import RaggedTensor
 from tfr_torch.decode.specs import FixedLenFeature, FixedLenSequenceFeature, string
 from tfr_torch.errors import DecodeError
+from tfr_torch.tfds.image_steps import decode_steps
 from tfr_torch.tfds.metadata import TFDSInfo, TFDSMetadataError
 
 __all__ = ["FeatureNode", "DictNode", "SequenceNode", "LeafNode", "parse_features", "TFDSDecoder"]
@@ -287,6 +288,7 @@ class _LeafDecoder:
     def __init__(self, key: str, leaf: LeafNode, seq: Shape, video: bool, decode_images: bool, where: str) -> None:
         self.key, self.leaf, self.seq, self.video = key, leaf, seq, video
         self.decode_images = decode_images
+        self.decode_threads: Optional[int] = None  # set by TFDSDecoder
         self.rank = len(seq)
         t, shape, dtype = leaf.type, leaf.shape, leaf.dtype
         if t in ("Image",):
@@ -335,6 +337,10 @@ class _LeafDecoder:
             return values[0]
         if self.rank == 0:
             return self._element(values, name)
+        if self.mode == "image" and self.decode_images:  # one Sequence of images: together, when they allow it
+            steps = decode_steps(values[0], self.leaf.shape[2], self.decode_threads)
+            if steps is not None:
+                return steps
         # one Sequence level: decode each element
         items = [self._element([v[i] for v in values], name) for i in range(len(values[-1]))]
         if self.mode == "image" and not self.decode_images:
@@ -543,16 +549,23 @@ class TFDSDecoder:
 
     `tfr_torch.TFRecordDataset(folder, split=...)` builds one; pass your own as `features=` to choose options:
     `decode_images=False` keeps images (and video frames) as their encoded bytes, `as_supervised=True` gives
-    `(input, target)` pairs from the dataset's supervised_keys.
+    `(input, target)` pairs from the dataset's supervised_keys. `decode_threads`: threads that decode the images of
+    one record's Sequence (an RLDS episode's steps) together; None: the CPUs (at most 8, or the
+    TFR_TORCH_DECODE_THREADS environment variable), 1 inside DataLoader workers; 0 or 1: in the calling thread.
 
     >>> info = tfr_torch.tfds.read_info("~/tensorflow_datasets", "mnist")        # doctest: +SKIP
     >>> decoder = TFDSDecoder(info, decode_images=False)                        # doctest: +SKIP
     """
 
-    def __init__(self, info: TFDSInfo, *, decode_images: bool = True, as_supervised: bool = False) -> None:
+    def __init__(self, info: TFDSInfo, *, decode_images: bool = True, as_supervised: bool = False,
+                 decode_threads: Optional[int] = None) -> None:
+        if decode_threads is not None and (isinstance(decode_threads, bool) or not isinstance(decode_threads, int)
+                                           or decode_threads < 0):
+            raise ValueError(f"decode_threads must be None or an int >= 0, got {decode_threads!r}")
         self.info = info
         self.decode_images = bool(decode_images)
         self.as_supervised = bool(as_supervised)
+        self.decode_threads = decode_threads
         where = f"{info.path}/features.json"
         self.tree = parse_features(info.features, where, info.class_names)
         if not isinstance(self.tree, DictNode):
@@ -560,6 +573,7 @@ class TFDSDecoder:
         self.root = _compile(self.tree, "", (), False, self.decode_images, where)
         self.wire: dict[str, Any] = {}
         for leaf in self.root.leaves():
+            leaf.decode_threads = decode_threads
             for key, spec in leaf.wire.items():
                 if key in self.wire:
                     raise TFDSMetadataError(f"two features are stored under the same key {key!r}", where)
