@@ -36,7 +36,7 @@ from typing import IO, Any, cast
 
 from tfr_torch.format.blockcache import BlockCache, block_key
 from tfr_torch.format.options import check_positive_int
-from tfr_torch.format.paths import PathLike, _fsspec, as_path
+from tfr_torch.format.paths import PathLike, _fsspec, as_path, open_input
 
 __all__ = ["RemoteOptions", "RemoteFile", "open_remote"]
 
@@ -137,8 +137,12 @@ class RemoteFile(io.RawIOBase):
                 info = self._fs.info(self._inner)
         except FileNotFoundError:
             raise FileNotFoundError(f"no such file: {self.url!r}") from None
+        except NotImplementedError:  # no listing, so no size: a stream
+            raise _NoRangeReads(self.url) from None
         if info.get("type") == "directory":
             raise IsADirectoryError(f"{self.url!r} is a folder, not a file")
+        if info.get("size") is None:
+            raise _NoRangeReads(self.url)
         self.size = int(info["size"])
         self.version = _version(info)
         opts = self.options
@@ -335,7 +339,15 @@ class RemoteFile(io.RawIOBase):
         return bytes(data)
 
 
+class _NoRangeReads(Exception):
+    """The filesystem cannot say an object's size (no `info`, or no size in it): it is read as one stream."""
+
+
 def open_remote(url: PathLike, options: RemoteOptions | None = None, *, readahead: bool = True) -> IO[bytes]:
     """Open a remote file for reading with range requests in flight (see `RemoteFile`; a binary file, as
-    `open_input` returns, with `prefetch`/`release` and `size`)."""
-    return cast(IO[bytes], RemoteFile(url, options, readahead=readahead))
+    `open_input` returns, with `prefetch`/`release` and `size`). A filesystem that cannot tell an object's size
+    (a pipe-like stream) is read through its own file object, front to back, as before."""
+    try:
+        return cast(IO[bytes], RemoteFile(url, options, readahead=readahead))
+    except _NoRangeReads:
+        return open_input(url)
