@@ -70,6 +70,8 @@ def check_set(out_dir, paths, data, compression=None):
         rebuilt = tfr_torch.build_index(path, path + ".rebuilt")
         assert open(path + ".idx", "rb").read() == open(rebuilt, "rb").read()
         os.remove(rebuilt)
+        if os.path.exists(rebuilt + ".seek"):  # a compressed shard's seek points, beside the rebuilt index
+            os.remove(rebuilt + ".seek")
     # nothing else is left: no partial shards, no progress file, no temporary files
     expected = {os.path.basename(p) for p in paths} | {os.path.basename(p) + ".idx" for p in paths}
     assert set(os.listdir(out_dir)) == expected | {"ds-train.tfr_torch.json"}
