@@ -17,6 +17,7 @@ from tfr_torch.data.dataset import TFRecordDataset
 from tfr_torch.data.distributed import check_rank_world, rank_world
 from tfr_torch.data.sharding import rank_quota, split_sizes
 from tfr_torch.data.transport import shared_memory_available, wrap_for_transport
+from tfr_torch.rlds.packed import Layout, PackedFrame, collate_packed, pack_frames, same_layout, unpack_frame
 from tfr_torch.rlds.sampling import choices, collate_frames, reader_rng, shuffled
 from tfr_torch.rlds.windows import Window, episode_length, frame_index, gather_frames
 
@@ -64,7 +65,7 @@ class FrameDataset(IterableDataset[Any]):
       different numbers of frames, as their episodes differ in length).
     - `shuffle`: episode order shuffled (files, and `episode_buffer` records) and frames through a buffer of
       `shuffle_buffer` frames. Memory per reader: at most `shuffle_buffer` frames (each `history` observations, a
-      `future` action chunk and the step's other values) plus one decoded episode per dataset.
+      `future` action chunk and the step's other values) plus one decoded episode and its frames per dataset.
     - `frame_transform`: called on each frame as it leaves the buffer, in the DataLoader worker (image
       augmentation; resizing is cheaper in `standardize`, once per step). It moves to the GPU loader when that
       exists. `batch_size`: frames stacked into batches in the worker (`DataLoader(batch_size=None)`).
@@ -214,30 +215,41 @@ class FrameDataset(IterableDataset[Any]):
         for n, item in enumerate(items):
             if n < skip:
                 continue
-            if self.frame_transform is not None and self.batch_size is None:  # (batches: applied in _batches)
-                item = self.frame_transform(item)
+            if self.batch_size is None:
+                item = unpack_frame(item)
+                if self.frame_transform is not None:  # (batches: applied in _collate)
+                    item = self.frame_transform(item)
             if wrap:
                 item = wrap_for_transport(item)
             self._position += 1
             yield item
 
-    def _batches(self, frames: Iterator[Any]) -> Iterator[Any]:
+    def _batches(self, frames: Iterator[PackedFrame]) -> Iterator[Any]:
         batch_size = self.batch_size
         assert batch_size is not None  # only called with a batch_size
-        batch: list[Any] = []
+        batch: list[PackedFrame] = []
         for frame in frames:
-            if self.frame_transform is not None:
-                frame = self.frame_transform(frame)
             batch.append(frame)
             if len(batch) == batch_size:
-                yield collate_frames(batch)
+                yield self._collate(batch)
                 batch = []
         if batch and not self.drop_last:
-            yield collate_frames(batch)
+            yield self._collate(batch)
 
-    def _mixed(self, epoch: int, worker: int, workers: int, quota: int | None) -> Iterator[dict[str, Any]]:
+    def _collate(self, batch: list[PackedFrame]) -> Any:
+        """One batch: stacked once per key when its frames share a layout (no transform); else frame by frame."""
+        if self.frame_transform is None and same_layout(batch):
+            return collate_packed(batch)
+        frames = [unpack_frame(f) for f in batch]
+        if self.frame_transform is not None:
+            frames = [self.frame_transform(f) for f in frames]
+        return collate_frames(frames)
+
+    def _mixed(self, epoch: int, worker: int, workers: int, quota: int | None) -> Iterator[PackedFrame]:
         """This reader's frames before the shuffle buffer: each drawn from a dataset chosen by weight."""
-        streams = [self._frames(i, epoch, worker, workers, quota is not None) for i in range(len(self.sources))]
+        layouts: dict[Layout, Layout] = {}
+        streams = [self._frames(i, epoch, worker, workers, quota is not None, layouts)
+                   for i in range(len(self.sources))]
         weights = [s.weight for s in self.sources]
         alive = [w > 0 for w in weights]
         rng = reader_rng(self.seed, epoch, self.rank, worker, workers, _CHOICE)
@@ -256,13 +268,14 @@ class FrameDataset(IterableDataset[Any]):
                 alive[d] = False
                 draws = choices(weights, alive, rng)
                 continue
-            frame["dataset_index"] = torch.tensor(d)
             produced += 1
             yield frame
 
-    def _frames(self, i: int, epoch: int, worker: int, workers: int, repeat: bool) -> Iterator[dict[str, Any]]:
+    def _frames(self, i: int, epoch: int, worker: int, workers: int, repeat: bool,
+                layouts: dict[Layout, Layout]) -> Iterator[PackedFrame]:
         """Dataset i's frames for this reader, episode after episode in the (shuffled) episode order; with
-        `repeat`, pass after pass for as long as any pass gives a frame."""
+        `repeat`, pass after pass for as long as any pass gives a frame. Each episode's frames are gathered at once
+        (one index_select per key), then packed one row each (tfr_torch.rlds.packed)."""
         source, window = self.sources[i], self.window
         rng = reader_rng(self.seed, epoch, self.rank, worker, workers, _EPISODES + i)
         with warnings.catch_warnings():  # said once, when the dataset was built in the main process
@@ -274,9 +287,13 @@ class FrameDataset(IterableDataset[Any]):
             for episode in episodes:
                 steps = source.standardize(episode) if source.standardize is not None else episode["steps"]
                 index = frame_index(episode_length(steps, window), window, rng)
-                for row in range(len(index.timestep)):
-                    given = True
-                    yield gather_frames(steps, window, index, row)
+                count = len(index.timestep)
+                if not count:
+                    continue
+                given = True
+                frames = gather_frames(steps, window, index)
+                frames["dataset_index"] = torch.full((count,), i, dtype=torch.int64)
+                yield from pack_frames(frames, count, layouts)
             if not given:
                 return
 
