@@ -175,16 +175,17 @@ def test_disk_cache_keeps_sparse_ragged_and_string_results(tmp_path):
         assert [t.tolist() for t in a["r"].unbind()] == [t.tolist() for t in b["r"].unbind()]
 
 
-def test_readme_tf_data_examples_run(tmp_path, monkeypatch):
-    """The README's "From tf.data" example runs as written, over a small set like the one it describes."""
+def test_docs_tf_data_examples_run(tmp_path, monkeypatch):
+    """The "From tf.data" guide's example (docs/guides/from-tf-data.md) runs as written, over a small set like the one
+    it describes."""
     import re
     from pathlib import Path
 
     import numpy as np
 
-    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    block = re.search(r"## From tf.data\n.*?```python\n(.*?)```", text, re.S)
-    assert block, "the README lost its tf.data examples"
+    text = (Path(__file__).resolve().parent.parent / "docs" / "guides" / "from-tf-data.md").read_text()
+    block = re.search(r"```python\n(import itertools\n.*?)```", text, re.S)
+    assert block, "the tf.data guide lost its examples"
     monkeypatch.chdir(tmp_path)
     os.mkdir("data")
     for f in range(2):
@@ -193,7 +194,7 @@ def test_readme_tf_data_examples_run(tmp_path, monkeypatch):
                 writer.write(tfr_torch.encode_example({"pixels": np.full((8, 8), i, np.uint8).tobytes(),
                                                        "tokens": np.arange(i % 5 + 1), "label": i}))
     scope: dict = {"__name__": "readme"}
-    exec(compile(block.group(1), "README.md (From tf.data)", "exec"), scope)
+    exec(compile(block.group(1), "docs/guides/from-tf-data.md", "exec"), scope)
     pixels, tokens, lengths, labels = scope["first_two"][0]
     assert pixels.shape == (16, 8, 8) and pixels.dtype == torch.float32
     assert torch.equal(pixels[:, 0, 0] * 255, labels.float())

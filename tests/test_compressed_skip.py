@@ -1,6 +1,7 @@
-"""Skipping in GZIP/ZLIB files (README, "Bad records"): a record whose data CRC alone fails is skipped alone; a
-member whose stream fails or holds a corrupt header is given up (Inflater.abandon_member), reading resumes at the
-next gzip member, and the error says what was lost (an estimate of the records, the bytes), counted in `.skipped`.
+"""Skipping in GZIP/ZLIB files (docs/guides/records.md, "Bad records"): a record whose data CRC alone fails is
+skipped alone; a member whose stream fails or holds a corrupt header is given up (Inflater.abandon_member),
+reading resumes at the next gzip member, and the error says what was lost (an estimate of the records, the
+bytes), counted in `.skipped`.
 
 The sweeps below check that damaged streams yield only records of the file, in order: a duplicate copied by a
 damaged back-reference (which passes its CRCs) is possible in principle until the member's check value at its

@@ -261,16 +261,17 @@ def test_a_worker_part_read_by_another_worker_is_refused(corpus):
         next(iter(fresh))
 
 
-def test_readme_recipe_runs(corpus, tmp_path):
-    """The README's save/resume recipe, run in one process (no process group): save with 2 workers, resume with 0."""
+def test_docs_recipe_runs(corpus, tmp_path):
+    """The datasets guide's save/resume recipe (docs/guides/datasets.md), run in one process (no process group):
+    save with 2 workers, resume with 0."""
     import re
     from pathlib import Path
 
-    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    block = re.search(r"### Resuming mid-epoch.*?```python\n(.*?)```", text, re.S)
-    assert block, "the README lost its resume recipe"
+    text = (Path(__file__).resolve().parents[1] / "docs" / "guides" / "datasets.md").read_text()
+    block = re.search(r"## Resuming mid-epoch.*?```python\n(.*?)```", text, re.S)
+    assert block, "the datasets guide lost its resume recipe"
     scope: dict = {}
-    exec(compile(block.group(1), "README.md (resume recipe)", "exec"), scope)
+    exec(compile(block.group(1), "docs/guides/datasets.md (resume recipe)", "exec"), scope)
     dataset = make(corpus, "gzindex", 0, 1, False)
     loader = StatefulDataLoader(dataset, batch_size=None, num_workers=2)
     iterator = iter(loader)

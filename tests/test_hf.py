@@ -225,17 +225,17 @@ def test_reachable_lazily_from_the_package():
     assert out[:2] == ["False False", "load True"]
 
 
-def test_readme_section_runs(tmp_path, monkeypatch):
+def test_docs_section_runs(tmp_path, monkeypatch):
     import re
 
-    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    block = re.search(r"## Hugging Face datasets\n.*?```python\n(.*?)```", text, re.S)
-    assert block, "the README lost its Hugging Face section"
+    text = (Path(__file__).resolve().parent.parent / "docs" / "guides" / "huggingface.md").read_text()
+    block = re.search(r"# Hugging Face datasets\n.*?```python\n(.*?)```", text, re.S)
+    assert block, "the Hugging Face guide lost its example"
     (tmp_path / "tests").symlink_to(Path(__file__).resolve().parent)  # the golden TFDS folder it reads
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "cache")
     scope: dict = {}
-    exec(compile(block.group(1), "README.md (Hugging Face datasets)", "exec"), scope)
+    exec(compile(block.group(1), "docs/guides/huggingface.md", "exec"), scope)
     assert scope["ds"][3]["caption"] == "item 3" and scope["batch"]["emb"].shape == (4, 2, 3)
     assert len(list(scope["stream"])) == 10
     again = hf.load("out", split="train", cache_dir=str(tmp_path / "c2"))

@@ -170,16 +170,16 @@ def test_reachable_lazily_from_the_package():
     assert out[:2] == ["False False", "TFRecordNode True"]
 
 
-def test_readme_section_runs(tmp_path, monkeypatch):
+def test_docs_section_runs(tmp_path, monkeypatch):
     import re
     from pathlib import Path
 
-    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    block = re.search(r"## torchdata.nodes\n.*?```python\n(.*?)```", text, re.S)
-    assert block, "the README lost its torchdata.nodes section"
+    text = (Path(__file__).resolve().parent.parent / "docs" / "guides" / "torchdata-nodes.md").read_text()
+    block = re.search(r"# torchdata.nodes\n.*?```python\n(.*?)```", text, re.S)
+    assert block, "the torchdata.nodes guide lost its example"
     monkeypatch.chdir(tmp_path)
     scope: dict = {}
-    exec(compile(block.group(1), "README.md (torchdata.nodes)", "exec"), scope)
+    exec(compile(block.group(1), "docs/guides/torchdata-nodes.md", "exec"), scope)
     ids = [i for b in scope["first"] + scope["rest"] for i in b.tolist()]
     assert len(ids) == 48 and len(set(ids)) == 48  # 50 records, batches of 8 (drop_last)
     full = [i for b in scope["pipeline"]() for i in b["id"].tolist()]

@@ -323,23 +323,24 @@ def test_elastic_state_names_what_is_wrong_with_sampler_states(corpus):
         assert ElasticDistributedSampler(range(80), 3, 2).num_samples == 27  # 80 padded to 81
 
 
-def test_readme_example_runs(corpus, tmp_path, monkeypatch):
-    """Slow-ish: a loader with 2 worker processes. The README's sampler example, with its save recipe: one rank
-    (detected) saves after 2 batches through 2 workers and resumes with 0 workers; then the next epoch."""
+def test_docs_sampler_example_runs(corpus, tmp_path, monkeypatch):
+    """Slow-ish: a loader with 2 worker processes. The datasets guide's sampler example (docs/guides/datasets.md),
+    with its save recipe: one rank (detected) saves after 2 batches through 2 workers and resumes with 0 workers;
+    then the next epoch."""
     import re
     from pathlib import Path
 
     for name in ("RANK", "WORLD_SIZE"):
         monkeypatch.delenv(name, raising=False)
-    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    section = text[text.index("### Resuming mid-epoch"):]
+    text = (Path(__file__).resolve().parents[1] / "docs" / "guides" / "datasets.md").read_text()
+    section = text[text.index("## Resuming mid-epoch"):]
     blocks = re.findall(r"```python\n(.*?)```", section, re.S)
     recipe = next(b for b in blocks if "def save_data_state" in b)
     example = next((b for b in blocks if "def indexed_loader" in b), None)
-    assert example, "the README lost its ElasticDistributedSampler example"
+    assert example, "the datasets guide lost its ElasticDistributedSampler example"
     scope: dict = {}
-    exec(compile(recipe, "README.md (resume recipe)", "exec"), scope)
-    exec(compile(example, "README.md (sampler example)", "exec"), scope)
+    exec(compile(recipe, "docs/guides/datasets.md (resume recipe)", "exec"), scope)
+    exec(compile(example, "docs/guides/datasets.md (sampler example)", "exec"), scope)
     loader = scope["indexed_loader"](corpus.paths, SPEC, None, 2)
     iterator = iter(loader)
     before = [i for _ in range(2) for i in ids(next(iterator))]

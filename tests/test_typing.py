@@ -1,4 +1,4 @@
-"""The type hints match the documented calls: mypy --strict accepts the README's calls (tests/data/typing/) and
+"""The type hints match the documented calls: mypy --strict accepts the documented calls (tests/data/typing/) and
 refuses wrong ones; and the package itself passes `mypy` under pyproject's [tool.mypy] (strict, exceptions listed
 there with their reasons)."""
 
