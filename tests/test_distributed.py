@@ -19,12 +19,9 @@ dataset whose rank was detected before the job started. tests/test_xla.py runs t
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import subprocess
 import sys
-import time
 import types
 from collections import Counter
 from pathlib import Path
@@ -33,6 +30,7 @@ import pytest
 import torch
 
 from tfr_torch.data.distributed import RankWorld, check_rank_world, detect_rank_world, rank_world
+from ddp_util import run_ranks
 
 REPO = Path(__file__).resolve().parents[1]
 WORKER = REPO / "tests" / "helpers" / "ddp_worker.py"
@@ -54,48 +52,7 @@ def write_files(write_corpus):
 
 def run_job(tmp_path: Path, config: dict) -> list[dict]:
     """Launch WORLD_SIZE ranks of ddp_worker.py; return their results (fail, never hang, past TIMEOUT_S)."""
-    config_path = tmp_path / "config.json"
-    config_path.write_text(json.dumps(config))
-    store = tmp_path / "store"  # the file store the ranks meet at (see ddp_worker.py)
-    procs, outs, logs = [], [], []
-    for rank in range(WORLD_SIZE):
-        env = dict(os.environ)
-        env.update(DDP_STORE_FILE=str(store), RANK=str(rank), WORLD_SIZE=str(WORLD_SIZE),
-                   LOCAL_RANK=str(rank), PYTHONPATH=os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]),
-                   TORCH_DISTRIBUTED_DEBUG="DETAIL", OMP_NUM_THREADS="1")
-        if os.path.exists("/sys/class/net/lo"):
-            env["GLOO_SOCKET_IFNAME"] = "lo"  # keep gloo on the loopback interface
-        out = tmp_path / f"rank{rank}.json"
-        log = open(tmp_path / f"rank{rank}.log", "w+")
-        procs.append(subprocess.Popen([sys.executable, str(WORKER), str(config_path), str(out)], cwd=REPO, env=env,
-                                      stdout=log, stderr=subprocess.STDOUT))
-        outs.append(out)
-        logs.append(log)
-    deadline = time.monotonic() + TIMEOUT_S
-    timed_out = False
-    try:
-        for proc in procs:
-            try:
-                proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
-            except subprocess.TimeoutExpired:
-                timed_out = True
-                break
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    texts = []
-    for rank, log in enumerate(logs):
-        log.seek(0)
-        texts.append(f"--- rank {rank} (exit {procs[rank].returncode}) ---\n{log.read()[-6000:]}")
-        log.close()
-    if timed_out:
-        pytest.fail(f"the distributed job did not finish in {TIMEOUT_S} s (a rank waiting in a collective: uneven "
-                    "batch counts?)\n" + "\n".join(texts))
-    if any(proc.returncode != 0 for proc in procs):
-        pytest.fail("a rank failed\n" + "\n".join(texts))
-    return [json.loads(out.read_text()) for out in outs]
+    return run_ranks(tmp_path, WORKER, config, WORLD_SIZE, TIMEOUT_S)
 
 
 @pytest.mark.slow

@@ -5,14 +5,11 @@ counts would hang, caught by the timeout). See tests/helpers/elastic_ddp_worker.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
+from ddp_util import run_ranks
 
 REPO = Path(__file__).resolve().parents[1]
 WORKER = REPO / "tests" / "helpers" / "elastic_ddp_worker.py"
@@ -22,41 +19,8 @@ TIMEOUT_S = 240  # a hang guard only (ranks waiting in a collective): the jobs t
 
 
 def run_job(folder: Path, name: str, world: int, config: dict) -> list[dict]:
-    """Launch `world` ranks of the helper; return their results sorted by rank (fail, never hang)."""
-    folder.mkdir()
-    config_path = folder / "config.json"
-    config_path.write_text(json.dumps(config))
-    procs, outs, logs = [], [], []
-    for rank in range(world):
-        env = dict(os.environ, DDP_STORE_FILE=str(folder / "store"), RANK=str(rank), WORLD_SIZE=str(world),
-                   PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]), OMP_NUM_THREADS="1")
-        if os.path.exists("/sys/class/net/lo"):
-            env["GLOO_SOCKET_IFNAME"] = "lo"
-        outs.append(folder / f"rank{rank}.json")
-        logs.append(open(folder / f"rank{rank}.log", "w+"))
-        procs.append(subprocess.Popen([sys.executable, str(WORKER), str(config_path), str(outs[-1])], cwd=REPO,
-                                      env=env, stdout=logs[-1], stderr=subprocess.STDOUT))
-    hung = False
-    try:
-        for proc in procs:
-            try:
-                proc.wait(timeout=TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                hung = True
-                break
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    texts = []
-    for rank, log in enumerate(logs):
-        log.seek(0)
-        texts.append(f"--- {name} rank {rank} (exit {procs[rank].returncode}) ---\n{log.read()[-6000:]}")
-        log.close()
-    if hung or any(proc.returncode != 0 for proc in procs):
-        pytest.fail(f"job {name} {'hung' if hung else 'failed'}\n" + "\n".join(texts))
-    return [json.loads(out.read_text()) for out in outs]
+    """Launch `world` ranks of the helper; return their results in rank order (fail, never hang)."""
+    return run_ranks(folder, WORKER, config, world, TIMEOUT_S, label=f"job {name}")
 
 
 @pytest.mark.slow
