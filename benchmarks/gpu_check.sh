@@ -5,7 +5,8 @@
 #   Here, before the run:  python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
 #       --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d .whl \
 #       nvidia-nvimgcodec-cu13 nvidia-nvjpeg crc32c simplejpeg && pip wheel --no-deps tfrecord==1.14.6 -w .whl
-#   There:                 bash benchmarks/gpu_check.sh   (about 4 minutes; SECONDS_PER_ROW=8 by default)
+#   (and an older nvImageCodec, e.g. nvidia-nvimgcodec-cu13==0.6.0.32, into .whl-old/ for the version checks)
+#   There:                 bash benchmarks/gpu_check.sh   (about 5 minutes; SECONDS_PER_ROW=6 by default)
 set -u
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
@@ -21,11 +22,20 @@ step() {  # step NAME COMMAND...: run, log to $OUT/NAME.log, remember the first 
 if ls .whl/*.whl > /dev/null 2>&1; then
   step install python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
 fi
+if ls .whl-old/*.whl > /dev/null 2>&1; then  # an older nvImageCodec beside it, for the version checks
+  step install-old python3 -m pip install -q --no-index --no-deps --target /tmp/site-old .whl-old/*.whl
+fi
 export PYTHONPATH=$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 export LD_LIBRARY_PATH=/tmp/site/nvidia/cu13/lib:/tmp/site/nvidia/cu12/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export PYTHONUNBUFFERED=1
 step build python3 setup.py -q build_ext --inplace
 step versions python3 -c "import torch, tfr_torch; from tfr_torch.images import _nvimgcodec; print(torch.__version__, torch.cuda.get_device_name() if torch.cuda.is_available() else 'no CUDA'); print(tfr_torch.image_backends()); print(_nvimgcodec.describe(0))"
+step real-gpu python3 -m pytest -q -n 4 -rP -p no:cacheprovider tests/test_gpu_real.py --junitxml="$OUT/real-gpu.xml"
+if [ -d /tmp/site-old ]; then
+  step real-gpu-old env PYTHONPATH=$PWD:/tmp/site-old:/tmp/site python3 -m pytest -q -n 4 -rP -p no:cacheprovider \
+    tests/test_gpu_real.py -k "contract or cut or refuses or region"
+fi
 step tests python3 -m pytest -q -n 12 -p no:cacheprovider tests/test_images.py tests/test_gpu_decode.py \
-  tests/test_image_loader.py --junitxml="$OUT/tests.xml"
-step bench python3 benchmarks/gpu_pipeline.py --images 8192 --seconds "${SECONDS_PER_ROW:-8}" --json "$OUT/gpu_pipeline.json"
+  tests/test_image_loader.py tests/test_gpu_bench.py tests/test_dataset.py --junitxml="$OUT/tests.xml"
+step bench python3 benchmarks/gpu_pipeline.py --images 8192 --seconds "${SECONDS_PER_ROW:-6}" --json "$OUT/gpu_pipeline.json"
 exit $status

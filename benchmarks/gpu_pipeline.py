@@ -46,22 +46,28 @@ def make_shards(folder: str, count: int, shards: int, width: int, height: int) -
     y, x = np.mgrid[0:height, 0:width]
     paths = [os.path.join(folder, f"train-{s:05d}.tfrecord") for s in range(shards)]
     writers = [tfr_torch.TFRecordWriter(p) for p in paths]
+    encoded: list[bytes] = []  # at most 1,024 distinct images, repeated (decoding costs the same; making them less)
     for k in range(count):
-        base = np.stack([(x + 3 * k) % 256, (y * 2 + k) % 256, (x + y) % 256], -1)
-        pixels = np.clip(base + rng.integers(-20, 21, base.shape), 0, 255).astype(np.uint8)
-        buf = io.BytesIO()
-        Image.fromarray(pixels).save(buf, "JPEG", quality=90)
-        writers[k % shards].write_example({"image/encoded": buf.getvalue(), "image/class/label": k % 1000})
+        if k < 1024:
+            base = np.stack([(x + 3 * k) % 256, (y * 2 + k) % 256, (x + y) % 256], -1)
+            pixels = np.clip(base + rng.integers(-20, 21, base.shape), 0, 255).astype(np.uint8)
+            buf = io.BytesIO()
+            Image.fromarray(pixels).save(buf, "JPEG", quality=90)
+            encoded.append(buf.getvalue())
+        writers[k % shards].write_example({"image/encoded": encoded[k % len(encoded)],
+                                           "image/class/label": k % 1000})
     for writer, path in zip(writers, paths):
         writer.close()
         tfr_torch.build_index(path, path + ".idx")
     return paths
 
 
-def timed(batches: Iterable[Any], count: Callable[[Any], int], seconds: float, sync: Callable[[], None]) -> float:
-    """images/s over one pass (stopped after `seconds`), after the first batch (start-up: forks, warm-up)."""
+def timed(batches: Iterable[Any], count: Callable[[Any], int], seconds: float, sync: Callable[[], None],
+          warmup: int = 3) -> float:
+    """images/s over about `seconds`, after `warmup` batches (start-up: forks, allocations, kernel choices)."""
     it = iter(batches)
-    next(it)
+    for _ in range(warmup):
+        next(it)
     sync()
     start, images = time.perf_counter(), 0
     for batch in it:
@@ -116,31 +122,80 @@ def resnet50() -> tuple[torch.nn.Module, str]:
         return net, "STAND-IN conv net (torchvision does not import): not ResNet-50"
 
 
+class Hardware:
+    """TFR_TORCH_JPEG_HARDWARE set to `on` for a block (nvImageCodec's hardware JPEG engines, or not)."""
+
+    def __init__(self, on: bool) -> None:
+        self.on, self.before = on, None
+
+    def __enter__(self) -> None:
+        self.before = os.environ.get("TFR_TORCH_JPEG_HARDWARE")
+        os.environ["TFR_TORCH_JPEG_HARDWARE"] = "1" if self.on else "0"
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.before is None:
+            os.environ.pop("TFR_TORCH_JPEG_HARDWARE", None)
+        else:
+            os.environ["TFR_TORCH_JPEG_HARDWARE"] = self.before
+
+
+class Rows(dict):
+    """Rows that print as they are measured (a run cut short still shows what it measured)."""
+
+    def __setitem__(self, key: str, value: float | None) -> None:
+        super().__setitem__(key, value)
+        print(f"{key}\t{'-' if value is None else f'{value:,.0f}'} images/s", flush=True)
+
+
+def forever(loader: Any) -> Iterable[Any]:
+    """Epoch after epoch of one loader (its persistent workers stay)."""
+    while True:
+        yield from loader
+
+
 def gpu_rows(paths: list[str], args: argparse.Namespace) -> dict[str, float | None]:
+    from tfr_torch.images import _nvimgcodec
+
     device = torch.device("cuda")
-    rows: dict[str, float | None] = {}
+    rows: dict[str, float | None] = Rows()
     sync = torch.cuda.synchronize
     raw = tfr_torch.TFRecordDataset(paths, SPEC, index="auto", batch_size=args.batch, shuffle=True)
     batches = [b["image/encoded"] for _, b in zip(range(8), torch.utils.data.DataLoader(raw, batch_size=None))]
-    for backend, version in tfr_torch.image_backends().items():
-        if backend == "pillow" or version is None:
-            continue
+    installed = tfr_torch.image_backends()
+    print(f"# nvImageCodec: {_nvimgcodec.describe(0)}", flush=True)
+
+    def decode_row(name: str, backend: str) -> None:
         try:
-            rows[f"decode_image(list, device='cuda', backend={backend!r}) alone"] = timed(
-                (decode_image(list(b), "RGB", device=device, backend=backend) for _ in range(1000) for b in batches),
-                len, args.seconds, sync)
+            rows[name] = timed((decode_image(list(b), "RGB", device=device, backend=backend)
+                                for _ in range(1000) for b in batches), len, args.seconds, sync)
         except (ValueError, RuntimeError, tfr_torch.DecodeError) as exc:
-            rows[f"decode_image backend={backend!r}: {type(exc).__name__}: {str(exc)[:120]}"] = None
+            rows[f"{name}: {type(exc).__name__}: {str(exc)[:120]}"] = None
+
+    if installed.get("nvimgcodec"):
+        with Hardware(True):
+            decode_row("decode_image(list, device='cuda'): nvImageCodec, hardware JPEG engines", "nvimgcodec")
+        with Hardware(False):
+            decode_row("decode_image(list, device='cuda'): nvImageCodec, CUDA decoder (engines off)", "nvimgcodec")
+    if installed.get("torchvision"):
+        decode_row("decode_image(list, device='cuda', backend='torchvision')", "torchvision")
+        import torchvision.io as tvio
+
+        tensors = [[torch.frombuffer(bytearray(d), dtype=torch.uint8) for d in b] for b in batches]
+        rows["torchvision.io.decode_jpeg(device='cuda') directly"] = timed(
+            (tvio.decode_jpeg(t, device=device) for _ in range(1000) for t in tensors), len, args.seconds, sync)
     train = ImageTransform(224, train=True, dtype=torch.bfloat16)
 
-    def device_loader() -> DeviceLoader:
+    def device_loader(thread: bool) -> DeviceLoader:
         dataset = tfr_torch.TFRecordDataset(paths, SPEC, index="auto", batch_size=args.batch, shuffle=True)
         inner = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=4, pin_memory=True,
                                             persistent_workers=True)
-        return DeviceLoader(inner, device, transform=train)
+        return DeviceLoader(inner, device, transform=train, thread=thread)
 
-    rows["DeviceLoader alone (training transforms, bf16 channels_last)"] = timed(
-        (b for _ in range(100) for b in device_loader()), lambda b: len(b["image/class/label"]), args.seconds, sync)
+    variants = [("thread", True, True), ("training loop's thread", False, True), ("thread, engines off", True, False)]
+    for label, thread, hardware in variants:
+        with Hardware(hardware):
+            rows[f"DeviceLoader alone, 4 workers ({label}; training transforms, bf16 channels_last)"] = timed(
+                forever(device_loader(thread)), lambda b: len(b["image/class/label"]), args.seconds, sync)
     model, label = resnet50()
     model = model.to(device).to(memory_format=torch.channels_last)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
@@ -155,11 +210,13 @@ def gpu_rows(paths: list[str], args: argparse.Namespace) -> dict[str, float | No
 
     fixed = torch.randn(args.batch, 3, 224, 224, device=device).to(memory_format=torch.channels_last)
     labels = torch.randint(0, 1000, (args.batch,), device=device)
-    rows[f"{label} step alone (bf16 autocast, channels_last)"] = timed(
-        (step(fixed, labels) for _ in range(10**6)), lambda n: n, args.seconds, sync)
-    rows[f"{label} fed by DeviceLoader"] = timed(
-        (step(b["image/encoded"], b["image/class/label"]) for _ in range(100) for b in device_loader()),
-        lambda n: n, args.seconds, sync)
+    alone = timed((step(fixed, labels) for _ in range(10**6)), lambda n: n, args.seconds, sync)
+    rows[f"{label} step alone (bf16 autocast, channels_last)"] = alone
+    for name, thread, hardware in variants:
+        with Hardware(hardware):
+            rate = timed((step(b["image/encoded"], b["image/class/label"]) for b in forever(device_loader(thread))),
+                         lambda n: n, args.seconds, sync)
+        rows[f"{label} fed by DeviceLoader, 4 workers ({name}): {100 * rate / alone:.1f}% of the step alone"] = rate
     cpu = tfr_torch.TFRecordDataset(paths, SPEC, index="auto", batch_size=args.batch, shuffle=True,
                                     transform=DecodeImages(EVAL))
     cpu_loader = torch.utils.data.DataLoader(cpu, batch_size=None, num_workers=args.workers, pin_memory=True,
@@ -171,8 +228,8 @@ def gpu_rows(paths: list[str], args: argparse.Namespace) -> dict[str, float | No
         images = batch["image/encoded"].to(device, non_blocking=True).to(memory_format=torch.channels_last)
         return step((images.float() - mean) / std, batch["image/class/label"].to(device, non_blocking=True))
 
-    rows[f"{label} fed by CPU decoding in {args.workers} workers"] = timed(
-        (cpu_fed(b) for _ in range(100) for b in cpu_loader), lambda n: n, args.seconds, sync)
+    rate = timed((cpu_fed(b) for b in forever(cpu_loader)), lambda n: n, args.seconds, sync)
+    rows[f"{label} fed by CPU decoding in {args.workers} workers: {100 * rate / alone:.1f}% of the step alone"] = rate
     return rows
 
 

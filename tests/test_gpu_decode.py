@@ -219,3 +219,14 @@ def test_real_gpu_refuses_a_cut_jpeg():
     data = noisy_jpeg(500, 375)
     with pytest.raises(DecodeError, match=r"^cannot decode image r:1 "):
         decode_image([data, data[: len(data) // 3]], device="cuda", name=["r:0", "r:1"])
+
+
+def test_the_hardware_engines_can_be_turned_off(gpu, monkeypatch):
+    nvi = gpu(fake_nvimgcodec("0.7"))
+    monkeypatch.setenv(_nvimgcodec.ENV_HARDWARE, "0")
+    out = decode_image([read("jpeg_rgb420.jpg"), read("jpeg_rgb444.jpg")], "RGB", device="cuda")
+    assert len(out) == 2 and nvi.log["decoded"] == [("general", 2)]
+    assert _nvimgcodec.describe(0)["why_not"] == "TFR_TORCH_JPEG_HARDWARE=0"
+    monkeypatch.setenv(_nvimgcodec.ENV_HARDWARE, "1")
+    decode_image([read("jpeg_rgb420.jpg")], "RGB", device="cuda")
+    assert nvi.log["decoded"][-1] == ("hw", 1)

@@ -125,7 +125,7 @@ def test_prefetch_prepares_the_next_batches_before_handing_one_out(shard, monkey
     log: list = []
     monkeypatch.setattr(loader_module, "streams_for", lambda device: Recorder(log))
     loader = DeviceLoader(Pulls(DataLoader(dataset(shard), batch_size=None), log), "cpu", transform=TRAIN,
-                          prefetch=prefetch)
+                          prefetch=prefetch, thread=False)
     for number, batch in enumerate(loader, 1):
         log.append(("train", number))
         assert batch["image/encoded"].shape[1:] == (3, 16, 16)
@@ -137,6 +137,62 @@ def test_prefetch_prepares_the_next_batches_before_handing_one_out(shard, monkey
         assert log[at - 1] == ("wait", number)  # the training stream waits for this batch's event only
         recorded = [e[1] for e in log[:at] if e[0] == "record"]
         assert recorded == list(range(1, min(number + prefetch, 5) + 1))
+
+
+@pytest.mark.parametrize("prefetch", [1, 2, 3])
+def test_a_thread_prepares_at_most_prefetch_batches_ahead(shard, monkeypatch, prefetch):
+    import threading
+    import time
+
+    log: list = []
+    monkeypatch.setattr(loader_module, "streams_for", lambda device: Recorder(log))
+    loader = DeviceLoader(Pulls(DataLoader(dataset(shard), batch_size=None), log), "cpu", transform=TRAIN,
+                          prefetch=prefetch, thread=True)
+    main = threading.get_ident()
+    pulled_by: list = []
+    original = loader._prepare
+
+    def prepare(*args):
+        pulled_by.append(threading.get_ident())
+        return original(*args)
+
+    monkeypatch.setattr(loader, "_prepare", prepare)
+    it = iter(loader)
+    first = next(it)
+    deadline = time.monotonic() + 30
+    while sum(e[0] == "pull" for e in log) < min(1 + prefetch, 5) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.2)  # would it run further ahead? It must not
+    assert sum(e[0] == "pull" for e in log) == min(1 + prefetch, 5)
+    rest = list(it)
+    waits = [e[1] for e in log if e[0] == "wait"]
+    assert waits == [1, 2, 3, 4, 5]  # each batch's own event, in order
+    assert [b["label"].tolist() for b in [first, *rest]] == [b["label"].tolist() for b in
+                                                           DeviceLoader(DataLoader(dataset(shard), batch_size=None),
+                                                                        "cpu", transform=TRAIN, thread=False)]
+    assert len(pulled_by) == 5 and main not in pulled_by  # prepared in the background thread
+
+
+def test_a_thread_raises_the_bad_batch_in_its_place_and_stops_when_abandoned(shard, tmp_path):
+    import threading
+
+    path = str(tmp_path / "bad.tfrecord")
+    with tfr_torch.TFRecordWriter(path) as writer:
+        for k in range(9):
+            data = jpeg(k)
+            writer.write_example({"image/encoded": data[: len(data) // 2] if k == 7 else data, "label": k})
+    data = tfr_torch.TFRecordDataset(path, SPEC, batch_size=3)
+    got = []
+    with pytest.raises(DecodeError, match=r"^cannot decode image epoch 0, batch 2, item 1 \("):
+        for batch in DeviceLoader(DataLoader(data, batch_size=None), "cpu", transform=TRAIN, thread=True):
+            got.append(batch["label"].tolist())
+    assert got == [[0, 1, 2], [3, 4, 5]]  # the batches before the bad one, then its error
+    before = {t for t in threading.enumerate() if t.name == "tfr_torch DeviceLoader"}
+    it = iter(DeviceLoader(DataLoader(dataset(shard), batch_size=None), "cpu", transform=TRAIN, thread=True))
+    next(it)
+    it.close()  # the training loop breaks out: the thread stops
+    left = {t for t in threading.enumerate() if t.name == "tfr_torch DeviceLoader"} - before
+    assert not any(t.is_alive() for t in left)
 
 
 def run(loader) -> list:

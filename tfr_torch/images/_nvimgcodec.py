@@ -15,6 +15,7 @@ libjpeg-turbo's chroma upsampling (`:fancy_upsampling=1`, ignored where unknown)
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -114,14 +115,20 @@ class Decoders:
     hardware_error: str
 
 
+ENV_HARDWARE = "TFR_TORCH_JPEG_HARDWARE"
+"""Set to 0 to keep nvImageCodec off the GPU's hardware JPEG engines (e.g. when video decoding needs them)."""
+
+
 def decoders(nv: NvApi, device_id: int) -> Decoders:
-    return _decoders(nv, device_id)
+    return _decoders(nv, device_id, os.environ.get(ENV_HARDWARE, "1").strip() != "0")
 
 
 @functools.lru_cache(maxsize=8)
-def _decoders(nv: NvApi, device_id: int) -> Decoders:
+def _decoders(nv: NvApi, device_id: int, use_hardware: bool = True) -> Decoders:
     hardware, why = None, "this nvImageCodec has no BackendKind.HW_GPU_ONLY"
-    if nv.hw_kind is not None:
+    if not use_hardware:
+        why = f"{ENV_HARDWARE}=0"
+    elif nv.hw_kind is not None:
         try:
             hardware = _make(nv.module, device_id, [nv.module.Backend(nv.hw_kind)])
             why = ""

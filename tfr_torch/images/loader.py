@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import queue
+import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Optional, Union
@@ -106,12 +108,15 @@ class DeviceLoader:
     - `names`: a key of the batch whose values name the records in errors (e.g. "image/filename"); by default a
       bad image is named by its place: "epoch E, batch B, item I".
     - `rank`: for the random crops; by default the wrapped dataset's `rank`, else 0.
+    - `thread`: pull and prepare the next batches in a background thread (default: on a GPU), so that decoding's
+      host work (JPEG checks, decoder calls, kernel launches) overlaps the training loop's own; False prepares them
+      in the training loop's thread between its steps. Either way at most `prefetch` batches are ahead.
     """
 
     def __init__(self, loader: Any, device: Union[str, torch.device, None] = None, *,
                  transform: Optional[ImageTransform] = None, images: str = "image/encoded", prefetch: int = 2,
                  backend: Optional[str] = None, names: Optional[str] = None, rank: Optional[int] = None,
-                 non_blocking: bool = True) -> None:
+                 non_blocking: bool = True, thread: Optional[bool] = None) -> None:
         if not isinstance(prefetch, int) or prefetch < 0:
             raise ValueError(f"prefetch must be a non-negative int (batches), got {prefetch!r}")
         if transform is not None and not isinstance(transform, ImageTransform):
@@ -124,6 +129,7 @@ class DeviceLoader:
         self.backend = _resolve(backend)
         self.names = names
         self.non_blocking = non_blocking
+        self.thread = (self.device.type == "cuda") if thread is None else bool(thread)
         self.mode = _pixels.normalize_mode(transform.mode if transform is not None else "RGB")
         dataset = getattr(loader, "dataset", None)
         self.rank = int(rank if rank is not None else getattr(dataset, "rank", 0) or 0)
@@ -193,10 +199,27 @@ class DeviceLoader:
             self._snapshot = self._resume.get("loader")
             self._resume = None
         self._samples, self._batches = samples, batches
-        epoch = self._epoch
         source = iter(self.loader)
+        prepared = self._prepared(source, streams, self._epoch, samples, batches)
+        if self.thread and self.prefetch > 0:
+            prepared = _Ahead(prepared, self.prefetch)
+        try:
+            for ready in prepared:
+                streams.wait(ready.event, ready.tensors)
+                self._samples += ready.samples
+                self._batches += 1
+                self._snapshot = ready.snapshot
+                yield ready.batch
+        finally:
+            if isinstance(prepared, _Ahead):
+                prepared.close()
+
+    def _prepared(self, source: Iterator[Any], streams: Streams, epoch: int, samples: int, number: int
+                  ) -> Iterator[_Ready]:
+        """The wrapped loader's batches, each pulled and prepared on the device `prefetch` batches before the
+        training loop gets it (in this thread; _Ahead moves the whole of it to a background thread)."""
         queue: collections.deque[_Ready] = collections.deque()
-        pulled = [samples, batches]
+        pulled = [samples, number]
 
         def fill(depth: int) -> None:
             while len(queue) < depth:
@@ -211,17 +234,14 @@ class DeviceLoader:
                 pulled[1] += 1
                 queue.append(ready)
 
+        depth = 0 if self.thread and self.prefetch > 0 else self.prefetch  # _Ahead keeps its thread ahead
         while True:
             fill(1)
             if not queue:
                 return
             ready = queue.popleft()
-            fill(self.prefetch)  # the next `prefetch` batches go to the device before this one is handed out
-            streams.wait(ready.event, ready.tensors)
-            self._samples += ready.samples
-            self._batches += 1
-            self._snapshot = ready.snapshot
-            yield ready.batch
+            fill(depth)  # the next batches go to the device before this one is handed out
+            yield ready
 
     def _prepare(self, batch: Any, streams: Streams, epoch: int, first: int, number: int) -> _Ready:
         tensors: list[torch.Tensor] = []
@@ -285,6 +305,68 @@ class DeviceLoader:
         shifted[:, 0] -= [origin[0] for _, origin in decoded]
         shifted[:, 1] -= [origin[1] for _, origin in decoded]
         return transform.apply([pixels for pixels, _ in decoded], shifted, flips)
+
+
+class _Failure:
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+_DONE = object()
+
+
+class _Ahead:
+    """Iterator `items` run in a background thread, at most `depth` items ahead of the consumer: the thread takes
+    a slot before it pulls an item, the consumer gives one back when it takes one. An exception in the thread is
+    raised to the consumer in its place in the sequence."""
+
+    def __init__(self, items: Iterator[Any], depth: int) -> None:
+        self._items = items
+        self._slots = threading.Semaphore(depth)
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._stop = threading.Event()
+        self._finished = False
+        self._thread = threading.Thread(target=self._run, name="tfr_torch DeviceLoader", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            while True:
+                while not self._slots.acquire(timeout=0.05):
+                    if self._stop.is_set():
+                        return
+                if self._stop.is_set():
+                    return
+                try:
+                    item = next(self._items)
+                except StopIteration:
+                    self._queue.put(_DONE)
+                    return
+                self._queue.put(item)
+        except BaseException as exc:  # noqa: BLE001  # handed to the consumer, raised there
+            self._queue.put(_Failure(exc))
+
+    def __iter__(self) -> _Ahead:
+        return self
+
+    def __next__(self) -> Any:
+        if self._finished:
+            raise StopIteration
+        item = self._queue.get()
+        if item is _DONE:
+            self._finished = True
+            raise StopIteration
+        if isinstance(item, _Failure):
+            self._finished = True
+            raise item.error
+        self._slots.release()
+        return item
+
+    def close(self) -> None:
+        """Stop the thread after the item it is preparing (if any); the items it prepared are dropped."""
+        self._stop.set()
+        self._slots.release()
+        self._thread.join(timeout=10)
 
 
 def _region(box: np.ndarray, height: int, width: int) -> tuple[int, int, int, int]:
