@@ -31,6 +31,12 @@ class Header:
     orientation: int = 1
     height: int = 0  # a JPEG's frame size (0 when no frame header was found): the image transforms plan crops by it
     width: int = 0
+    frame: int = 0  # a JPEG's start-of-frame marker (0xC0 baseline, 0xC2 progressive, ...; 0 when none was found)
+
+    @property
+    def progressive(self) -> bool:
+        """A progressive JPEG (SOF2, SOF6, SOF10, SOF14)."""
+        return self.frame in (0xC2, 0xC6, 0xCA, 0xCE)
 
 
 def sniff(data: bytes) -> Header:
@@ -71,7 +77,7 @@ def _png(data: bytes) -> Header:
 
 def _jpeg(data: bytes) -> Header:
     """Walk the JPEG markers up to the first frame header (SOFn: ITU T.81 B.2.2) or the scan."""
-    pos, components, precision, orientation, height, width = 2, 0, 0, 1, 0, 0
+    pos, components, precision, orientation, height, width, frame = 2, 0, 0, 1, 0, 0, 0
     end = len(data)
     while pos + 4 <= end:
         if data[pos] != 0xFF:
@@ -89,13 +95,13 @@ def _jpeg(data: bytes) -> Header:
             orientation = _exif_orientation(segment[6:])
         start_of_frame = (0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF)
         if marker in start_of_frame and len(segment) >= 6:
-            precision, components = segment[0], segment[5]
+            precision, components, frame = segment[0], segment[5], marker
             height, width = segment[1] << 8 | segment[2], segment[3] << 8 | segment[4]
         if marker in (0xDA, 0xD9):  # start of scan / end of image: no more headers
             break
         pos += 2 + length
     return Header("jpeg", components=components, precision=precision, orientation=orientation, height=height,
-                  width=width)
+                  width=width, frame=frame)
 
 
 def _exif_orientation(tiff: bytes) -> int:

@@ -168,7 +168,9 @@ def _source(nv: NvApi, data: bytes, region: Optional[tuple[int, int, int, int]])
     box = nv.module.Region(top, left, bottom, right)
     if nv.region == "decode_source":
         return nv.module.DecodeSource(data, region=box)
-    return nv.module.CodeStream(data).get_sub_code_stream(region=box)
+    stream = nv.module.CodeStream(data)
+    sub = getattr(stream, "get_sub_code_stream", None) or stream.getSubCodeStream  # 0.6: camelCase
+    return sub(region=box)
 
 
 def _run(nv: NvApi, decoder: Any, sources: list[Any], gray: bool, stream: Optional[int]) -> list[Any]:
@@ -210,7 +212,7 @@ def decode_batch(nv: NvApi, items: Sequence[bytes], gray: bool, device: torch.de
             continue
         try:
             sources = [_source(nv, items[k], boxes[k]) for k in todo]
-        except (RuntimeError, TypeError, ValueError):  # this release cannot make a region: whole images
+        except (RuntimeError, TypeError, ValueError, AttributeError):  # no region in this release: whole images
             sources = [items[k] for k in todo]
         try:
             results = _run(nv, decoder, sources, gray, stream)
