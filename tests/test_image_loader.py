@@ -259,3 +259,36 @@ def test_decode_images_in_dataloader_workers(shard):
             assert torch.equal(image, here[int(label)])
     with pytest.raises(ValueError, match=r"^DecodeImages with a training transform needs index="):
         DecodeImages(TRAIN)
+
+
+def png(k: int) -> bytes:
+    buf = io.BytesIO()
+    Image.fromarray(np.random.default_rng(k).integers(0, 256, (30 + k, 45, 3), np.uint8)).save(buf, "PNG")
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.float32])
+@pytest.mark.parametrize("channels_last", [True, False])
+def test_decode_images_equals_decoding_then_resizing_each_crop(dtype, channels_last):
+    # JPEGs (crops planned from their headers, each decoded just before its resize) and a PNG (no size in the
+    # header: decoded first); every crop against its own copy resized by torch on its own
+    items = [jpeg(0), png(1), jpeg(2), jpeg(3), jpeg(4)]
+    transform = ImageTransform(16, train=True, seed=5, dtype=dtype, channels_last=channels_last)
+    got = DecodeImages(transform, index="label")({"image/encoded": items, "label": torch.arange(10, 15)})
+    images = [tfr_torch.decode_image(data, "RGB") for data in items]
+    boxes, flips = transform.plan([tuple(image.shape[-2:]) for image in images], 0, 0, range(10, 15))
+    out = got["image/encoded"]
+    assert out.shape == (5, 3, 16, 16) and out.dtype == dtype and torch.equal(got["label"], torch.arange(10, 15))
+    assert out.is_contiguous(memory_format=torch.channels_last if channels_last else torch.contiguous_format)
+    mean = torch.tensor(transform.mean)[:, None, None]
+    std = torch.tensor(transform.std)[:, None, None]
+    for image, box, flip, pixels in zip(images, boxes, flips, out):
+        top, left, h, w = (int(round(v)) for v in box)
+        want = F.interpolate(image[None, :, top:top + h, left:left + w].contiguous(), size=(16, 16),
+                             mode="bilinear", antialias=True)[0]
+        want = want.flip(-1) if flip else want
+        if dtype == torch.uint8:
+            assert torch.equal(pixels, want)
+        else:
+            assert torch.allclose(pixels, (want / 255.0 - mean) / std, atol=1e-5)
+    assert torch.equal(out, transform.apply(images, boxes, flips))

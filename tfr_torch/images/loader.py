@@ -37,8 +37,8 @@ import torch
 
 from tfr_torch.images import _pixels
 from tfr_torch.images._formats import sniff
-from tfr_torch.images.decode import _resolve, decode_views
-from tfr_torch.images.transforms import ImageTransform
+from tfr_torch.images.decode import _decode_one, _resolve, decode_views
+from tfr_torch.images.transforms import ImageTransform, _resize_each
 
 __all__ = ["DeviceLoader", "DecodeImages", "Streams", "streams_for"]
 
@@ -382,7 +382,9 @@ class DecodeImages:
     """A TFRecordDataset `transform` that decodes and transforms a batch's images where the dataset runs (in
     DataLoader workers: the training loop gets [B, C, size, size] tensors). Evaluation transforms need nothing
     more; training ones need `index`, an int feature with each record's id, to key their crops (with the epoch of
-    the worker's dataset, set by set_epoch). Decoded images are [C, H, W] views read by the resize: no copy.
+    the worker's dataset, set by set_epoch). The crops are planned from the JPEG headers, then each image is
+    decoded, cropped and resized into the batch before the next one is decoded: one decoded image alive at a
+    time (its memory reused, still in the cache), read by the resize as a [C, H, W] view without a copy.
 
     >>> dataset = TFRecordDataset(paths, spec, batch_size=256, index="auto",  # doctest: +SKIP
     ...                           transform=DecodeImages(ImageTransform(224, train=False)))
@@ -407,12 +409,35 @@ class DecodeImages:
         names: list[Optional[str]] = ([str(n.decode() if isinstance(n, bytes) else n) for n in batch[self.names]]
                                       if self.names is not None else [None] * len(items))
         mode = _pixels.normalize_mode(self.transform.mode)
-        decoded = decode_views(items, names, mode, torch.uint8, _resolve(self.backend), False, torch.device("cpu"))
-        pixels = [p for p, _ in decoded]
+        backend = _resolve(self.backend)
         indices = [int(i) for i in batch[self.index]] if self.index is not None else list(range(len(items)))
         info = get_worker_info()
         epoch = int(getattr(info.dataset, "epoch", 0)) if info is not None else 0
-        boxes, flips = self.transform.plan([(int(p.shape[-2]), int(p.shape[-1])) for p in pixels], epoch, 0, indices)
+
+        def decode(k: int) -> torch.Tensor:
+            return _decode_one(items[k], mode, torch.uint8, backend, False, False, names[k], contiguous=False)
+
+        # crops are planned from the JPEG headers' frame sizes, so each image is decoded, resized and dropped before
+        # the next one is decoded; only an image whose header has no size is decoded first
+        headers = [sniff(d) for d in items]
+        early = {k: decode(k) for k, h in enumerate(headers) if not (h.height and h.width)}
+        sizes = [(h.height, h.width) if k not in early else (int(early[k].shape[-2]), int(early[k].shape[-1]))
+                 for k, h in enumerate(headers)]
+        boxes, flips = self.transform.plan(sizes, epoch, 0, indices)
+
+        def crops() -> Iterator[tuple[torch.Tensor, np.ndarray, bool]]:
+            for k in range(len(items)):
+                pixels = early.pop(k) if k in early else decode(k)
+                box, flip = boxes[k], bool(flips[k])
+                size = (int(pixels.shape[-2]), int(pixels.shape[-1]))
+                if size != sizes[k]:  # not the header's size: this one planned by its pixels
+                    again, flipped = self.transform.plan([size], epoch, 0, [indices[k]])
+                    box, flip = again[0], bool(flipped[0])
+                yield pixels, box, flip
+
         out = dict(batch)
-        out[self.images] = self.transform.apply(pixels, boxes, flips)
+        if not items:
+            raise ValueError(f"DecodeImages got a batch with no {self.images!r} images")
+        # in a worker the batch is made in shared memory: handing it over copies nothing
+        out[self.images] = _resize_each(crops(), len(items), self.transform, shared=info is not None)
         return out
