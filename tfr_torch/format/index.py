@@ -17,9 +17,12 @@ from tfr_torch.errors import IndexMismatchError
 from tfr_torch.format.compression import NONE
 from tfr_torch.format.options import CompressionOrAuto, check_compression
 from tfr_torch.format.framing import HEADER_SIZE, OVERHEAD, parse_header
-from tfr_torch.format.paths import PathLike, as_path, atomic_output, file_size, open_input
+from tfr_torch.format.paths import PathLike, as_path, atomic_output, file_size, is_url, open_input
 from tfr_torch.format.reader import RecordReader
+from tfr_torch.format.remote import RemoteOptions
 from tfr_torch.format.seek import DEFAULT_SPAN, build_seek_points, check_span, seek_path_for
+
+_PROBE = RemoteOptions(block_size=1 << 16, readahead=0)  # checking a remote file's index: small requests only
 
 __all__ = ["build_index", "read_index", "scan_index", "check_index", "index_path_for"]
 
@@ -158,7 +161,8 @@ def check_index(index: np.ndarray, path: PathLike, index_path: PathLike | None =
     path = as_path(path)
     index_path = as_path(index_path) if index_path is not None else index_path_for(path)
     _check_layout(index, path, index_path)
-    with RecordReader(path, compression, verify=False) as reader:
+    # a remote file is read with small requests and nothing ahead: a few headers, not blocks of megabytes
+    with RecordReader(path, compression, verify=False, remote=_PROBE if is_url(path) else None) as reader:
         if reader.compression != NONE:
             first = next(reader, None) if len(index) else None
             if len(index) and (first is None or len(first) + OVERHEAD != index[0, 1]):
@@ -167,17 +171,21 @@ def check_index(index: np.ndarray, path: PathLike, index_path: PathLike | None =
                     f"line 1 of the index says a record of {index[0, 1]} bytes starts at offset 0, but the file has "
                     f"{found} there (stale index, or made for another file?)", path, 0, index_path)
             return
-    size = file_size(path)
-    end = int(index[-1, 0]) + int(index[-1, 1]) if len(index) else 0
-    if end != size:
-        raise IndexMismatchError(
-            f"the index describes {len(index)} records ending at byte {end}, but the file has {size} bytes "
-            "(stale index, or made for another file?)", path, None, index_path)
-    rows = sorted({0, len(index) // 2, len(index) - 1}) if len(index) else []
-    with open_input(path) as f:
+        raw = reader._raw  # not read from yet: its size, and the headers below, with no second open
+        size = getattr(raw, "size", None)
+        size = int(size) if isinstance(size, int) else file_size(path)
+        end = int(index[-1, 0]) + int(index[-1, 1]) if len(index) else 0
+        if end != size:
+            raise IndexMismatchError(
+                f"the index describes {len(index)} records ending at byte {end}, but the file has {size} bytes "
+                "(stale index, or made for another file?)", path, None, index_path)
+        rows = sorted({0, len(index) // 2, len(index) - 1}) if len(index) else []
+        prefetch = getattr(raw, "prefetch", None)
+        if prefetch is not None:  # a remote file: the headers' requests run together
+            prefetch([(int(index[row, 0]), int(index[row, 0]) + HEADER_SIZE) for row in rows])
         for row in rows:
-            f.seek(int(index[row, 0]))
-            _check_header(f.read(HEADER_SIZE), index[row], row, path, index_path)
+            raw.seek(int(index[row, 0]))
+            _check_header(raw.read(HEADER_SIZE), index[row], row, path, index_path)
 
 
 def _check_header(header: bytes, row: np.ndarray, line: int, path: str, index_path: str) -> None:
