@@ -8,15 +8,29 @@ a distant object store costs. The sleep is the simulated network, not a timing a
 
     with LatencyProxy("127.0.0.1", 5000, delay=0.02) as proxy:
         endpoint = proxy.url      # http://127.0.0.1:<port>
+
+`S3Server` runs moto's server and one proxy per delay in a process of their own (`python -m
+benchmarks.latency_proxy`), as a real object store is not in the reader's process: its request handling (Python,
+under its own GIL) then competes with the readers for the cores only, not for the reading process's GIL.
+
+    with S3Server(delays=[0.02, 0.05]) as server:
+        server.direct                # http://127.0.0.1:<port>, no delay
+        server.proxies[0.02]         # the endpoint 20 ms away
 """
 
 from __future__ import annotations
 
+import json
+import os
 import socket
+import subprocess
+import sys
 import threading
 import time
+from collections.abc import Sequence
+from pathlib import Path
 
-__all__ = ["LatencyProxy"]
+__all__ = ["LatencyProxy", "S3Server"]
 
 
 class LatencyProxy:
@@ -27,6 +41,7 @@ class LatencyProxy:
         self.upstream = (host, int(port))
         self.delay = float(delay)
         self.requests = 0  # requests delayed so far (how many round trips the readers made)
+        self.bytes_down = 0  # bytes the server sent back so far (bodies and headers)
         self._lock = threading.Lock()
         self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -106,6 +121,8 @@ class LatencyProxy:
                     time.sleep(self.delay)  # the simulated network: one round trip per request
                 elif not requests:
                     answered.set()
+                    with self._lock:
+                        self.bytes_down += len(data)
                 dst.sendall(data)
         except OSError:
             pass
@@ -115,3 +132,68 @@ class LatencyProxy:
                     sock.shutdown(socket.SHUT_RDWR)
                 except OSError:
                     pass
+
+
+class S3Server:
+    """moto's S3 server and a `LatencyProxy` per delay, in a child process (see the module's docstring). `start()`
+    returns once they listen; `stop()` ends the process."""
+
+    def __init__(self, delays: Sequence[float] = ()) -> None:
+        self.delays = [float(d) for d in delays]
+        self.direct = ""
+        self.proxies: dict[float, str] = {}
+        self._proc: subprocess.Popen[str] | None = None
+
+    def start(self) -> S3Server:
+        root = str(Path(__file__).resolve().parents[1])
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+        self._proc = subprocess.Popen([sys.executable, "-m", "benchmarks.latency_proxy", *map(str, self.delays)],
+                                      cwd=root, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert self._proc.stdout is not None
+        line = self._proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the S3 server process exited ({self._proc.wait()}) before it listened")
+        ready = json.loads(line)
+        self.direct = ready["direct"]
+        self.proxies = {float(d): url for d, url in ready["proxies"]}
+        return self
+
+    def stop(self) -> None:
+        if self._proc is not None:
+            assert self._proc.stdin is not None
+            self._proc.stdin.close()  # the child's signal to stop
+            try:
+                self._proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+            self._proc = None
+
+    def __enter__(self) -> S3Server:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _serve(delays: list[float]) -> None:
+    """(the child of S3Server) Serve until stdin closes; first print the endpoints as one JSON line."""
+    import logging
+
+    os.environ.setdefault("MOTO_S3_DEFAULT_KEY_BUFFER_SIZE", str(1 << 30))  # objects in memory, not temp files
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    proxies = [(d, LatencyProxy(host, port, d).start()) for d in delays]
+    print(json.dumps({"direct": f"http://{host}:{port}", "proxies": [(d, p.url) for d, p in proxies]}), flush=True)
+    sys.stdin.read()
+    for _, proxy in proxies:
+        proxy.stop()
+    server.stop()
+
+
+if __name__ == "__main__":
+    _serve([float(arg) for arg in sys.argv[1:]])

@@ -5,8 +5,11 @@ every request (benchmarks/latency_proxy.py: the delay is the simulated network, 
 Covered: exact records from S3 (plain and GZIP) read sequentially and shuffled through the index, in the process
 and through DataLoader(num_workers=4) (every id exactly once), with small blocks so that many are in flight; the
 cache: a second read makes no range request, eviction keeps the folder under its limit, a partial temporary file
-or a short block file left by a crash is never served, two processes share one folder, a changed object (new
-ETag, same size) is read anew; errors name the URL; RemoteOptions' checks.
+or a short block file left by a crash is never served (read, pread, map), two processes share one folder, a
+changed object (new ETag, same size) is read anew; one fetch per block for threads and processes filling it at
+once (a cold cache under 4 workers fetches each block once), and a fetcher that dies leaves the block to the next;
+files opened ahead are taken by the reader (no second HEAD) and a missing one raises where it is taken; indexes
+of remote files checked with a few small requests; errors name the URL (and the offset); RemoteOptions' checks.
 """
 
 from __future__ import annotations
@@ -17,7 +20,10 @@ import re
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -33,7 +39,9 @@ from torch.utils.data import DataLoader  # noqa: E402
 import tfr_torch  # noqa: E402
 from benchmarks.latency_proxy import LatencyProxy  # noqa: E402
 from tfr_torch.format.blockcache import BlockCache, block_key  # noqa: E402
+from tfr_torch.format.reader import RecordFile  # noqa: E402
 from tfr_torch.format.remote import RemoteFile, RemoteOptions  # noqa: E402
+from tfr_torch.format.remote_open import open_ahead, open_remote  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 BUCKET = "tfr-remote"
@@ -121,7 +129,12 @@ def test_dataloader_four_workers_every_record_exactly_once(s3, tmp_path, variant
     dataset = tfr_torch.TFRecordDataset(f"{prefix}/part-*{suffix}", features=SPEC, index="auto",
                                         shuffle="shuffled" in variant, seed=3, batch_size=16, remote=options)
     assert dataset.remote is options
+    first = s3["proxy"].requests
     seen = ids_of(DataLoader(dataset, batch_size=None, num_workers=4))
+    if cache is not None:  # 4 workers on a cold cache: each block fetched once (the others wait for it), a HEAD
+        #                    per worker and file
+        blocks = sum(-(-s3["fs"].size(f"{prefix}/part-{n}{suffix}") // 16384) for n in range(len(counts)))
+        assert s3["proxy"].requests - first <= blocks + 4 * len(counts)
     duplicated = sorted(i for i, c in Counter(seen).items() if c > 1)
     assert not duplicated, duplicated
     assert sorted(seen) == ids
@@ -182,8 +195,14 @@ def test_a_crash_leaves_nothing_that_is_served(s3, tmp_path):
     # a writer that died mid-block: its temporary file, and a block file cut short (a lost write)
     Path(cache.path(key0)).with_name(f".{key0}.tmp-99999-deadbeef").write_bytes(b"\x00" * 100)
     Path(cache.path(key1)).write_bytes(b"\x00" * 100)
+    assert cache.read(key1, 4096) is None and cache.pread(key1, 4096, 0, 16) is None  # a short block: a miss
+    Path(cache.path(key1)).write_bytes(b"\x00" * 100)
+    assert cache.map(key1, 4096) is None
+    Path(cache.path(key1)).write_bytes(b"\x00" * 100)
     assert list(tfr_torch.read_records(url, remote=options)) == records
     assert os.path.getsize(cache.path(key0)) == 4096 and os.path.getsize(cache.path(key1)) == 4096  # refetched
+    shuffled = tfr_torch.TFRecordDataset(url, index=None, remote=options)  # no index: the records in order
+    assert list(shuffled) == records
 
 
 def test_two_processes_share_a_cache_folder(s3, tmp_path):
@@ -258,3 +277,117 @@ def test_dataset_checks_remote(tmp_path):
     write(path, records_of(0, 3), index=False)
     with pytest.raises(TypeError, match="remote must be None or a RemoteOptions, got dict"):
         tfr_torch.TFRecordDataset(path, remote={"block_size": 1})  # type: ignore[arg-type]
+
+
+def test_one_fetch_per_block_for_threads_filling_it_at_once(tmp_path):
+    cache = BlockCache(str(tmp_path / "c"), 1 << 20)
+    calls = []
+    gate = threading.Event()
+
+    def fetch() -> bytes:
+        calls.append(1)
+        gate.wait(5)  # the others ask while this fetch is under way
+        return b"b" * 1000
+
+    with ThreadPoolExecutor(8) as pool:
+        results = [pool.submit(cache.fill, "k" * 64, 1000, fetch) for _ in range(8)]
+        while not calls:
+            time.sleep(0.001)
+        gate.set()
+        returned = [r.result() for r in results]
+    assert len(calls) == 1
+    assert returned.count(b"b" * 1000) == 1 and returned.count(None) == 7  # one fetched; 7 found it stored
+    assert cache.fetched == 1 and cache.waited == 7
+    assert cache.pread("k" * 64, 1000, 10, 5) == b"bbbbb"
+    assert not list((tmp_path / "c").glob("*/.*.lock"))  # the block's lock file goes with the fetch
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_fetcher_that_dies_leaves_the_block_to_the_next(tmp_path):
+    folder = str(tmp_path / "c")
+    key = "d" * 64
+    pid = os.fork()
+    if pid == 0:  # the child dies holding the block's lock, mid-fetch
+        try:
+            BlockCache(folder, 1 << 20).fill(key, 10, lambda: os._exit(3))
+        finally:
+            os._exit(4)
+    assert os.waitpid(pid, 0)[1] >> 8 == 3
+    cache = BlockCache(folder, 1 << 20)
+    assert not cache.has(key, 10)
+    assert cache.fill(key, 10, lambda: b"0123456789") == b"0123456789"
+    assert cache.read(key, 10) == b"0123456789"
+
+
+def test_processes_filling_one_block_fetch_it_once(tmp_path):
+    folder = tmp_path / "c"
+    log = tmp_path / "fetches"
+    script = textwrap.dedent(f"""
+        import os, time
+        from tfr_torch.format.blockcache import BlockCache
+        def fetch():
+            with open({str(log)!r}, "a") as f:
+                f.write(f"{{os.getpid()}}\\n")
+            time.sleep(0.3)  # the other processes ask meanwhile
+            return b"x" * 5000
+        cache = BlockCache({str(folder)!r}, 1 << 20)
+        cache.fill("e" * 64, 5000, fetch)
+        assert cache.read("e" * 64, 5000) == b"x" * 5000
+    """)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    procs = [subprocess.Popen([sys.executable, "-c", script], cwd=REPO, env=env, stderr=subprocess.PIPE, text=True)
+             for _ in range(3)]
+    for proc in procs:
+        assert proc.wait(120) == 0, proc.stderr.read() if proc.stderr else ""
+    assert len(log.read_text().split()) == 1
+
+
+def test_a_file_opened_ahead_is_taken_open(s3):
+    url = f"s3://{BUCKET}/ahead/a.tfrecord"
+    records = records_of(0, 100)
+    write(url, records, index=False)
+    data = s3["fs"].cat(url)
+    before = s3["proxy"].requests
+    open_ahead(url, SMALL, readahead=False)
+    with open_remote(url, SMALL, readahead=False) as f:
+        opened = s3["proxy"].requests - before
+        assert opened == 2  # its HEAD and its first bytes, made by open_ahead
+        assert f.read(12) == data[:12]  # what compression sniffing reads: no request of its own
+        assert s3["proxy"].requests - before == opened
+    before = s3["proxy"].requests
+    open_ahead(url, SMALL, start=0)  # a sequential reader: its first blocks requested too
+    with tfr_torch.read_records(url, remote=SMALL) as reader:
+        assert list(reader) == records
+    assert s3["proxy"].requests - before == 1 + -(-len(data) // SMALL.block_size)  # one HEAD, each block once
+
+
+def test_a_missing_file_opened_ahead_raises_where_it_is_taken(s3):
+    url = f"s3://{BUCKET}/ahead/missing.tfrecord"
+    open_ahead(url, SMALL, readahead=False)
+    with pytest.raises(FileNotFoundError, match=re.escape(url)):
+        open_remote(url, SMALL, readahead=False)
+
+
+def test_remote_indexes_are_checked_with_small_requests(s3):
+    prefix = f"s3://{BUCKET}/indexes"
+    for n in range(4):
+        write(f"{prefix}/part-{n}.tfrecord", records_of(n * 1000, 400))
+    total = sum(s3["fs"].size(f"{prefix}/part-{n}.tfrecord") for n in range(4))
+    before = s3["proxy"].bytes_down
+    dataset = tfr_torch.TFRecordDataset(f"{prefix}/part-*.tfrecord", index="auto")
+    assert len(dataset) == 1600
+    assert s3["proxy"].bytes_down - before < total / 4  # indexes and a few headers, not the files' blocks
+
+
+def test_a_remote_record_that_disagrees_with_its_index_names_the_url_and_offset(s3):
+    url = f"s3://{BUCKET}/badindex/a.tfrecord"
+    records = records_of(0, 20)
+    write(url, records)
+    index = tfr_torch.read_index(url + ".idx", url)
+    offset, size = (int(v) for v in index[5])
+    with RecordFile(url, remote=SMALL) as f:
+        assert f.read(offset, size) == records[5]
+        with pytest.raises(tfr_torch.CorruptRecordError, match=re.escape(
+                f"the record here has {size} bytes but the index says {size + 1}")) as err:
+            f.read(offset, size + 1)
+    assert err.value.path == url and err.value.offset == offset

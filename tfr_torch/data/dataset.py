@@ -45,6 +45,7 @@ from tfr_torch.data.reading import (
     iter_random,
     iter_run,
     located,
+    opening_ahead,
     regroup,
     shuffle_buffer,
 )
@@ -566,7 +567,9 @@ class TFRecordDataset(IterableDataset[Any]):
             a, b = worker_block(quota, self.rank, worker, workers, multiple)
             if worker == 0:
                 self._warn_idle_workers(quota, workers, multiple)
-            streams = (iter_run(source, self._in_file(run)) for run in runs_of_block(self._counts, order, a, b))
+            runs = opening_ahead(source, (self._in_file(run) for run in runs_of_block(self._counts, order, a, b)),
+                                 self.interleave if self.shuffle else 1)
+            streams = (iter_run(source, run) for run in runs)
         if not self.shuffle:
             return _chain(streams)
         rng = epoch_rng(self.seed, epoch, 3 + worker + workers * self.rank)

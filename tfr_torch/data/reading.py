@@ -12,16 +12,19 @@ import numpy as np
 
 from tfr_torch.data.sharding import Run
 from tfr_torch.errors import TFRecordError
+from tfr_torch.format.compression import NONE, compression_from_name, normalize_compression
 from tfr_torch.format.framing import OVERHEAD
 from tfr_torch.format.location import RecordLocation
 from tfr_torch.format.paths import is_url
 from tfr_torch.format.reader import OnError, RecordFile, RecordReader
+from tfr_torch.format.remote_open import open_ahead
 
-__all__ = ["Block", "Located", "Source", "iter_run", "iter_random", "group_bounds", "GROUP_BYTES", "interleave",
-           "shuffle_buffer", "located", "blocks_of", "drop", "regroup", "flatten"]
+__all__ = ["Block", "Located", "Source", "iter_run", "opening_ahead", "iter_random", "group_bounds", "GROUP_BYTES",
+           "interleave", "shuffle_buffer", "located", "blocks_of", "drop", "regroup", "flatten"]
 
 _GROUP = 64  # records per block made from single records (read by offset, or out of the shuffle buffer)
 _AHEAD = 256  # records read by offset from remote files: announced this many at a time, one window ahead
+_OPEN_AHEAD = 16  # runs of remote files a sequential reader opens ahead (their HEAD requests)
 GROUP_BYTES = 64 << 20  # records of compressed files read by offset: read together, this many framed bytes at most
 
 
@@ -140,6 +143,38 @@ def iter_run(source: Source, run: Run) -> Iterator[Block]:
                                     "rewrite its index or sidecar)", path, extra)
 
 
+def opening_ahead(source: Source, runs: Iterable[Run], depth: int = 1) -> Iterator[Run]:
+    """The runs, each handed out once the files of the runs after it are being opened (remote files,
+    `open_ahead`): the HEAD requests of the next `_OPEN_AHEAD` runs' files, and the first blocks of the next
+    `depth` runs (from where each starts), so a reader that reads its runs one after another (or `depth` at a
+    time, interleaved) finds its next file open and its first blocks coming instead of waiting for their round
+    trips."""
+    pending: list[Run] = []
+    warmed = 0  # how many of `pending` have their first blocks requested
+    runs = iter(runs)
+    while True:
+        while len(pending) <= max(depth, _OPEN_AHEAD):
+            run = next(runs, None)
+            if run is None:
+                break
+            if is_url(source.paths[run.file]):
+                open_ahead(source.paths[run.file], source.remote, start=None)
+            pending.append(run)
+        if not pending:
+            return
+        for run in pending[warmed : depth + 1]:
+            path = source.paths[run.file]
+            if is_url(path):
+                offsets = source.offsets[run.file]
+                plain = (normalize_compression(source.compression, allow_auto=True) == NONE
+                         or (source.compression == "auto" and compression_from_name(path) is None))
+                start = (int(offsets[run.start, 0])  # a compressed file's offsets are not where its bytes are read
+                         if plain and offsets is not None and 0 < run.start < len(offsets) else 0)
+                open_ahead(path, source.remote, start=start)
+        warmed = max(warmed, min(depth + 1, len(pending))) - 1
+        yield pending.pop(0)
+
+
 def group_bounds(sizes: np.ndarray, budget: int) -> list[tuple[int, int]]:
     """Cut records in reading order (their framed sizes) into consecutive groups of at most `budget` bytes each
     (a record larger than the budget makes a group alone): [(start, stop), ...].
@@ -184,6 +219,9 @@ def iter_random(source: Source, global_ids: np.ndarray, counts: Sequence[int]) -
         by_file: dict[int, list[int]] = {}
         for f, i in zip(*where(ids)):
             by_file.setdefault(f, []).append(i)
+        for f in by_file:  # the files not open yet are opened together: their round trips overlap
+            if f not in files and is_url(source.paths[f]):
+                open_ahead(source.paths[f], source.remote, readahead=False)
         for f, rows in by_file.items():
             if is_url(source.paths[f]):
                 table = tables[f][rows]

@@ -11,6 +11,17 @@ Size: every write adds its bytes to a usage counter (a small file updated under 
 folder's lock file); when the counter passes `max_bytes`, the writer that passed it scans the folder and removes
 the least recently used blocks (modification time, touched on each hit) until the folder holds 90% of the limit.
 A block being read while another process evicts it stays readable through the reader's open descriptor.
+
+One fetch per block: `fill` takes an exclusive `flock` on a lock file of the block's own before fetching it, and
+looks again once it holds it, so readers of one block in several threads or processes (DataLoader workers that
+start together on a cold cache) wait for the first one's fetch instead of each making the same request. The lock
+is the kernel's: a fetcher that dies releases it, and the next one finds no block and fetches it. The lock only
+saves requests; what is served never depends on it (a block is whole or absent either way).
+
+Reads by offset keep up to `_OPEN_BLOCKS` blocks open per process (`pread`): a record costs one `pread`, not an
+open, a stat and a close. Blocks are never changed in place (a new block is a new file), so an open descriptor
+always reads the bytes its name stood for, also after another process evicted it (its disk space is freed when
+the descriptor closes).
 """
 
 from __future__ import annotations
@@ -18,17 +29,24 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import logging
+import mmap
 import os
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
 
 __all__ = ["BlockCache", "block_key"]
+
+_log = logging.getLogger(__name__)
 
 _SUFFIX = ".blk"
 _STALE_TMP_S = 600.0  # a temporary file this old belongs to a writer that died: the eviction scan removes it
 _LOW_WATER = 0.9
+_OPEN_BLOCKS = 32  # descriptors of cached blocks kept open per process for reads by offset
+_LOCK_SUFFIX = ".lock"
 
 
 def block_key(url: str, version: str, size: int, block_size: int, block: int) -> str:
@@ -54,7 +72,10 @@ class BlockCache:
         self._lock_path = os.path.join(self.folder, ".lock")
         self._usage_path = os.path.join(self.folder, ".usage")
         self._touched: set[str] = set()  # blocks whose time this process set already (one utime per block)
+        self._open: OrderedDict[str, int] = OrderedDict()  # key -> descriptor of a whole block, least recent first
+        self._open_lock = threading.Lock()
         self.hits = self.misses = self.evicted = 0  # this process's counts, for tests and benchmarks
+        self.fetched = self.waited = 0  # fills that fetched a block; fills that found it fetched by another reader
 
     @classmethod
     def shared(cls, folder: str, max_bytes: int) -> BlockCache:
@@ -97,6 +118,107 @@ class BlockCache:
             with contextlib.suppress(OSError):
                 os.utime(path)
         return data
+
+    def map(self, key: str, length: int) -> mmap.mmap | None:
+        """Block `key` (whole length `length`) mapped read-only into memory, or None when the cache does not hold
+        it whole: its bytes without a copy, from the page cache (a block evicted meanwhile stays mapped)."""
+        fd = self._open_whole(key, length)
+        if fd is None:
+            return None
+        try:
+            # populated here (a request thread), not page by page where the reader first touches it
+            flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+            return mmap.mmap(fd, length, flags=flags, prot=mmap.PROT_READ) if length else None
+        finally:
+            os.close(fd)
+
+    def has(self, key: str, length: int) -> bool:
+        """Whether the cache holds block `key` whole (`length` bytes); counts neither a hit nor a miss."""
+        try:
+            return os.stat(self.path(key)).st_size == length
+        except OSError:
+            return False
+
+    def pread(self, key: str, length: int, offset: int, count: int) -> bytes | None:
+        """`count` bytes from `offset` of block `key` (whole length `length`) through a descriptor kept open (see the
+        module's docstring); None when the cache does not hold the block whole. Reads of one process take turns
+        (a descriptor is never closed under a read)."""
+        with self._open_lock:
+            fd = self._open.get(key)
+            if fd is None:
+                fd = self._open_whole(key, length)
+                if fd is None:
+                    return None
+                self._open[key] = fd
+                while len(self._open) > _OPEN_BLOCKS:
+                    os.close(self._open.popitem(last=False)[1])
+            else:
+                self._open.move_to_end(key)
+            data = os.pread(fd, count, offset)
+        return data if len(data) == count else None
+
+    def _open_whole(self, key: str, length: int) -> int | None:
+        """A new descriptor of block `key` when the file holds it whole (a hit), else None (a miss)."""
+        path = self.path(key)
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            self.misses += 1
+            return None
+        if os.fstat(fd).st_size != length:  # never a partial block
+            os.close(fd)
+            self.misses += 1
+            return None
+        self.hits += 1
+        if key not in self._touched:
+            self._touched.add(key)
+            with contextlib.suppress(OSError):
+                os.utime(path)
+        return fd
+
+    def fill(self, key: str, length: int, fetch: Callable[[], bytes]) -> bytes | None:
+        """Make sure the cache holds block `key` (`length` bytes): fetch it with `fetch()` and store it, unless it is
+        held already or another thread or process is fetching it (then wait for that fetch; see the module's
+        docstring). Returns the bytes when this call fetched them, else None (the block is in the cache). Only
+        `fetch()`'s errors are raised: a disk that refuses the block (full, read-only) is logged, and the fetched
+        bytes are returned uncached."""
+        if self.has(key, length):
+            return None
+        lock_path = os.path.join(os.path.dirname(self.path(key)), f".{key}{_LOCK_SUFFIX}")
+        try:
+            os.makedirs(os.path.dirname(lock_path), exist_ok=True)
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError as exc:
+            _log.warning("cannot lock block %s in %s (%s): fetching it without", key, self.folder, exc)
+            return self._fetch_and_put(key, fetch)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            if self.has(key, length):  # fetched by the reader that held the lock before
+                self.waited += 1
+                return None
+            try:
+                return self._fetch_and_put(key, fetch)
+            finally:  # whoever waits on this lock file looks at the cache again once it gets the lock
+                with contextlib.suppress(OSError):
+                    os.unlink(lock_path)
+        finally:
+            os.close(fd)  # releases the lock
+
+    def _fetch_and_put(self, key: str, fetch: Callable[[], bytes]) -> bytes:
+        data = fetch()
+        self.fetched += 1
+        try:
+            self.put(key, data)
+        except OSError as exc:  # a full or read-only disk: reading goes on without caching this block
+            _log.warning("cannot cache block %s in %s: %s", key, self.folder, exc)
+        return data
+
+    def close(self) -> None:
+        """Close the blocks kept open for reads by offset."""
+        with self._open_lock:
+            for fd in self._open.values():
+                os.close(fd)
+            self._open.clear()
 
     def put(self, key: str, data: bytes) -> None:
         """Store a block: temporary file, fsync, rename; then count its bytes and evict if over the limit. A block
@@ -175,7 +297,8 @@ class BlockCache:
                     continue
                 if entry.name.endswith(_SUFFIX):
                     out.append((entry.path, st.st_size, st.st_mtime))
-                elif ".tmp-" in entry.name and now - st.st_mtime > _STALE_TMP_S:
+                elif ((".tmp-" in entry.name or entry.name.endswith(_LOCK_SUFFIX))
+                      and now - st.st_mtime > _STALE_TMP_S):  # a dead writer's, or a lock file left by one
                     with contextlib.suppress(OSError):
                         os.unlink(entry.path)
         return out

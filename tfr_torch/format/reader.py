@@ -31,7 +31,8 @@ from tfr_torch.format.framing import (
     unpack_header,
 )
 from tfr_torch.format.options import CompressionOrAuto, OnError, check_compression
-from tfr_torch.format.remote import RemoteOptions, open_remote
+from tfr_torch.format.remote import RemoteOptions
+from tfr_torch.format.remote_open import open_remote
 from tfr_torch.format.paths import PathLike, as_path, exists, is_url, open_input
 from tfr_torch.format.seek import SeekPoints, read_seek_points, seek_path_for
 from tfr_torch.format.sniff import header_message, not_a_tfrecord
@@ -659,6 +660,7 @@ class RecordFile:
         self.verify = verify
         self._raw = (open_remote(self.path, remote, readahead=False) if is_url(self.path)  # no read-ahead
                      else open_input(self.path, block_size=1 << 16))
+        self._remote = hasattr(self._raw, "prefetch")  # a RemoteFile (a size-less stream is read as a file)
         try:
             self._fd = self._raw.fileno() if hasattr(os, "pread") and not is_url(self.path) else None
         except (AttributeError, OSError, ValueError):
@@ -685,8 +687,9 @@ class RecordFile:
     def read(self, offset: int, size: int | None = None) -> bytes:
         """The data of the record whose header starts at `offset` (`size`, the framed size from the index, is
         checked against the header when given)."""
-        compressed = self._seek is not None and size is not None and size >= OVERHEAD
-        whole = self._read_at(offset, cast(int, size)) if compressed else None  # one inflation for the record
+        # one inflation for a compressed record; one read (not header, then body) from a remote file's blocks
+        whole_at_once = (self._seek is not None or self._remote) and size is not None and size >= OVERHEAD
+        whole = self._read_at(offset, cast(int, size)) if whole_at_once else None
         return self._record(offset, size, whole)
 
     def _record(self, offset: int, size: int | None, whole: bytes | None) -> bytes:

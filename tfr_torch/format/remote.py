@@ -13,6 +13,9 @@ asks for one block at a time waits most of the time. `RemoteFile` keeps requests
   modification time, and block; size-limited, least recently used out; safe across workers and processes): a
   block is fetched once, later reads of it (any record in it, any epoch, any worker) come from local disk.
 
+Opening a remote file costs a round trip too (its size and version: a HEAD request): `remote_open.open_ahead`
+starts that before the file is needed.
+
 Requests run in a thread pool of `max_in_flight` threads per process (each DataLoader worker has its own), made
 on first use in the process that reads, so forked workers are safe. Errors name the URL and the byte range.
 
@@ -26,21 +29,23 @@ from __future__ import annotations
 import bisect
 import io
 import logging
+import mmap
 import os
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import IO, Any, cast
+from typing import Any
 
 from tfr_torch.format.blockcache import BlockCache, block_key
 from tfr_torch.format.options import check_positive_int
-from tfr_torch.format.paths import PathLike, _fsspec, as_path, open_input
+from tfr_torch.format.paths import PathLike, _fsspec, as_path
 
-__all__ = ["RemoteOptions", "RemoteFile", "open_remote"]
+__all__ = ["RemoteOptions", "RemoteFile"]
 
 _log = logging.getLogger(__name__)
+
 
 
 @dataclass(frozen=True)
@@ -81,6 +86,8 @@ class RemoteOptions:
                                 f"{type(self.cache_dir).__name__}: {self.cache_dir!r}")
             object.__setattr__(self, "cache_dir", os.fspath(self.cache_dir))
 
+
+_SMALL = 64  # reads this short away from the blocks read ahead are served apart (a header sniffed at offset 0)
 
 _POOLS: dict[tuple[int, int], ThreadPoolExecutor] = {}
 _POOLS_LOCK = threading.Lock()
@@ -152,10 +159,12 @@ class RemoteFile(io.RawIOBase):
         self._cache = (BlockCache.shared(opts.cache_dir, opts.cache_bytes)
                        if opts.cache_dir is not None and self.version else None)
         self._pos = 0
-        self._blocks: OrderedDict[int, Future[bytes]] = OrderedDict()  # in memory, for sequential reading
+        self._blocks: OrderedDict[int, Future[bytes | mmap.mmap]] = OrderedDict()  # in memory, for sequential reading
         self._stored: dict[int, Future[None]] = {}  # blocks being put in the cache (reading by offset)
         self._pinned: list[tuple[int, int, Future[bytes]]] = []  # prefetched ranges, sorted (reading by offset)
         self._starts: list[int] = []  # their starts, for bisect
+        self._head = b""  # the file's first bytes, when opened ahead
+        self._keys: dict[int, str] = {}  # block -> its name in the cache
         self.requests = 0
 
     # ----- io.RawIOBase ------------------------------------------------------------------------------------------
@@ -247,6 +256,8 @@ class RemoteFile(io.RawIOBase):
         end = min(pos + n, self.size)
         if pos >= end:
             return b""
+        if end <= len(self._head):
+            return memoryview(self._head)[pos:end]
         if self._pinned:
             i = bisect.bisect_right(self._starts, pos) - 1
             for start, stop, fut in self._pinned[max(i - 3, 0) : i + 1][::-1]:
@@ -254,6 +265,8 @@ class RemoteFile(io.RawIOBase):
                     return memoryview(fut.result())[pos - start : end - start]
         bs = self._block_size
         b = pos // bs
+        if self._readahead and b not in self._blocks and self._blocks and end - pos <= _SMALL:
+            return self._small(pos, end)  # a header sniffed away from where reading goes on: leave the blocks be
         if self._readahead or b in self._blocks:
             data = self._block(b)
             return memoryview(data)[pos - b * bs : min(end - b * bs, len(data))]
@@ -262,8 +275,18 @@ class RemoteFile(io.RawIOBase):
         self.requests += 1
         return self._fetch(pos, end)
 
-    def _block(self, b: int) -> bytes:
+    def warm(self, start: int) -> None:
+        """A sequential reader's first requests now: the blocks from byte `start` on (read-ahead's worth), before
+        the first read asks for them."""
+        if self._readahead and 0 <= start < self.size:
+            self._request_from(start // self._block_size)
+
+    def _block(self, b: int) -> bytes | mmap.mmap:
         """Block `b` for a sequential reader: dropping the blocks before it, asking for the next ones."""
+        self._request_from(b)
+        return self._blocks[b].result()
+
+    def _request_from(self, b: int) -> None:
         for old in [k for k in self._blocks if k < b]:
             del self._blocks[old]
         last = (self.size - 1) // self._block_size
@@ -273,7 +296,17 @@ class RemoteFile(io.RawIOBase):
                 self._blocks[k] = self._pool.submit(self._load_block, k)
         while len(self._blocks) > self._readahead + 1:  # after a backward seek: keep the nearest
             self._blocks.popitem(last=True)[1].cancel()
-        return self._blocks[b].result()
+
+    def _small(self, pos: int, end: int) -> bytes:
+        """A few bytes [pos, end) within one block: from the cache when it holds the block, else one request."""
+        b = pos // self._block_size
+        end = min(end, (b + 1) * self._block_size)
+        if self._cache is not None:
+            data = self._cache.read(self._key(b), self._length(b), pos - b * self._block_size, end - pos)
+            if data is not None:
+                return data
+        self.requests += 1
+        return self._fetch(pos, end)
 
     def _cached_range(self, pos: int, end: int) -> bytes:
         """Bytes [pos, end) (within one block) through the cache: the block fetched into it first if needed."""
@@ -286,7 +319,7 @@ class RemoteFile(io.RawIOBase):
             fut = self._stored[b] = self._pool.submit(self._store_block, b)
         fut.result()
         assert self._cache is not None
-        data = self._cache.read(self._key(b), self._length(b), pos - b * bs, end - pos)
+        data = self._cache.pread(self._key(b), self._length(b), pos - b * bs, end - pos)
         if data is None:  # evicted since (a cache smaller than what is being read): fetch the bytes themselves
             del self._stored[b]
             self.requests += 1
@@ -294,35 +327,40 @@ class RemoteFile(io.RawIOBase):
         return data
 
     def _key(self, b: int) -> str:
-        return block_key(self.url, self.version, self.size, self._block_size, b)
+        key = self._keys.get(b)
+        if key is None:
+            key = self._keys[b] = block_key(self.url, self.version, self.size, self._block_size, b)
+        return key
 
     def _length(self, b: int) -> int:
         return min(self._block_size, self.size - b * self._block_size)
 
-    def _load_block(self, b: int) -> bytes:
-        """(pool thread) Block `b` from the cache, else fetched (and stored in the cache)."""
+    def _load_block(self, b: int) -> bytes | mmap.mmap:
+        """(pool thread) Block `b` from the cache (mapped, not copied), else fetched (and stored in the cache, once
+        for all readers)."""
         length = self._length(b)
-        if self._cache is not None:
-            data = self._cache.read(self._key(b), length)
-            if data is not None:
-                return data
-        data = self._fetch(b * self._block_size, b * self._block_size + length)
-        self._put(b, data)
-        return data
+        if self._cache is None:
+            return self._fetch(b * self._block_size, b * self._block_size + length)
+        mapped = self._cache.map(self._key(b), length)
+        if mapped is not None:
+            return mapped
+        fetched = self._fill(b)
+        if fetched is not None:
+            return fetched
+        mapped = self._cache.map(self._key(b), length)  # fetched by another reader meanwhile
+        return mapped if mapped is not None else self._fetch(b * self._block_size, b * self._block_size + length)
 
     def _store_block(self, b: int) -> None:
         """(pool thread) Make sure the cache holds block `b`."""
-        assert self._cache is not None
-        if self._cache.read(self._key(b), self._length(b), 0, 0) is None:
-            self._put(b, self._fetch(b * self._block_size, b * self._block_size + self._length(b)))
+        self._fill(b)
 
-    def _put(self, b: int, data: bytes) -> None:
-        if self._cache is None:
-            return
-        try:
-            self._cache.put(self._key(b), data)
-        except OSError as exc:  # a full or read-only disk: reading goes on without caching this block
-            _log.warning("cannot cache block %d of %s in %s: %s", b, self.url, self._cache.folder, exc)
+    def _fill(self, b: int) -> bytes | None:
+        """(pool thread) Block `b` into the cache unless it is there (one fetch for all readers: BlockCache.fill);
+        the bytes when this call fetched them."""
+        assert self._cache is not None
+        start = b * self._block_size
+        length = self._length(b)
+        return self._cache.fill(self._key(b), length, lambda: self._fetch(start, start + length))
 
     def _fetch(self, start: int, end: int) -> bytes:
         """(any thread) Bytes [start, end) of the object, exactly."""
@@ -341,13 +379,3 @@ class RemoteFile(io.RawIOBase):
 
 class _NoRangeReads(Exception):
     """The filesystem cannot say an object's size (no `info`, or no size in it): it is read as one stream."""
-
-
-def open_remote(url: PathLike, options: RemoteOptions | None = None, *, readahead: bool = True) -> IO[bytes]:
-    """Open a remote file for reading with range requests in flight (see `RemoteFile`; a binary file, as
-    `open_input` returns, with `prefetch`/`release` and `size`). A filesystem that cannot tell an object's size
-    (a pipe-like stream) is read through its own file object, front to back, as before."""
-    try:
-        return cast(IO[bytes], RemoteFile(url, options, readahead=readahead))
-    except _NoRangeReads:
-        return open_input(url)
