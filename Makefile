@@ -80,7 +80,7 @@ test-sanitizers: install-test
 	echo "test-sanitizers: $$so under ASan + UBSan"; \
 	LD_PRELOAD="$$asan $$ubsan" ASAN_OPTIONS=detect_leaks=0:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  TFR_TORCH_NATIVE_LIB=$$so $(PY) -m pytest -q -p no:cacheprovider tests/test_native.py $(wildcard tests/test_parse*.py) \
-	  tests/test_corruption.py tests/test_transport.py tests/test_dataset.py tests/test_seek.py \
+	  tests/test_corruption.py tests/test_transport.py tests/test_dataset.py tests/test_seek.py tests/test_gpu_decode.py \
 	  -k "native and not inflate"
 
 # The torch_xla path (tests/test_xla.py: replicas on PJRT CPU devices, the TPU example) in its own virtualenv:

@@ -219,7 +219,7 @@ def test_a_broken_jpeg_in_a_gpu_batch_is_named_before_any_gpu_call(gpu, kind):
         decode_image(bad, backend="pillow")
 
 
-def test_the_structure_check_messages():
+def test_the_structure_check_messages(backend):
     from tfr_torch.images._jpeg import jpeg_problem
 
     data = noisy_jpeg()
@@ -236,7 +236,7 @@ def test_the_structure_check_messages():
     assert jpeg_problem(read("bad_jpeg_no_scan.jpg")) == "end-of-image marker at byte 609 before any scan"
 
 
-def test_truncation_at_every_offset_is_caught_by_the_structure_check():
+def test_truncation_at_every_offset_is_caught_by_the_structure_check(backend):
     from tfr_torch.images._jpeg import jpeg_problem
 
     data = read("jpeg_rgb420.jpg")
@@ -302,7 +302,7 @@ def segments(data: bytes) -> dict[int, int]:
     return found
 
 
-def test_the_structure_check_refuses_the_tables_libjpeg_refuses():
+def test_the_structure_check_refuses_the_tables_libjpeg_refuses(backend):
     """GPU decoders took these header faults, which libjpeg (the CPU path) refuses: checked before any GPU call."""
     from tfr_torch.images._jpeg import jpeg_problem
 
@@ -350,7 +350,7 @@ def mutated(data: bytes, count: int, seed: int) -> list[bytes]:
     return out
 
 
-def test_the_structure_check_never_refuses_a_jpeg_the_cpu_path_decodes():
+def test_the_structure_check_never_refuses_a_jpeg_the_cpu_path_decodes(backend):
     """A differential against the CPU decoder on mutated JPEGs (headers mostly): whatever the check refuses, the
     CPU path refuses too; so a GPU batch refuses no image that the CPU path would decode."""
     from tfr_torch.images._jpeg import jpeg_problem
@@ -363,3 +363,23 @@ def test_the_structure_check_never_refuses_a_jpeg_the_cpu_path_decodes():
         with pytest.raises(DecodeError):
             decode_image(data, "RGB")
     assert refused > 50  # the mutations reached the checks
+
+
+def test_the_native_marker_scan_matches_the_reference():
+    """A differential of tfr_torch._native's jpeg_next_marker against the regular expression, on JPEG-like bytes
+    dense in 0xFF (stuffed zeros, restart markers, fill bytes, markers) and on real scans, from every start."""
+    from tfr_torch import _native
+    from tfr_torch.images import _jpeg
+
+    if _native.core is None:
+        pytest.skip(f"the compiled core is not built here ({_native.import_error})")
+    rng = np.random.default_rng(3)
+    alphabet = np.array([0xFF, 0x00, 0xD0, 0xD7, 0xD8, 0xD9, 0xC4, 0x12, 0xFE], dtype=np.uint8)
+    samples = [bytes(rng.choice(alphabet, size=int(rng.integers(0, 40)))) for _ in range(400)]
+    samples += [noisy_jpeg(), noisy_jpeg(progressive=True), read("jpeg_rgb420.jpg"), b"", b"\xff", b"\xff\xff"]
+    for data in samples:
+        for start in range(len(data) + 1):
+            match = _jpeg._NEXT_MARKER.search(data, start)
+            assert _native.core.jpeg_next_marker(data, start) == (-1 if match is None else match.start()), (data, start)
+    with pytest.raises(ValueError, match="start 5 outside 3 bytes"):
+        _native.core.jpeg_next_marker(b"abc", 5)

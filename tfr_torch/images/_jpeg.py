@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import re
 
+from tfr_torch import _native
+
 __all__ = ["jpeg_problem"]
 
 # a marker inside or after entropy-coded data: fill bytes, then a code that is not a stuffed zero or RSTn (B.1.1.5)
@@ -80,11 +82,21 @@ def jpeg_problem(data: bytes) -> str | None:
             pos += 2 + length
             continue
         scan = pos
-        found = _NEXT_MARKER.search(data, pos + 2 + length)
-        if found is None:
+        pos = next_marker(data, pos + 2 + length)
+        if pos < 0:
             return f"no end-of-image marker: the data ends inside the scan that starts at byte {scan}"
         scans += 1
-        pos = found.start()
+
+
+def next_marker(data: bytes, start: int) -> int:
+    """The offset of the 0xFF of the first marker at or after `start` (entropy-coded data skipped), or -1: by the
+    compiled core when it is in use (memchr), else by _NEXT_MARKER."""
+    core = _native.core
+    if core is not None:
+        found: int = core.jpeg_next_marker(data, start)
+        return found
+    match = _NEXT_MARKER.search(data, start)
+    return -1 if match is None else match.start()
 
 
 class _Tables:

@@ -244,13 +244,14 @@ Region = tuple[int, int, int, int]  # top, left, bottom, right
 
 def decode_views(items: Sequence[bytes], names: Sequence[Optional[str]], mode: str, dtype: torch.dtype,
                  backend: str, exif: bool, device: torch.device, regions: Optional[Sequence[Optional[Region]]] = None,
-                 stream: Optional[int] = None, contiguous: bool = False
+                 stream: Optional[int] = None, contiguous: bool = False, headers: Optional[Sequence[Header]] = None
                  ) -> list[tuple[torch.Tensor, tuple[int, int]]]:
     """(pixels [C, H, W], origin) per item on `device`, by the contract; `origin` (top, left) is where the pixels sit
     in the whole image: (0, 0) unless the decoder decoded only the item's region. With `contiguous=False` the pixels
     may be [C, H, W] views of [H, W, C] memory (for the image transforms). On a GPU, every JPEG of the batch has its
-    structure checked before any of them is decoded; a bad one raises DecodeError naming it."""
-    headers = [sniff(d) for d in items]
+    structure checked before any of them is decoded; a bad one raises DecodeError naming it. `headers`: the items'
+    sniff() results, when the caller has them."""
+    headers = [sniff(d) for d in items] if headers is None else headers
     out: list[Optional[tuple[torch.Tensor, tuple[int, int]]]] = [None] * len(items)
     groups: dict[tuple[str, bool], list[int]] = {}
     for k, (data, header) in enumerate(zip(items, headers)):

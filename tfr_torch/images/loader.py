@@ -286,18 +286,17 @@ class DeviceLoader:
         transform = self.transform
         indices = list(range(first, first + len(items)))
         regions = None
+        headers = [sniff(d) for d in items]
         if transform is not None and self.device.type == "cuda":
-            headers = [sniff(d) for d in items]
             if all(h.height and h.width for h in headers):  # plan the crops now: decode only their regions
                 boxes, _ = transform.plan([(h.height, h.width) for h in headers], epoch, self.rank, indices)
                 regions = [_region(b, h.height, h.width) for b, h in zip(boxes, headers)]
         decoded = decode_views(items, names, self.mode, torch.uint8, self.backend, False, self.device, regions,
-                               streams.stream_id(), contiguous=transform is None)
+                               streams.stream_id(), contiguous=transform is None, headers=headers)
         if transform is None:
             return [pixels for pixels, _ in decoded]
         sizes = []  # the whole image's: its header's (a region may have been decoded), else the pixels'
-        for data, (pixels, _) in zip(items, decoded):
-            header = sniff(data)
+        for header, (pixels, _) in zip(headers, decoded):
             sizes.append((header.height, header.width) if header.height and header.width else
                          (int(pixels.shape[-2]), int(pixels.shape[-1])))
         boxes, flips = transform.plan(sizes, epoch, self.rank, indices)

@@ -23,6 +23,7 @@
 #include "example.h"
 #include "fileread.h"
 #include "framing.h"
+#include "jpeg.h"
 #include "sequence.h"
 #ifdef TFR_HAVE_ZLIB
 #include "seek.h"
@@ -228,6 +229,20 @@ static PyObject *py_find_header(PyObject *self, PyObject *args) {
     Py_BEGIN_ALLOW_THREADS
     found = tfr_find_header(buf.buf, (size_t)lo, (size_t)hi);
     Py_END_ALLOW_THREADS
+    PyBuffer_Release(&buf);
+    return PyLong_FromSsize_t(found == (size_t)-1 ? -1 : (Py_ssize_t)found);
+}
+
+/* jpeg_next_marker(buffer, start) -> offset of the next marker's 0xFF in a JPEG's entropy-coded data, or -1 */
+static PyObject *py_jpeg_next_marker(PyObject *self, PyObject *args) {
+    Py_buffer buf;
+    Py_ssize_t start;
+    if (!PyArg_ParseTuple(args, "y*n:jpeg_next_marker", &buf, &start)) return NULL;
+    if (start < 0 || start > buf.len) {
+        PyBuffer_Release(&buf);
+        return PyErr_Format(PyExc_ValueError, "jpeg_next_marker: start %zd outside %zd bytes", start, buf.len);
+    }
+    size_t found = tfr_jpeg_next_marker(buf.buf, (size_t)buf.len, (size_t)start);
     PyBuffer_Release(&buf);
     return PyLong_FromSsize_t(found == (size_t)-1 ? -1 : (Py_ssize_t)found);
 }
@@ -1111,6 +1126,8 @@ static PyMethodDef module_methods[] = {
      "scan_records(buffer, lo, hi, limit, verify, max_records[, lengths]) -> (records or their int64 lengths, stop, "
      "status)"},
     {"find_header", py_find_header, METH_VARARGS, "find_header(buffer, lo, hi) -> offset or -1"},
+    {"jpeg_next_marker", py_jpeg_next_marker, METH_VARARGS,
+     "jpeg_next_marker(buffer, start) -> offset of the next marker's 0xFF after JPEG entropy-coded data, or -1"},
 #ifndef _WIN32
     {"read_framed", py_read_framed, METH_VARARGS,
      "read_framed(fd, offset or offsets, sizes, verify) -> (records, good): records of known framed sizes (back to "
