@@ -292,3 +292,16 @@ def test_decode_images_equals_decoding_then_resizing_each_crop(dtype, channels_l
         else:
             assert torch.allclose(pixels, (want / 255.0 - mean) / std, atol=1e-5)
     assert torch.equal(out, transform.apply(images, boxes, flips))
+
+
+def test_resizing_on_the_cpu_leaves_torch_threads_as_they_were():
+    images = [tfr_torch.decode_image(jpeg(k), "RGB") for k in range(3)]
+    transform = ImageTransform(16, train=False)
+    boxes, flips = transform.plan([tuple(image.shape[-2:]) for image in images], 0, 0, range(3))
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        transform.apply(images, boxes, flips)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(threads)

@@ -20,8 +20,9 @@ Each crop is one box (top, left, height, width, in pixels of the whole image) re
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Optional
 
@@ -182,6 +183,29 @@ def _resize_each(crops: Iterable[tuple[torch.Tensor, np.ndarray, bool]], count: 
     resizing, 58 us less writing into a channels_last batch). `shared`: the batch is made in shared memory (as
     DataLoader's collate makes a worker's batches), so handing it to the main process copies nothing (a private
     batch of 256 x 3 x 224 x 224 uint8 costs a 38 MB copy there, about 25 ms)."""
+    with _one_thread():
+        return _resize_into(crops, count, transform, shared)
+
+
+@contextlib.contextmanager
+def _one_thread() -> Iterator[None]:
+    """torch's intra-op threads off while one image at a time is worked on: each per-image copy or conversion (150K
+    values) would be a parallel region of its own, and on a busy machine one of them waits for a descheduled thread
+    (measured on the shared 2-core VM at load ~7: a 3.6 us copy averaged 2 ms with 2 threads). DataLoader workers
+    run with one thread already; this covers decoding in the main process."""
+    threads = torch.get_num_threads()
+    if threads == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _resize_into(crops: Iterable[tuple[torch.Tensor, np.ndarray, bool]], count: int, transform: ImageTransform,
+                 shared: bool) -> torch.Tensor:
     size = transform.size
     out: Optional[torch.Tensor] = None
     for k, (image, box, flip) in enumerate(crops):
