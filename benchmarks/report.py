@@ -358,7 +358,7 @@ def plot_results(path: str, out_dir: str) -> list[str]:
         _bars(ax, list(measured), list(measured.values()),
               ["#ff7f0e" if k.startswith("tfrecord") else "#1f77b4" for k in measured], "images/s (higher is faster)")
         device = data["gpu"] or "CPU only, no GPU measured yet"
-        ax.set_title(f"Feeding a GPU: decode + resize 256 + centre crop 224 ({device})", fontsize=9, loc="left")
+        ax.set_title(f"Feeding a GPU ({device}):\ndecode + resize 256 + centre crop 224", fontsize=9, loc="left")
         out = os.path.join(out_dir, names[0])
         fig.savefig(out, dpi=130)
         plt.close(fig)
