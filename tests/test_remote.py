@@ -391,3 +391,23 @@ def test_a_remote_record_that_disagrees_with_its_index_names_the_url_and_offset(
                 f"the record here has {size} bytes but the index says {size + 1}")) as err:
             f.read(offset, size + 1)
     assert err.value.path == url and err.value.offset == offset
+
+
+def test_records_of_cached_blocks_are_read_together(s3, tmp_path):
+    url = f"s3://{BUCKET}/readmany/a.tfrecord"
+    records = records_of(0, 300)  # up to ~940 bytes each: some records cross the 4 KiB blocks
+    write(url, records)
+    index = tfr_torch.read_index(url + ".idx", url)
+    order = list(range(299, -1, -3)) + list(range(0, 300, 3))
+    options = RemoteOptions(block_size=4096, cache_dir=str(tmp_path / "c"))
+    with RecordFile(url, remote=options) as f:
+        assert f.groups
+        assert f.read_many(index[order, 0], index[order, 1]) == [records[i] for i in order]
+        sizes = index[order, 1].copy()
+        sizes[7] += 1  # the index disagrees with one record: read_many says so, naming the URL and the offset
+        with pytest.raises(tfr_torch.CorruptRecordError, match="but the index says") as err:
+            f.read_many(index[order, 0], sizes)
+        assert err.value.path == url and err.value.offset == int(index[order[7], 0])
+    with RecordFile(url, remote=SMALL) as f:  # no cache: read one by one
+        assert not f.groups
+        assert f.read_many(index[order, 0], index[order, 1]) == [records[i] for i in order]

@@ -230,7 +230,7 @@ def iter_random(source: Source, global_ids: np.ndarray, counts: Sequence[int]) -
 
     def grouped(files_of: list[int], rows: list[int]) -> Iterator[Located]:
         """Records in the order given, those of compressed files read a group at a time."""
-        packed = {f: handle(f).compressed for f in set(files_of)}
+        packed = {f: handle(f).groups for f in set(files_of)}
         if not any(packed.values()):
             yield from one_by_one(files_of, rows)
             return
@@ -264,7 +264,7 @@ def iter_random(source: Source, global_ids: np.ndarray, counts: Sequence[int]) -
             window = global_ids[w : w + step]
             current, ahead = ahead, (announce(global_ids[w + step : w + 2 * step]) if remote else [])
             files_of, rows = where(window)
-            yield from (grouped if compressed else one_by_one)(files_of, rows)
+            yield from (grouped if compressed or remote else one_by_one)(files_of, rows)
             for opened, token in current:
                 opened.release(token)
 

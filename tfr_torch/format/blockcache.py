@@ -157,6 +157,20 @@ class BlockCache:
             data = os.pread(fd, count, offset)
         return data if len(data) == count else None
 
+    def descriptor(self, key: str, length: int) -> int | None:
+        """A new descriptor (the caller closes it) of block `key` when the cache holds it whole, else None: for
+        reading many records of one block in one call."""
+        with self._open_lock:
+            fd = self._open.get(key)
+            if fd is None:
+                fd = self._open_whole(key, length)
+                if fd is None:
+                    return None
+                self._open[key] = fd
+                while len(self._open) > _OPEN_BLOCKS:
+                    os.close(self._open.popitem(last=False)[1])
+            return os.dup(fd)
+
     def _open_whole(self, key: str, length: int) -> int | None:
         """A new descriptor of block `key` when the file holds it whole (a hit), else None (a miss)."""
         path = self.path(key)

@@ -308,6 +308,20 @@ class RemoteFile(io.RawIOBase):
         self.requests += 1
         return self._fetch(pos, end)
 
+    def block_descriptor(self, b: int) -> tuple[int, int] | None:
+        """(reading by offset, with a cache) A new descriptor of block `b` in the cache and the file offset where
+        the block starts, the block fetched into the cache first if needed; None without a cache or when the
+        cache cannot hold it. The caller closes the descriptor."""
+        if self._cache is None or not 0 <= b * self._block_size < self.size:
+            return None
+        fut = self._stored.get(b)
+        if fut is None:
+            self.requests += 1
+            fut = self._stored[b] = self._pool.submit(self._store_block, b)
+        fut.result()
+        fd = self._cache.descriptor(self._key(b), self._length(b))
+        return None if fd is None else (fd, b * self._block_size)
+
     def _cached_range(self, pos: int, end: int) -> bytes:
         """Bytes [pos, end) (within one block) through the cache: the block fetched into it first if needed."""
         bs = self._block_size
