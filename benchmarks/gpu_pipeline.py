@@ -185,17 +185,20 @@ def gpu_rows(paths: list[str], args: argparse.Namespace) -> dict[str, float | No
             (tvio.decode_jpeg(t, device=device) for _ in range(1000) for t in tensors), len, args.seconds, sync)
     train = ImageTransform(224, train=True, dtype=torch.bfloat16)
 
-    def device_loader(thread: bool) -> DeviceLoader:
+    def device_loader(thread: bool, regions: bool = False) -> DeviceLoader:
         dataset = tfr_torch.TFRecordDataset(paths, SPEC, index="auto", batch_size=args.batch, shuffle=True)
         inner = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=4, pin_memory=True,
                                             persistent_workers=True)
-        return DeviceLoader(inner, device, transform=train, thread=thread)
+        return DeviceLoader(inner, device, transform=train, thread=thread, regions=regions)
 
     variants = [("thread", True, True), ("training loop's thread", False, True), ("thread, engines off", True, False)]
     for label, thread, hardware in variants:
         with Hardware(hardware):
             rows[f"DeviceLoader alone, 4 workers ({label}; training transforms, bf16 channels_last)"] = timed(
                 forever(device_loader(thread)), lambda b: len(b["image/class/label"]), args.seconds, sync)
+    if tfr_torch.image_backends().get("nvimgcodec"):
+        rows["DeviceLoader alone, 4 workers (thread, crop regions decoded: regions=True)"] = timed(
+            forever(device_loader(True, regions=True)), lambda b: len(b["image/class/label"]), args.seconds, sync)
     model, label = resnet50()
     model = model.to(device).to(memory_format=torch.channels_last)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)

@@ -282,7 +282,7 @@ def test_the_device_loader_decodes_only_each_crop_region_where_the_release_can(g
     transform = ImageTransform(24, train=True, dtype=torch.uint8, mean=None, std=None, seed=4)
     data = tfr_torch.TFRecordDataset(path, spec, batch_size=3)
     got = [b["image/encoded"] for b in DeviceLoader(DataLoader(data, batch_size=None), "cuda:0", transform=transform,
-                                                   thread=False)]
+                                                   thread=False, regions=True)]
     assert len(nvi.log["regions"]) == (6 if region else 0)
     first = 0
     for batch, images in zip(DataLoader(data, batch_size=None), got):  # the same crops from whole images

@@ -216,9 +216,9 @@ def test_region_decoding_gives_the_pixels_of_the_whole_image(tmp_path, monkeypat
     nvimgcodec_or_skip()
     print(f"\nregion decoding: {_nvimgcodec.api().region or 'none in this release'}")
     path = shard(tmp_path)
-    regions = batches(path, "cuda", RAW)
+    regions = batches(path, "cuda", RAW, regions=True)
     monkeypatch.setattr(_nvimgcodec, "_source", lambda nv, data, region: data)  # whole images
-    wholes = batches(path, "cuda", RAW)
+    wholes = batches(path, "cuda", RAW, regions=True)
     worst = max(int((a["image/encoded"].to(torch.int32) - b["image/encoded"].to(torch.int32)).abs().max())
                 for a, b in zip(regions, wholes))
     print(f"region vs whole image: at most {worst} levels")

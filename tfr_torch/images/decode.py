@@ -13,9 +13,10 @@ else and whenever the others are absent. torchvision never
 gets a PNG (its decoder crashes the process on corrupt PNG data) nor a CMYK JPEG (it returns inverted CMYK).
 
 On a GPU (device="cuda"), "auto" uses only a decoder that meets the contract there (nvImageCodec: within 1 level of
-the CPU result on baseline JPEGs; progressive ones, up to 3 levels off there, are decoded on the CPU); torchvision's GPU decoder (nvJPEG's own chroma upsampling: up to 96 levels off) and TorchCodec's
-(not measured yet) run only when named. Every JPEG of a GPU batch has its structure checked on the CPU first
-(_jpeg.jpeg_problem), and an image the decoder reports as failed is a DecodeError: no pixels for bytes the CPU
+the CPU result on baseline JPEGs; progressive ones, up to 3 levels off there, are decoded on the CPU); torchvision's
+GPU decoder (nvJPEG's own chroma upsampling: up to 96 levels off) and TorchCodec's (not measured yet) run only when
+named. Every JPEG of a GPU batch has its structure checked on the CPU first (_jpeg.jpeg_problem), and an image the
+decoder reports as failed is a DecodeError: no pixels for bytes the CPU
 path rejects.
 """
 

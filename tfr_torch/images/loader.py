@@ -6,11 +6,12 @@ wrapped loader yields (a dict, e.g. from TFRecordDataset(..., batch_size=B) in D
 pin_memory=True)):
 - its tensors are copied to the device on a side CUDA stream (non_blocking, from pinned memory);
 - its encoded images (`images=` key, a list of bytes) are checked and decoded on the device (nvImageCodec, the
-  hardware JPEG engines where they can be created: no SM time taken from training), only the crop region where the
-  decoder can, then cropped, flipped, resized, normalized and laid out channels_last by an ImageTransform, in one
-  batch;
+  hardware JPEG engines where they can be created: no SM time taken from training; with `regions=True` only each
+  crop's region where the decoder can), then cropped, flipped, resized, normalized and laid out channels_last by an
+  ImageTransform, in one batch;
 - an event is recorded on the side stream; the training stream waits for that event only when the batch is handed
-  out, so `prefetch` (default 2) batches are decoded ahead while the current one trains.
+  out, so `prefetch` (default 2) batches are decoded ahead while the current one trains (in a background thread
+  on a GPU: `thread=`).
 Random crops and flips are a pure function of (seed, epoch, rank, sample index in the epoch), so a resumed run sees
 the same crops. `len()`, `set_epoch` and `state_dict` / `load_state_dict` pass through to the wrapped loader and its
 dataset. On the CPU the same API decodes in the main process (or pass a DataLoader whose workers decode: see
@@ -111,12 +112,17 @@ class DeviceLoader:
     - `thread`: pull and prepare the next batches in a background thread (default: on a GPU), so that decoding's
       host work (JPEG checks, decoder calls, kernel launches) overlaps the training loop's own; False prepares them
       in the training loop's thread between its steps. Either way at most `prefetch` batches are ahead.
+    - `regions`: ask the decoder for each crop's region only (nvImageCodec's region decoding; the pixels are the
+      same, tests/test_gpu_real.py). Off by default: on an H100 with nvImageCodec 0.9 it warned that region
+      decoding with libjpeg-turbo's chroma upsampling needs nvJPEG 13.2 ("To enable anyway, set
+      enable_roi_fancy_upsampling=1"), and the loader with regions ran at 2,717 images/s where decode_image on
+      whole images ran at 8,629; benchmarks/gpu_pipeline.py measures the loader both ways.
     """
 
     def __init__(self, loader: Any, device: Union[str, torch.device, None] = None, *,
                  transform: Optional[ImageTransform] = None, images: str = "image/encoded", prefetch: int = 2,
                  backend: Optional[str] = None, names: Optional[str] = None, rank: Optional[int] = None,
-                 non_blocking: bool = True, thread: Optional[bool] = None) -> None:
+                 non_blocking: bool = True, thread: Optional[bool] = None, regions: bool = False) -> None:
         if not isinstance(prefetch, int) or prefetch < 0:
             raise ValueError(f"prefetch must be a non-negative int (batches), got {prefetch!r}")
         if transform is not None and not isinstance(transform, ImageTransform):
@@ -130,6 +136,7 @@ class DeviceLoader:
         self.names = names
         self.non_blocking = non_blocking
         self.thread = (self.device.type == "cuda") if thread is None else bool(thread)
+        self.regions = bool(regions)
         self.mode = _pixels.normalize_mode(transform.mode if transform is not None else "RGB")
         dataset = getattr(loader, "dataset", None)
         self.rank = int(rank if rank is not None else getattr(dataset, "rank", 0) or 0)
@@ -287,7 +294,7 @@ class DeviceLoader:
         indices = list(range(first, first + len(items)))
         regions = None
         headers = [sniff(d) for d in items]
-        if transform is not None and self.device.type == "cuda":
+        if transform is not None and self.device.type == "cuda" and self.regions:
             if all(h.height and h.width for h in headers):  # plan the crops now: decode only their regions
                 boxes, _ = transform.plan([(h.height, h.width) for h in headers], epoch, self.rank, indices)
                 regions = [_region(b, h.height, h.width) for b, h in zip(boxes, headers)]
