@@ -171,17 +171,35 @@ def _scan_problem(body: bytes, tables: _Tables) -> str | None:
 
 
 def _huffman_tables(body: bytes, tables: _Tables) -> str | None:
+    found = _HUFFMAN_SEEN.get(body)
+    if found is None:
+        found = _read_huffman_tables(body)
+        if len(_HUFFMAN_SEEN) >= _SEEN_MAX:  # most files of a dataset share their encoder's tables
+            _HUFFMAN_SEEN.clear()
+        _HUFFMAN_SEEN[body] = found
+    problem, defined = found
+    tables.huffman.update(defined)
+    return problem
+
+
+_SEEN_MAX = 512
+_HUFFMAN_SEEN: dict[bytes, tuple[str | None, tuple[tuple[tuple[int, int], str | None], ...]]] = {}
+
+
+def _read_huffman_tables(body: bytes) -> tuple[str | None, tuple[tuple[tuple[int, int], str | None], ...]]:
+    """(the segment's problem or None, ((class, id), that table's problem or None) for each table before it)."""
+    defined: list[tuple[tuple[int, int], str | None]] = []
     at = 0
     while at < len(body):
         if at + 17 > len(body):
-            return "a Huffman table is cut off inside its code counts"
+            return "a Huffman table is cut off inside its code counts", tuple(defined)
         kind, table = body[at] >> 4, body[at] & 15
         if kind > 1 or table > 3:
-            return f"Huffman table class {kind} id {table} (class 0 or 1, id 0-3)"
+            return f"Huffman table class {kind} id {table} (class 0 or 1, id 0-3)", tuple(defined)
         counts = body[at + 1: at + 17]
         total = sum(counts)
         if total > 256 or at + 17 + total > len(body):
-            return f"a Huffman table of {total} codes where {min(256, len(body) - at - 17)} fit"
+            return f"a Huffman table of {total} codes where {min(256, len(body) - at - 17)} fit", tuple(defined)
         problem = None
         code = 0
         for length, count in enumerate(counts, 1):  # each length's codes fit in that many bits, none all ones (C.2)
@@ -190,8 +208,8 @@ def _huffman_tables(body: bytes, tables: _Tables) -> str | None:
                 problem = f"has more codes of {length} bits than fit"
                 break
             code <<= 1
-        if problem is None and kind == 0 and any(symbol > 15 for symbol in body[at + 17: at + 17 + total]):
+        if problem is None and kind == 0 and max(body[at + 17: at + 17 + total], default=0) > 15:
             problem = "has a symbol over 15"
-        tables.huffman[(kind, table)] = problem
+        defined.append(((kind, table), problem))
         at += 17 + total
-    return None
+    return None, tuple(defined)
