@@ -305,3 +305,31 @@ def test_resizing_on_the_cpu_leaves_torch_threads_as_they_were():
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(threads)
+
+
+def test_decode_images_keys_training_crops_by_the_workers_epoch_and_rank(shard):
+    """The crops made in DataLoader workers are those ImageTransform.plan gives for the dataset's epoch and DDP rank:
+    the same as DeviceLoader makes for them, and another rank or epoch gets other crops."""
+    train = ImageTransform(16, train=True, dtype=torch.uint8, mean=None, std=None, seed=5)
+    transform = DecodeImages(train, index="label")
+
+    def crops(rank: int, epoch: int) -> dict[int, torch.Tensor]:
+        data = tfr_torch.TFRecordDataset(shard, SPEC, index="auto", batch_size=4, rank=rank, world_size=2,
+                                         transform=transform)
+        data.set_epoch(epoch)
+        return {int(label): image for b in DataLoader(data, batch_size=None, num_workers=1)
+                for label, image in zip(b["label"], b["image/encoded"])}
+
+    raw = {int(b["label"][k]): bytes(b["image/encoded"][k]) for b in DataLoader(dataset(shard), batch_size=None)
+           for k in range(len(b["label"]))}
+    for rank, epoch in ((0, 0), (1, 0), (1, 3)):
+        got = crops(rank, epoch)
+        for label, image in got.items():
+            pixels = tfr_torch.decode_image(raw[label], "RGB")
+            boxes, flips = train.plan([tuple(pixels.shape[-2:])], epoch, rank, [label])
+            assert torch.equal(image, train.apply([pixels], boxes, flips)[0]), (rank, epoch, label)
+    in_process = DecodeImages(train, index="label", rank=1)
+    batch = next(iter(DataLoader(dataset(shard), batch_size=None)))
+    pixels = tfr_torch.decode_image(bytes(batch["image/encoded"][0]), "RGB")
+    boxes, flips = train.plan([tuple(pixels.shape[-2:])], 0, 1, [int(batch["label"][0])])
+    assert torch.equal(in_process(batch)["image/encoded"][0], train.apply([pixels], boxes, flips)[0])

@@ -387,8 +387,9 @@ def _region(box: np.ndarray, height: int, width: int) -> tuple[int, int, int, in
 class DecodeImages:
     """A TFRecordDataset `transform` that decodes and transforms a batch's images where the dataset runs (in
     DataLoader workers: the training loop gets [B, C, size, size] tensors). Evaluation transforms need nothing
-    more; training ones need `index`, an int feature with each record's id, to key their crops (with the epoch of
-    the worker's dataset, set by set_epoch). The crops are planned from the JPEG headers, then each image is
+    more; training ones need `index`, an int feature with each record's id, to key their crops (with the epoch and
+    rank of the worker's dataset, set by set_epoch and its DDP rank; in the main process epoch 0 and `rank`, or 0).
+    The crops are planned from the JPEG headers, then each image is
     decoded, cropped and resized into the batch before the next one is decoded: one decoded image alive at a
     time (its memory reused, still in the cache), read by the resize as a [C, H, W] view without a copy.
 
@@ -401,6 +402,7 @@ class DecodeImages:
     backend: Optional[str] = None
     names: Optional[str] = None
     index: Optional[str] = None
+    rank: Optional[int] = None
 
     def __post_init__(self) -> None:
         if self.transform.train and self.index is None:
@@ -419,6 +421,7 @@ class DecodeImages:
         indices = [int(i) for i in batch[self.index]] if self.index is not None else list(range(len(items)))
         info = get_worker_info()
         epoch = int(getattr(info.dataset, "epoch", 0)) if info is not None else 0
+        rank = self.rank if self.rank is not None else int(getattr(info.dataset, "rank", 0) or 0) if info else 0
 
         def decode(k: int) -> torch.Tensor:
             return _decode_one(items[k], mode, torch.uint8, backend, False, False, names[k], contiguous=False)
@@ -429,7 +432,7 @@ class DecodeImages:
         early = {k: decode(k) for k, h in enumerate(headers) if not (h.height and h.width)}
         sizes = [(h.height, h.width) if k not in early else (int(early[k].shape[-2]), int(early[k].shape[-1]))
                  for k, h in enumerate(headers)]
-        boxes, flips = self.transform.plan(sizes, epoch, 0, indices)
+        boxes, flips = self.transform.plan(sizes, epoch, rank, indices)
 
         def crops() -> Iterator[tuple[torch.Tensor, np.ndarray, bool]]:
             for k in range(len(items)):
@@ -437,7 +440,7 @@ class DecodeImages:
                 box, flip = boxes[k], bool(flips[k])
                 size = (int(pixels.shape[-2]), int(pixels.shape[-1]))
                 if size != sizes[k]:  # not the header's size: this one planned by its pixels
-                    again, flipped = self.transform.plan([size], epoch, 0, [indices[k]])
+                    again, flipped = self.transform.plan([size], epoch, rank, [indices[k]])
                     box, flip = again[0], bool(flipped[0])
                 yield pixels, box, flip
 
