@@ -224,3 +224,4 @@ def pytest_terminal_summary(terminalreporter):
     if quiet:
         terminalreporter.write_line(f"slow tests (> {SLOW_WITHOUT_REASON_S:.0f} s) whose docstring does not say why: "
                                     + "; ".join(quiet))
+

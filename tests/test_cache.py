@@ -194,7 +194,12 @@ def test_docs_tf_data_examples_run(tmp_path, monkeypatch):
                 writer.write(tfr_torch.encode_example({"pixels": np.full((8, 8), i, np.uint8).tobytes(),
                                                        "tokens": np.arange(i % 5 + 1), "label": i}))
     scope: dict = {"__name__": "readme"}
-    exec(compile(block.group(1), "docs/guides/from-tf-data.md", "exec"), scope)
+    try:
+        exec(compile(block.group(1), "docs/guides/from-tf-data.md", "exec"), scope)
+    finally:
+        from loader_util import shut_down_loaders
+
+        shut_down_loaders(scope)
     pixels, tokens, lengths, labels = scope["first_two"][0]
     assert pixels.shape == (16, 8, 8) and pixels.dtype == torch.float32
     assert torch.equal(pixels[:, 0, 0] * 255, labels.float())

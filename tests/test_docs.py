@@ -84,11 +84,16 @@ def test_every_python_block_of_a_page_runs(page, tmp_path, monkeypatch):
     (tmp_path / "tests").symlink_to(ROOT / "tests")
     monkeypatch.chdir(tmp_path)
     scope: dict = {"__name__": "docs"}
-    for lang, source, line, skip in code_blocks(page):
-        if lang != "python" or skip:
-            continue
-        code = compile("\n" * (line) + source, f"docs/{_rel(page)}", "exec")  # tracebacks name the page's line
-        exec(code, scope)
+    try:
+        for lang, source, line, skip in code_blocks(page):
+            if lang != "python" or skip:
+                continue
+            code = compile("\n" * (line) + source, f"docs/{_rel(page)}", "exec")  # tracebacks name the page's line
+            exec(code, scope)
+    finally:
+        from loader_util import shut_down_loaders
+
+        shut_down_loaders(scope)
 
 
 def _public_names() -> list[tuple[str, str, object]]:
