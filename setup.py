@@ -13,9 +13,9 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 SOURCES = ["module.c", "crc32c.c", "framing.c", "fileread.c", "example.c", "batch.c", "sequence.c", "spans.c",
-           "transport.c", "seek.c", "jpeg.c"]
+           "transport.c", "seek.c", "jpeg.c", "png.c"]
 HEADERS = ["crc32c.h", "framing.h", "fileread.h", "example.h", "batch.h", "sequence.h", "spans.h", "transport.h",
-           "wire.h", "seek.h", "jpeg.h"]
+           "wire.h", "seek.h", "jpeg.h", "png.h"]
 
 
 class OptionalBuildExt(build_ext):
@@ -51,8 +51,9 @@ def _compile_args():
 
 
 def _zlib_macros():
-    """seek.c (seek points in GZIP / ZLIB files) links the system's zlib (zlib.h and -lz, as CPython's own zlib module
-    does on POSIX); on Windows it is left out and compressed files are read from their start."""
+    """seek.c (seek points in GZIP / ZLIB files) and png.c (PNG sequences) link the system's zlib (zlib.h and -lz, as
+    CPython's own zlib module does on POSIX); on Windows both are left out: compressed files are read from their
+    start, and Pillow decodes PNGs."""
     return [] if os.name == "nt" else [("TFR_HAVE_ZLIB", "1")]
 
 
@@ -64,7 +65,8 @@ setup(
     ext_modules=[
         Extension(
             "tfr_torch._native._core",
-            sources=[f"tfr_torch/_native/src/{name}" for name in SOURCES if os.name != "nt" or name != "seek.c"],
+            sources=[f"tfr_torch/_native/src/{name}" for name in SOURCES
+                     if os.name != "nt" or name not in ("seek.c", "png.c")],
             depends=[f"tfr_torch/_native/src/{name}" for name in HEADERS],
             extra_compile_args=_compile_args(),
             extra_link_args=_link_args(),

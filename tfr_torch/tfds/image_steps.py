@@ -3,14 +3,21 @@ one `[T, H, W, C]` uint8 array, then one copy to `[T, C, H, W]`, in a small thre
 
 Only the common, exactly reproducible cases take this path: 8-bit JPEGs through simplejpeg with the settings of
 features.py's per-image path (libjpeg's fast integer inverse DCT, fancy upsampling: TFDS's pixels) and 8-bit
-RGB / gray / RGBA PNGs through Pillow, every image of the sequence the size of the first. Anything else (another
-format or mode, a size that changes, bytes that fail to decode) makes `decode_steps` return None, and the caller
-decodes image by image as before, with its exact errors.
+RGB / gray / RGBA PNGs, every image of the sequence the size of the first. Anything else (another format or mode, a
+size that changes, bytes that fail to decode) makes `decode_steps` return None, and the caller decodes image by
+image as before, with its exact errors.
 
-Threads: simplejpeg and Pillow's decoders release the GIL while they run, so a sequence split in contiguous chunks
-decodes on several cores. The pool is created on first use, holds at most `cpus - 1` threads (the calling thread
-takes a chunk too), and is not used inside DataLoader workers, which already run one per core. `threads`: None
-for that default (or the `TFR_TORCH_DECODE_THREADS` environment variable's number), 0 or 1 for no pool.
+PNGs: the compiled core decodes a whole chunk of the sequence in one call (`png_decode_many`: zlib and the PNG
+filters in C, no Python per image) when every image is a plain one (not interlaced, CRCs right, no chunk that could
+change Pillow's answer, such as tRNS); it refuses anything else, and then Pillow decodes the sequence image by image
+(the reference: PNG is lossless, so both give the same pixels; with the pure-Python backend Pillow always does).
+Pillow's per-image Python work (~20 us a 32x32 PNG) was most of an RLDS episode's decoding.
+
+Threads: simplejpeg, Pillow's decoders and the core release the GIL while they run, so a sequence split in
+contiguous chunks decodes on several cores. The pool is created on first use, holds at most `cpus - 1` threads (the
+calling thread takes a chunk too), and is not used inside DataLoader workers, which already run one per core.
+`threads`: None for that default (or the `TFR_TORCH_DECODE_THREADS` environment variable's number), 0 or 1 for no
+pool.
 """
 
 from __future__ import annotations
@@ -26,6 +33,8 @@ import numpy as np
 import torch
 from torch.utils.data import get_worker_info
 
+from tfr_torch import _native
+
 __all__ = ["decode_steps", "decode_threads"]
 
 _PNG = b"\x89PNG\r\n\x1a\n"
@@ -39,7 +48,8 @@ _pool_pid = -1
 _pool_size = 0
 _pool_lock = threading.Lock()
 
-Decoder = Callable[[bytes, np.ndarray], bool]
+Decoder = Callable[[bytes, np.ndarray], bool]  # one image into its [H, W, C] row of the output
+Chunk = Callable[[Sequence[bytes], np.ndarray], bool]  # images [start:stop] into out[start:stop] at once
 
 
 def decode_threads(threads: Optional[int]) -> int:
@@ -118,8 +128,23 @@ def _png(mode: str) -> Decoder:
     return decode
 
 
-def _plan(first: bytes, channels: Optional[int]) -> Optional[tuple[Decoder, int, int]]:
-    """(decoder, height, width) for a sequence whose first image is `first`, or None (image by image)."""
+def _png_chunk(height: int, width: int, colour: int) -> Optional[Chunk]:
+    """The compiled core's decoder of a chunk of PNGs, or None (pure-Python backend, or built without zlib)."""
+    core = _native.core
+    if core is None or not hasattr(core, "png_decode_many"):
+        return None
+    decode_many = core.png_decode_many
+
+    def chunk(items: Sequence[bytes], out: np.ndarray) -> bool:
+        failed, _reason = decode_many(items, out, width, height, colour)
+        return bool(failed < 0)
+
+    return chunk
+
+
+def _plan(first: bytes, channels: Optional[int]) -> Optional[tuple[Decoder, int, int, Optional[Chunk]]]:
+    """(decoder, height, width, chunk decoder or None) for a sequence whose first image is `first`, or None
+    (image by image)."""
     if channels not in (1, 3, 4) or not isinstance(first, bytes):
         return None
     if first[:2] == b"\xff\xd8" and channels in (1, 3):
@@ -132,13 +157,13 @@ def _plan(first: bytes, channels: Optional[int]) -> Optional[tuple[Decoder, int,
             height, width = simplejpeg.decode_jpeg_header(first)[:2]
         except ValueError:
             return None
-        return decoder, int(height), int(width)
+        return decoder, int(height), int(width), None
     if first[:8] == _PNG and first[12:16] == b"IHDR" and len(first) >= 26 and first[24] == 8:
         mode = _PNG_MODES.get((first[25], channels))
         height, width = int.from_bytes(first[20:24], "big"), int.from_bytes(first[16:20], "big")
         if mode is None or not _pillow_size_ok(height * width):
             return None
-        return _png(mode), height, width
+        return _png(mode), height, width, _png_chunk(height, width, first[25])
     return None
 
 
@@ -149,7 +174,12 @@ def _pillow_size_ok(pixels: int) -> bool:
     return Image.MAX_IMAGE_PIXELS is None or pixels <= Image.MAX_IMAGE_PIXELS
 
 
-def _run(decoder: Decoder, items: Sequence[bytes], out: np.ndarray, start: int, stop: int) -> bool:
+def _run(decoder: Decoder, chunk: Optional[Chunk], items: Sequence[bytes], out: np.ndarray, start: int,
+         stop: int) -> bool:
+    """Images [start:stop] decoded into out[start:stop]: in one call of `chunk` when it takes them all, else (or
+    when it refuses one) one `decoder` call each."""
+    if chunk is not None and chunk(items[start:stop], out[start:stop]):
+        return True
     for i in range(start, stop):
         if not decoder(items[i], out[i]):
             return False
@@ -165,7 +195,7 @@ def decode_steps(items: Sequence[bytes], channels: Optional[int], threads: Optio
     plan = _plan(items[0], channels)
     if plan is None:
         return None
-    decoder, height, width = plan
+    decoder, height, width, chunk = plan
     assert channels is not None  # _plan gave a plan only for 1, 3 or 4
     if height < 1 or width < 1 or len(items) * height * width * channels > 1 << 34:
         return None
@@ -173,13 +203,13 @@ def decode_steps(items: Sequence[bytes], channels: Optional[int], threads: Optio
     per_image = height * width * channels
     n = min(decode_threads(threads), len(items), max(1, len(items) * per_image // _MIN_BYTES_PER_THREAD))
     if n <= 1:
-        ok = _run(decoder, items, out, 0, len(items))
+        ok = _run(decoder, chunk, items, out, 0, len(items))
     else:
         bounds = [len(items) * k // n for k in range(n + 1)]
         pool = _executor(n - 1)
-        futures: list[Future[bool]] = [pool.submit(_run, decoder, items, out, bounds[k], bounds[k + 1])
+        futures: list[Future[bool]] = [pool.submit(_run, decoder, chunk, items, out, bounds[k], bounds[k + 1])
                                        for k in range(1, n)]
-        ok = _run(decoder, items, out, bounds[0], bounds[1])
+        ok = _run(decoder, chunk, items, out, bounds[0], bounds[1])
         ok = all([f.result() for f in futures]) and ok
     if not ok:
         return None

@@ -5,7 +5,8 @@
  *   fileread.c  framed records read from a file  example.c   one Example's Features: scan, count, fill
  *   batch.c     a batch of Examples, by column   sequence.c  SequenceExample feature lists of a batch
  *   spans.c     bytes values as spans of records transport.c the worker transport's copies
- *   seek.c      seek points in GZIP / ZLIB streams (with zlib) */
+ *   seek.c      seek points in GZIP / ZLIB streams (with zlib)
+ *   png.c       PNG image sequences decoded into one array (with zlib) */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
@@ -26,6 +27,7 @@
 #include "jpeg.h"
 #include "sequence.h"
 #ifdef TFR_HAVE_ZLIB
+#include "png.h"
 #include "seek.h"
 #endif
 #include "spans.h"
@@ -246,6 +248,65 @@ static PyObject *py_jpeg_next_marker(PyObject *self, PyObject *args) {
     PyBuffer_Release(&buf);
     return PyLong_FromSsize_t(found == (size_t)-1 ? -1 : (Py_ssize_t)found);
 }
+
+#ifdef TFR_HAVE_ZLIB
+/* png_decode_many(images, out, width, height, colour) -> (index, reason): the PNGs (a sequence of bytes) decoded
+ * into the writable `out` (len(images) * height * width * channels bytes); index -1 when all decoded, else the
+ * first refused image (an item that is not bytes is refused too, reason 1) and why (png.h's TFR_PNG_*). */
+static PyObject *py_png_decode_many(PyObject *self, PyObject *args) {
+    PyObject *images, *target;
+    unsigned int width, height;
+    int colour;
+    if (!PyArg_ParseTuple(args, "OOIIi:png_decode_many", &images, &target, &width, &height, &colour)) return NULL;
+    PyObject *items = PySequence_Tuple(images); /* ours: its items stay alive while the GIL is released */
+    if (!items) return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(items), usable = n;
+    const unsigned char **srcs = malloc((n ? (size_t)n : 1) * sizeof(char *));
+    size_t *lens = malloc((n ? (size_t)n : 1) * sizeof(size_t));
+    PyObject *result = NULL;
+    Py_buffer buf = {0};
+    if (!srcs || !lens) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PyTuple_GET_ITEM(items, i);
+        if (!PyBytes_CheckExact(item)) {
+            usable = i;
+            break;
+        }
+        srcs[i] = (const unsigned char *)PyBytes_AS_STRING(item);
+        lens[i] = (size_t)PyBytes_GET_SIZE(item);
+    }
+    if (PyObject_GetBuffer(target, &buf, PyBUF_WRITABLE) < 0) goto done;
+    int channels = colour == 0 ? 1 : colour == 2 ? 3 : colour == 4 ? 2 : colour == 6 ? 4 : 0;
+    if (!channels || !width || !height) {
+        PyErr_Format(PyExc_ValueError, "png_decode_many: colour type %d of %ux%u pixels is not decoded here", colour,
+                     width, height);
+        goto done;
+    }
+    size_t row = (size_t)width * (size_t)channels, image = row * height;
+    if (row / (size_t)channels != width || image / height != row || (size_t)buf.len % image ||
+        (size_t)buf.len / image != (size_t)n) {
+        PyErr_Format(PyExc_ValueError, "png_decode_many: %zd images of %ux%ux%d bytes do not fill %zd bytes", n,
+                     height, width, channels, buf.len);
+        goto done;
+    }
+    int reason = 0;
+    ptrdiff_t failed;
+    Py_BEGIN_ALLOW_THREADS
+    failed = tfr_png_decode_many(srcs, lens, (size_t)usable, width, height, colour, buf.buf, &reason);
+    Py_END_ALLOW_THREADS
+    if (failed < 0 && usable < n) failed = usable, reason = TFR_PNG_SIGNATURE;
+    result = Py_BuildValue("(ni)", (Py_ssize_t)failed, reason);
+done:
+    if (buf.obj) PyBuffer_Release(&buf);
+    free(srcs);
+    free(lens);
+    Py_DECREF(items);
+    return result;
+}
+#endif
 
 /* frame_records(records) -> bytes: every record framed, back to back */
 static PyObject *py_frame_records(PyObject *self, PyObject *arg) {
@@ -1141,6 +1202,11 @@ static PyMethodDef module_methods[] = {
     {"seek_extract_ranges", py_seek_extract_ranges, METH_VARARGS,
      "seek_extract_ranges(data, bits, window, gzip, starts, lens) -> (status, list of bytes, got): ranges from one "
      "seek point"},
+#endif
+#ifdef TFR_HAVE_ZLIB
+    {"png_decode_many", py_png_decode_many, METH_VARARGS,
+     "png_decode_many(images, out, width, height, colour) -> (index, reason): 8-bit PNGs decoded into out; -1 or "
+     "the first refused image"},
 #endif
     {"frame_records", py_frame_records, METH_O, "frame_records(records) -> bytes: the records framed back to back"},
     {"sparse_indices", py_sparse_indices, METH_O,
