@@ -177,6 +177,11 @@ def _pad(values: Any, counts: np.ndarray, steps: np.ndarray, units: Units, decod
     """Lay out each example's values as `[T_i, *shape]`, padded to the longest T in the batch."""
     spec, n = decoder.spec, decoder.count
     b = len(counts)
+    if single and b == 1 and spec.dtype != string:  # one example: its values are the result, nothing to pad
+        count = int(counts[0])
+        array = np.array(values[:count], dtype=NUMPY_OF_WIRE[decoder.kind])  # a copy of its own
+        tensor = units.convert(array, spec.dtype, decoder.key, lambda pos: 0, by_example=True)
+        return tensor.reshape(int(steps[0]), *spec.shape)
     longest = int(steps.max()) if b else 0
     if spec.dtype == string:
         rows, it = [], iter(values)
