@@ -139,7 +139,7 @@ bench: install-test
 
 # Coverage-guided fuzzing of every decoder (fuzz/README.md): FUZZ_SECONDS per harness, executions and coverage
 # per harness printed, crashing inputs under build/fuzz/crashes/. fuzz-ci is the short, seeded pass for CI
-# (7 harnesses x 30 s, about 6 minutes with start-up); `make test` runs it last, so a regression fails CI.
+# (8 harnesses x 30 s, about 7 minutes with start-up); `make test` runs it last, so a regression fails CI.
 FUZZ_SECONDS ?= 480
 $(VENV)/.installed-fuzz: $(VENV)/.installed-test
 	$(PIP) install -c $(VENV)/torch-constraint.txt -c $(TEST_CONSTRAINTS) -e ".[fuzz]"

@@ -135,6 +135,23 @@ def tfds_inputs() -> list[bytes]:
             for split in (b"train", b"train[:50%]+test", b"test[1:-1]", b"train[:10%]")]
 
 
+def jpeg_inputs() -> list[bytes]:
+    """Small JPEGs as encoders write them: baseline 4:2:0, 4:4:4, progressive, gray, with restart markers."""
+    import io
+
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    pixels = rng.integers(0, 256, (16, 24, 3), dtype=np.uint8)
+    out = []
+    for options in ({}, {"subsampling": 0}, {"progressive": True}, {"restart_marker_blocks": 1}, {"gray": True}):
+        image = Image.fromarray(pixels).convert("L") if options.pop("gray", False) else Image.fromarray(pixels)
+        buf = io.BytesIO()
+        image.save(buf, "JPEG", quality=75, **options)
+        out.append(buf.getvalue())
+    return out
+
+
 SEEDS = {
     "example": examples,
     "sequence_example": sequence_examples,
@@ -143,11 +160,14 @@ SEEDS = {
     "framing": framing_inputs,
     "index": index_inputs,
     "tfds": tfds_inputs,
+    "jpeg": jpeg_inputs,
 }
 
 
-def main() -> None:
+def main(only: list[str] | None = None) -> None:
     for target, make in SEEDS.items():
+        if only and target not in only:
+            continue
         folder = os.path.join(CORPUS, target)
         shutil.rmtree(folder, ignore_errors=True)
         os.makedirs(folder)
@@ -159,4 +179,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

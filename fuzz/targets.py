@@ -32,6 +32,7 @@ from tfr_torch.format.index import read_index
 from tfr_torch.format.reader import HEADER_SIZE, RecordFile, read_records
 from tfr_torch.format.tensor import decode_tensor_proto
 from tfr_torch.format.writer import TFRecordWriter
+from tfr_torch.images import _jpeg
 from tfr_torch.tfds.features import parse_features
 from tfr_torch.tfds.metadata import read_info
 from tfr_torch.tfds.splits import resolve_split
@@ -344,6 +345,20 @@ def target_tfds(data: bytes) -> None:
         assert "split" in str(exc), f"split {split!r}: {exc}"
 
 
+# ------------------------------------------------------------------------------------------------ JPEG structure
+
+
+def target_jpeg(data: bytes) -> None:
+    """The structure check GPU batches go through (tfr_torch/images/_jpeg.py) on hostile bytes: it answers None or a
+    message, never raises; both backends (the compiled marker scan, the reference regex) give the same answer, and
+    the scan itself agrees from a few starts."""
+    _on_both_backends(lambda: _jpeg.jpeg_problem(data))
+    if _native.core is not None:
+        for start in {min(2, len(data)), len(data) // 2, max(len(data) - 3, 0), len(data)}:
+            match = _jpeg._NEXT_MARKER.search(data, start)
+            assert _native.core.jpeg_next_marker(data, start) == (-1 if match is None else match.start()), start
+
+
 TARGETS: dict[str, Callable[[bytes], None]] = {
     "example": target_example,
     "sequence_example": target_sequence_example,
@@ -352,4 +367,5 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "framing": target_framing,
     "index": target_index,
     "tfds": target_tfds,
+    "jpeg": target_jpeg,
 }
