@@ -70,6 +70,8 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("backend", ["python", "native"], indirect=True)
     if "inflate_thread" in metafunc.fixturenames:
         metafunc.parametrize("inflate_thread", ["thread", "no thread"], indirect=True)
+    if "seek_engine" in metafunc.fixturenames:
+        metafunc.parametrize("seek_engine", ["native", "zlib-ng", "zlib"], indirect=True)
 
 
 @pytest.fixture
@@ -87,6 +89,21 @@ def backend(request):
     previous = tfr_torch.set_backend(param)
     yield param
     tfr_torch.set_backend(previous)
+
+
+@pytest.fixture
+def seek_engine(request, monkeypatch, backend):
+    """Run a test that reads GZIP/ZLIB files through seek points with each inflater that restarts at them
+    (tfr_torch.format.seek.restart_engine): the compiled core's (on the native backend), zlib-ng's (when installed
+    and on) and Python's zlib."""
+    from tfr_torch.format import inflate, seek
+
+    if request.param == "native" and backend != "native":
+        pytest.skip("the compiled core inflates from seek points on the native backend")
+    if request.param == "zlib-ng" and inflate.INFLATE != "zlib-ng":
+        pytest.skip("zlib-ng is not installed (or TFR_TORCH_INFLATE turned it off)")
+    monkeypatch.setattr(seek, "restart_engine", lambda: request.param)
+    return request.param
 
 
 @pytest.fixture

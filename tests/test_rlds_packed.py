@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from tfr_torch.rlds import FrameDataset, Window, collate_frames, frame_index, gather_frames
-from tfr_torch.rlds.packed import collate_packed, pack_frames, unpack_frame
+from tfr_torch.rlds.packed import Packer, collate_packed, pack_episode, pack_frames, unpack_frame
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*have no index:UserWarning")
 
@@ -91,3 +91,43 @@ def test_frame_dataset_batches_equal_its_frames_collated():
     assert sum(len(b["timestep"]) for b in batches) == len(frames) > 4
     for k, batch in enumerate(batches):
         assert_same(batch, collate_frames(frames[4 * k : 4 * k + 4]), f"batch {k}")
+
+
+@pytest.mark.parametrize("window", [Window(history=2, future=4), Window(history=3, future=1, goal="uniform"),
+                                    Window(history=1, future=2, goal="last", max_length=3)])
+def test_pack_episode_equals_packing_the_gathered_frames(window):
+    episode = steps(7)
+    index = frame_index(7, window, np.random.default_rng(1))
+    count = len(index.timestep)
+    extra = {"dataset_index": torch.full((count,), 2, dtype=torch.int64)}
+    packer = Packer()
+    packed = pack_episode(episode, window, index, packer, extra)
+    want = [{**gather_frames(episode, window, index, row), "dataset_index": torch.tensor(2)} for row in range(count)]
+    for row, frame in enumerate(packed):
+        assert_same(unpack_frame(frame), want[row], f"frame {row}")
+        assert frame.row.base is None  # its own bytes, not a view of the packer's reused matrix
+    assert_same(packer.collate(packed), collate_frames(want), "batch")
+    again = pack_episode(steps(3), window, frame_index(3, window, np.random.default_rng(1)), packer)
+    assert_same(unpack_frame(packed[0]), want[0], "a frame kept while the packer packs the next episode")
+    assert again[0].layout is not packed[0].layout  # (no dataset_index: another layout)
+
+
+def test_batch_memory_is_reused_only_when_nothing_holds_it():
+    window = Window(history=2, future=2)
+    packer = Packer()
+    frames = pack_episode(steps(6), window, frame_index(6, window), packer)
+    want = collate_frames([unpack_frame(f) for f in frames])
+    first = packer.collate(frames)
+    image_ptr = first["observation"]["image"].data_ptr()
+    second = packer.collate(frames)  # the first batch is alive: new memory
+    assert second["observation"]["image"].data_ptr() != image_ptr
+    kept = first["reward"]  # one key of the first batch held: its memory is not reused
+    del first
+    third = packer.collate(frames)
+    assert third["observation"]["image"].data_ptr() != image_ptr
+    assert_same(third, want)
+    del kept, third
+    fourth = packer.collate(frames)  # nothing holds the first batch's memory any more
+    assert fourth["observation"]["image"].data_ptr() == image_ptr
+    assert_same(fourth, want)
+    assert_same(second, want)  # earlier batches never change under the caller

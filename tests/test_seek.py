@@ -1,8 +1,9 @@
 """Seek points in GZIP / ZLIB files (format/seek.py, the compiled seek.c): random access to every record, the
 sidecar checked before it is trusted, and the datasets that read compressed files by offset through them.
 
-Tests that take `backend` run on both backends (tests/conftest.py); they and the tests named `native` also run
-under the sanitizer build (`make test-sanitizers`)."""
+Tests that take `backend` run on both backends, those that take `seek_engine` with each inflater that restarts at
+a point (the compiled core's zlib, zlib-ng's and Python's zlib APIs; tests/conftest.py); they and the tests named
+`native` also run under the sanitizer build (`make test-sanitizers`)."""
 
 from __future__ import annotations
 
@@ -19,9 +20,10 @@ import torch
 from torch.utils.data import DataLoader
 
 import tfr_torch
-from tfr_torch import IndexMismatchError, TFRecordError
+from tfr_torch import CorruptRecordError, IndexMismatchError, TFRecordError
 from tfr_torch.format.reader import RecordFile
 from tfr_torch.format.seek import read_seek_points, seek_path_for
+from tfr_torch.format.seek_inflate import restart_prefix
 
 SPAN = 1 << 16
 _POINT0 = 48  # the sidecar's header size: point k's row is at 48 + 32 k
@@ -54,12 +56,11 @@ def _build(path: str, **kwargs) -> str:
         tfr_torch.set_backend(previous)
 
 
-def _usable(path: str, backend: str | None) -> list[int]:
-    """The points after the first that reads use on this backend (Python's zlib: those on a byte boundary), with a
-    window of 200+ bytes."""
+def _usable(path: str) -> list[int]:
+    """The points after the first with a window of 200+ bytes (every engine restarts at any point)."""
     blob = open(path + ".idx.seek", "rb").read()
     rows = [struct.unpack_from("<QQB3xI", blob, _POINT0 + 32 * k) for k in range(_point_count(path))]
-    return [k for k, (_, _, bits, n) in enumerate(rows) if k and n >= 200 and (backend == "native" or not bits)]
+    return [k for k, (_, _, bits, n) in enumerate(rows) if k and n >= 200]
 
 
 def _write(tmp_path, kind: str, records: list[bytes]) -> str:
@@ -87,7 +88,7 @@ def indexed_file(request, tmp_path):
     return path, records, tfr_torch.read_index(index_path, path)
 
 
-def test_every_record_by_index(indexed_file, backend):
+def test_every_record_by_index(indexed_file, seek_engine):
     path, records, index = indexed_file
     assert os.path.exists(path + ".idx.seek")
     assert list(tfr_torch.read_records(path)) == records  # the sequential read, for the differential
@@ -111,6 +112,63 @@ def test_points_start_inside_bytes_and_members_native(tmp_path):
         if kind == "gzip":  # blocks end at every bit position; in "multi", most points are members' starts
             assert len(set(points.table[:, 2].tolist())) >= 5
         assert points.total_out == len(_frame_all(records))
+
+
+def _zlib_modules() -> list:
+    """Python's zlib, and zlib-ng's zlib API when installed."""
+    try:
+        from zlib_ng import zlib_ng
+    except ImportError:
+        return [zlib]
+    return [zlib, zlib_ng]
+
+
+@pytest.mark.parametrize("module", _zlib_modules(), ids=lambda m: m.__name__)
+def test_restart_prefix_reaches_a_block_at_every_bit(module):
+    """A block that begins at bit 8 - b of a byte (its first b bits the byte's high bits), after bits of
+    something else: the prefix replaces that byte, and raw inflation with a window gives the block's output."""
+    window = b"0123456789" * 10
+    # a final fixed-Huffman block (BFINAL 1, BTYPE 01): literal "A" (8-bit code 0x30 + 0x41, written from its high
+    # bit), then a match of length 3 at distance 100 (code 257: 7 bits 0000001; distance code 13, 5 bits, with
+    # 6 extra bits 3) that copies "012" from the window, then end-of-block (seven 0 bits)
+    fields = [(1, 1), (1, 2), (int(f"{0x30 + 0x41:08b}"[::-1], 2), 8), (int("0000001"[::-1], 2), 7),
+              (int("01101"[::-1], 2), 5), (4, 6), (0, 7)]
+    value = length = 0
+    for v, n in fields:
+        value, length = value | v << length, length + n
+    for bits in range(1, 8):
+        shifted = (value << (8 - bits)) | 0b1010101 & ((1 << (8 - bits)) - 1)  # junk below the block's first bit
+        raw = shifted.to_bytes((length + 8 - bits + 7) // 8, "little")
+        stream = restart_prefix(bits, raw[0]) + raw[1:]
+        inflater = module.decompressobj(-15, zdict=window)
+        assert inflater.decompress(stream) == b"A012" and inflater.eof, bits
+    assert restart_prefix(0, 0xFF) == b""
+    with pytest.raises(ValueError, match="restart_prefix: bits must be 0..7, got 8"):
+        restart_prefix(8, 0)
+
+
+@needs_core
+@pytest.mark.parametrize("kind", ["gzip", "multi", "zlib"])
+def test_every_point_restarts_alike_on_every_engine_native(tmp_path, kind, seek_engine):
+    """Differential: from every point (blocks beginning at every bit; member starts in "multi"), the interval to
+    the next point and 3000 bytes past it (across members) are the sequential stream's bytes, whichever
+    inflater restarts."""
+    records = _records(3000)
+    path = _write(tmp_path, kind, records)
+    _build(path)
+    points = read_seek_points(path + ".idx.seek", path, "zlib" if kind == "zlib" else "gzip", os.path.getsize(path))
+    if kind == "gzip":
+        assert set(points.table[:, 2].tolist()) == set(range(8))
+    whole = _frame_all(records)
+    data = open(path, "rb").read()
+
+    def read_file_at(offset: int, size: int) -> bytes:
+        return data[offset : offset + size]
+
+    outs = points.table[:, 0].tolist() + [len(whole)]
+    for k in range(len(points.table)):
+        n = outs[k + 1] - outs[k] + 3000
+        assert points.read(read_file_at, outs[k], n) == whole[outs[k] : outs[k] + n], k
 
 
 def _rewrite_seek(path: str, edit) -> None:
@@ -139,6 +197,26 @@ def _read_all_or_raise(path: str, records: list[bytes], index: np.ndarray) -> in
 
 
 
+def test_input_that_ends_early_names_the_point(indexed_file, seek_engine):
+    """The file's bytes ending 100 bytes after point 1 (as if cut while read): an error naming the point, the
+    sidecar and the file, from every inflater."""
+    path, records, index = indexed_file
+    data = open(path, "rb").read()
+    points = read_seek_points(path + ".idx.seek", path, "zlib" if path.endswith("zlib") else "gzip", len(data))
+    out, start, bits = (int(v) for v in points.table[1])
+    cut = start + 100
+
+    def read_file_at(offset: int, size: int) -> bytes:
+        return data[offset : min(offset + size, cut)]
+
+    with pytest.raises(CorruptRecordError, match=(
+            rf"cannot read 100000 decompressed bytes from seek point 1 \(compressed byte {start}, bit {bits}, "
+            rf"decompressed offset {out}\) of .*\.idx\.seek: the compressed data ends too early; the file or its seek "
+            r"points changed since they were built\?")) as info:
+        points.read(read_file_at, out, 100000)
+    assert info.value.path == path and info.value.offset == out
+
+
 def _point_count(path: str) -> int:
     return struct.unpack_from("<Q", open(path + ".idx.seek", "rb").read(), 40)[0]
 
@@ -150,11 +228,11 @@ def _window_start(path: str, k: int) -> int:
     return _POINT0 + 32 * n + sum(lengths[:k])
 
 
-def test_forged_window(indexed_file, backend):
+def test_forged_window(indexed_file, seek_engine):
     path, records, index = indexed_file
-    usable = _usable(path, backend)
+    usable = _usable(path)
     if not usable:
-        pytest.skip("no point after the first that this backend restarts at")
+        pytest.skip("no point after the first with a window")
     k = usable[len(usable) // 2]
     at = _window_start(path, k) + 100
 
@@ -169,7 +247,7 @@ def test_forged_window(indexed_file, backend):
     assert info.value.path == path and info.value.index_path == path + ".idx.seek"
 
 
-def test_forged_window_and_its_crc_gives_errors_never_wrong_records(indexed_file, backend):
+def test_forged_window_and_its_crc_gives_errors_never_wrong_records(indexed_file, seek_engine):
     path, records, index = indexed_file
     n = _point_count(path)
 
@@ -183,11 +261,11 @@ def test_forged_window_and_its_crc_gives_errors_never_wrong_records(indexed_file
 
     _rewrite_seek(path, forge)
     errors = _read_all_or_raise(path, records, index)
-    assert errors > 0 or not _usable(path, backend)
+    assert errors > 0 or not _usable(path)
 
 
 @pytest.mark.parametrize("shift", [1, -1, 7])
-def test_moved_offsets_give_errors_never_wrong_records(indexed_file, backend, shift):
+def test_moved_offsets_give_errors_never_wrong_records(indexed_file, seek_engine, shift):
     path, records, index = indexed_file
     n = _point_count(path)
     data = open(path, "rb").read()
@@ -203,10 +281,10 @@ def test_moved_offsets_give_errors_never_wrong_records(indexed_file, backend, sh
 
     _rewrite_seek(path, move)
     errors = _read_all_or_raise(path, records, index)
-    assert errors > 0 or not _usable(path, backend)
+    assert errors > 0 or not _usable(path)
 
 
-def test_moved_decompressed_offsets_give_errors_never_wrong_records(indexed_file, backend):
+def test_moved_decompressed_offsets_give_errors_never_wrong_records(indexed_file, seek_engine):
     path, records, index = indexed_file
     n = _point_count(path)
 
@@ -217,7 +295,7 @@ def test_moved_decompressed_offsets_give_errors_never_wrong_records(indexed_file
 
     _rewrite_seek(path, move)
     errors = _read_all_or_raise(path, records, index)
-    assert errors > 0 or not _usable(path, backend)
+    assert errors > 0 or not _usable(path)
 
 
 def test_stale_seek_points_of_a_rewritten_file(tmp_path, backend):
@@ -234,7 +312,7 @@ def test_stale_seek_points_of_a_rewritten_file(tmp_path, backend):
     assert info.value.path == path and path + ".idx.seek" in str(info.value)
 
 
-def test_stale_seek_points_same_size(tmp_path, backend):
+def test_stale_seek_points_same_size(tmp_path, seek_engine):
     """The file rewritten with records of the same sizes (so the same index, often the same file size): never a
     record of the old file, never a wrong one."""
     if not tfr_torch._native.available():
@@ -354,3 +432,4 @@ def test_global_shuffle_over_compressed_files_native(tmp_path, num_workers, worl
     assert orders[0] != sorted(orders[0])  # records from all files, mixed
     if world_size == 1:
         assert set(seen) == {j * 1000 + i for j in range(3) for i in range(300)}
+

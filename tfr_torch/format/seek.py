@@ -5,10 +5,11 @@ A seek point is where inflation can restart without reading the file from its st
 output before it (the window that back-references may reach). `build_index` writes them every ~1 MiB of output
 (`seek_span`) for compressed files, to `<index>.seek` (`<file>.idx.seek` by default); the data file and its index
 are left exactly as TensorFlow and DALI read them. Reading a record then inflates at most one interval between
-points plus the record. Finding block boundaries and restarting at one that begins inside a byte needs zlib's
-Z_BLOCK and inflatePrime, which Python's zlib lacks: the compiled core builds the points (seek.c); without it no
-sidecar is written, and reading uses only the points that start on a byte boundary (a point after each member's
-header always does; from one, Python's zlib resumes with the window as its dictionary), the same records, slower.
+points plus the record. Finding block boundaries needs zlib's Z_BLOCK, which Python's zlib lacks: the compiled
+core builds the points (seek.c); without it no sidecar is written. Reading restarts at any point with the fastest
+inflater at hand (restart_engine): zlib-ng's Python API when the sequential reader uses it, else the compiled core
+(the system's zlib, inflatePrime for a point inside a byte), else Python's zlib; the zlib APIs reach a point inside
+a byte through empty deflate blocks put before it (format/seek_inflate.py). The same records, errors and checks.
 
 The sidecar (all integers little-endian):
 
@@ -43,10 +44,12 @@ import numpy as np
 from tfr_torch import _native
 from tfr_torch.errors import CorruptRecordError, IndexMismatchError
 from tfr_torch.format.compression import GZIP, ZLIB
+from tfr_torch.format.inflate import INFLATE, _inflate
 from tfr_torch.format.paths import PathLike, as_path, atomic_output, exists, is_url, open_input
+from tfr_torch.format.seek_inflate import CHUNK, extract_ranges
 
 __all__ = ["SeekPoints", "build_seek_points", "read_seek_points", "seek_path_for", "check_span", "has_seek_points",
-           "DEFAULT_SPAN"]
+           "restart_engine", "DEFAULT_SPAN"]
 
 _log = logging.getLogger(__name__)
 
@@ -76,6 +79,15 @@ def has_seek_points(path: PathLike) -> bool:
 def available() -> bool:
     """Whether seek points can be built here (the compiled core, with zlib)."""
     return _native.core is not None and hasattr(_native.core, "seek_build")
+
+
+def restart_engine() -> str:
+    """What inflates from a seek point: "zlib-ng" when the sequential reader uses it (format/inflate.py; it
+    inflates 1.5x-5x faster than the system's zlib that the compiled core links), else "native" (the compiled
+    core), else "zlib" (Python's). All restart at any point and give the same bytes (format/seek_inflate.py)."""
+    if INFLATE == "zlib-ng":
+        return INFLATE
+    return "native" if _native.core is not None and hasattr(_native.core, "seek_extract_ranges") else "zlib"
 
 
 @dataclass(frozen=True)
@@ -125,9 +137,9 @@ class SeekPoints:
         first = np.ones(len(order), dtype=bool)  # the first of each distinct range in `order`
         first[1:] = (np.diff(offs[order]) != 0) | (np.diff(lens[order]) != 0)
         ranges = order[first]  # positions in the caller's lists, one per distinct range, by offset
-        native = available()
-        for k, run in self._runs(offs[ranges], lens[ranges], native):
-            got = self._read_run(read_file_at, k, offs[ranges[run]], lens[ranges[run]], native)
+        engine = restart_engine()
+        for k, run in self._runs(offs[ranges], lens[ranges]):
+            got = self._read_run(read_file_at, k, offs[ranges[run]], lens[ranges[run]], engine)
             for u, data in zip(run, got):
                 out[int(ranges[u])] = data
         slot = np.cumsum(first) - 1  # each position of `order` -> its distinct range
@@ -135,11 +147,11 @@ class SeekPoints:
             out[pos] = out[int(ranges[u])]
         return out
 
-    def _runs(self, offs: np.ndarray, lens: np.ndarray, native: bool) -> list[tuple[int, list[int]]]:
+    def _runs(self, offs: np.ndarray, lens: np.ndarray) -> list[tuple[int, list[int]]]:
         """Sorted ranges split into runs: (the point to restart at, the ranges it inflates). A range joins the run
         before it when it does not overlap that run's last range and its own point is not past where that run's
         inflation stands (going on costs no more than a restart there)."""
-        points = self._points_before(offs, native).tolist()
+        points = np.maximum(np.searchsorted(self.table[:, 0], offs, side="right") - 1, 0).tolist()  # at/before
         outs = self.table[:, 0].tolist()
         runs: list[tuple[int, list[int]]] = []
         at = -1  # where the current run's inflation stands
@@ -152,23 +164,25 @@ class SeekPoints:
         return runs
 
     def _read_run(self, read_file_at: Callable[[int, int], bytes], k: int, offs: np.ndarray, lens: np.ndarray,
-                  native: bool) -> list[bytes]:
-        """The ranges of one run (in order, apart), inflated from point k once; raises CorruptRecordError naming the
-        first range that the stream does not give whole."""
+                  engine: str) -> list[bytes]:
+        """The ranges of one run (in order, apart), inflated from point k once (by `engine`: see restart_engine);
+        raises CorruptRecordError naming the first range that the stream does not give whole."""
         out, start, bits = (int(v) for v in self.table[k])
         stop_at = int(np.searchsorted(self.table[:, 0], int(offs[-1] + lens[-1])))  # the first point at/after the end
-        end = int(self.table[stop_at, 1]) + 1 if stop_at < len(self.table) else self.file_size
+        end = min(int(self.table[stop_at, 1]) + 1 if stop_at < len(self.table) else self.file_size, self.file_size)
         first = start - (1 if bits else 0)
-        data = read_file_at(first, min(end, self.file_size) - first)
+        # the compiled core takes the run's compressed bytes whole; the zlib API reads them a chunk at a time
+        data = read_file_at(first, end - first if engine == "native" else min(end - first, CHUNK))
         self._check_point(k, data, int(offs[0]))
         starts = np.ascontiguousarray(offs - out, dtype=np.int64)
         lens = np.ascontiguousarray(lens, dtype=np.int64)
-        if native:
+        if engine == "native":
             status, got, made = _native.core.seek_extract_ranges(  # type: ignore[union-attr]
                 data, bits, self.windows[k], self.compression == GZIP, starts, lens)
         else:
-            status, got, made = _extract_python(data, self.windows[k], self.compression == GZIP, starts.tolist(),
-                                                lens.tolist())
+            status, got, made = extract_ranges(read_file_at, data, first, end, bits, self.windows[k],
+                                               self.compression == GZIP, starts.tolist(), lens.tolist(),
+                                               _inflate if engine == "zlib-ng" else zlib)
         ends = np.cumsum(lens)
         if status or made < int(ends[-1]):
             short = int(np.searchsorted(ends, made, side="right"))  # the first range not made whole
@@ -180,14 +194,6 @@ class SeekPoints:
                 "changed since they were built? Build them again (build_index, or `tfr-torch index`)", self.path,
                 int(offs[short]))
         return cast("list[bytes]", got)
-
-    def _points_before(self, offs: np.ndarray, native: bool) -> np.ndarray:
-        """For each offset, the last point at or before it that can be restarted at here."""
-        k = np.searchsorted(self.table[:, 0], offs, side="right") - 1
-        if not native:  # Python's zlib restarts only at a point that starts on a byte boundary (the first always does)
-            aligned = np.flatnonzero(self.table[:, 2] == 0)
-            k = aligned[np.maximum(np.searchsorted(aligned, k, side="right") - 1, 0)] if len(aligned) else k * 0
-        return np.maximum(k, 0)
 
     def _check_point(self, k: int, data: bytes, offset: int) -> None:
         if zlib.crc32(data[:_anchor_length(self.table[k])]) != self.anchor_crcs[k]:
@@ -202,59 +208,6 @@ class SeekPoints:
 
 def _anchor_length(row: np.ndarray) -> int:
     return (1 if int(row[2]) else 0) + _ANCHOR
-
-
-def _extract_python(data: bytes, window: bytes, gzip: bool, starts: list[int],
-                    lens: list[int]) -> tuple[int, list[bytes], int]:
-    """The reference for seek_extract_ranges at a point that starts on a byte boundary: Python's zlib with the
-    window as its preset dictionary (raw deflate); GZIP members after the first are read whole (header and
-    trailer). Returns (status, the ranges' bytes, how many bytes they got in all)."""
-    inflater = _Inflater(data, window, gzip)
-    parts: list[bytes] = []
-    at = made = 0
-    try:
-        for start, n in zip(starts, lens):
-            at += inflater.take(start - at, keep=False)[1]
-            if at < start:
-                break
-            got = inflater.take(n, keep=True)[0]
-            at += len(got)
-            made += len(got)
-            parts.append(got)
-    except zlib.error:
-        return 1, parts, made
-    return inflater.status, parts + [b""] * (len(lens) - len(parts)), made
-
-
-class _Inflater:
-    """Raw inflation from a byte-aligned point with Python's zlib, across GZIP members."""
-
-    def __init__(self, data: bytes, window: bytes, gzip: bool) -> None:
-        self._d = zlib.decompressobj(-15, zdict=window) if window else zlib.decompressobj(-15)
-        self._raw, self._gzip, self._rest = True, gzip, data
-        self.ended = False
-        self.status = 0  # 2 once the input ends inside the stream
-
-    def take(self, n: int, keep: bool) -> tuple[bytes, int]:
-        """Up to `n` more decompressed bytes (fewer once the stream or the input ends) and how many were made;
-        when not `keep`, inflated in pieces of at most 1 MiB and dropped (b"" returned)."""
-        parts: list[bytes] = []
-        made = 0
-        while made < n and not self.ended:
-            got = self._d.decompress(self._rest, n - made if keep else min(n - made, 1 << 20))
-            made += len(got)
-            if keep:
-                parts.append(got)
-            self._rest = self._d.unconsumed_tail
-            if self._d.eof:
-                tail = self._d.unused_data[8:] if self._raw else self._d.unused_data  # a raw member's trailer
-                if not self._gzip or not tail:
-                    self.ended = True
-                else:
-                    self._d, self._raw, self._rest = zlib.decompressobj(31), False, tail
-            elif not got and not self._rest:
-                self.status, self.ended = 2, True
-        return b"".join(parts), made
 
 
 def build_seek_points(path: PathLike, seek_path: PathLike, compression: str, span: int = DEFAULT_SPAN) -> bool:

@@ -17,9 +17,9 @@ from tfr_torch.data.dataset import TFRecordDataset
 from tfr_torch.data.distributed import check_rank_world, rank_world
 from tfr_torch.data.sharding import rank_quota, split_sizes
 from tfr_torch.data.transport import shared_memory_available, wrap_for_transport
-from tfr_torch.rlds.packed import Layout, PackedFrame, collate_packed, pack_frames, same_layout, unpack_frame
+from tfr_torch.rlds.packed import PackedFrame, Packer, pack_episode, same_layout, unpack_frame
 from tfr_torch.rlds.sampling import choices, collate_frames, reader_rng, shuffled
-from tfr_torch.rlds.windows import Window, episode_length, frame_index, gather_frames
+from tfr_torch.rlds.windows import Window, episode_length, frame_index
 
 __all__ = ["Source", "FrameDataset"]
 
@@ -206,11 +206,12 @@ class FrameDataset(IterableDataset[Any]):
             multiple = self.batch_size or 1
             quota = split_sizes(rank_quota(self.samples_per_epoch, self.world_size, False), workers,
                                 multiple)[worker]
-        frames = self._mixed(epoch, worker, workers, quota)
+        packer = Packer()
+        frames = self._mixed(epoch, worker, workers, quota, packer)
         if self.shuffle:
             frames = shuffled(frames, self.shuffle_buffer, reader_rng(self.seed, epoch, self.rank, worker, workers,
                                                                       _SHUFFLE))
-        items = frames if self.batch_size is None else self._batches(frames)
+        items = frames if self.batch_size is None else self._batches(frames, packer)
         wrap = info is not None and self.shared_memory and shared_memory_available()
         for n, item in enumerate(items):
             if n < skip:
@@ -224,31 +225,31 @@ class FrameDataset(IterableDataset[Any]):
             self._position += 1
             yield item
 
-    def _batches(self, frames: Iterator[PackedFrame]) -> Iterator[Any]:
+    def _batches(self, frames: Iterator[PackedFrame], packer: Packer) -> Iterator[Any]:
         batch_size = self.batch_size
         assert batch_size is not None  # only called with a batch_size
         batch: list[PackedFrame] = []
         for frame in frames:
             batch.append(frame)
             if len(batch) == batch_size:
-                yield self._collate(batch)
+                yield self._collate(batch, packer)
                 batch = []
         if batch and not self.drop_last:
-            yield self._collate(batch)
+            yield self._collate(batch, packer)
 
-    def _collate(self, batch: list[PackedFrame]) -> Any:
+    def _collate(self, batch: list[PackedFrame], packer: Packer) -> Any:
         """One batch: stacked once per key when its frames share a layout (no transform); else frame by frame."""
         if self.frame_transform is None and same_layout(batch):
-            return collate_packed(batch)
+            return packer.collate(batch)
         frames = [unpack_frame(f) for f in batch]
         if self.frame_transform is not None:
             frames = [self.frame_transform(f) for f in frames]
         return collate_frames(frames)
 
-    def _mixed(self, epoch: int, worker: int, workers: int, quota: int | None) -> Iterator[PackedFrame]:
+    def _mixed(self, epoch: int, worker: int, workers: int, quota: int | None,
+               packer: Packer) -> Iterator[PackedFrame]:
         """This reader's frames before the shuffle buffer: each drawn from a dataset chosen by weight."""
-        layouts: dict[Layout, Layout] = {}
-        streams = [self._frames(i, epoch, worker, workers, quota is not None, layouts)
+        streams = [self._frames(i, epoch, worker, workers, quota is not None, packer)
                    for i in range(len(self.sources))]
         weights = [s.weight for s in self.sources]
         alive = [w > 0 for w in weights]
@@ -272,10 +273,10 @@ class FrameDataset(IterableDataset[Any]):
             yield frame
 
     def _frames(self, i: int, epoch: int, worker: int, workers: int, repeat: bool,
-                layouts: dict[Layout, Layout]) -> Iterator[PackedFrame]:
+                packer: Packer) -> Iterator[PackedFrame]:
         """Dataset i's frames for this reader, episode after episode in the (shuffled) episode order; with
         `repeat`, pass after pass for as long as any pass gives a frame. Each episode's frames are gathered at once
-        (one index_select per key), then packed one row each (tfr_torch.rlds.packed)."""
+        (one take per key, straight into their rows: one row of bytes each, tfr_torch.rlds.packed)."""
         source, window = self.sources[i], self.window
         rng = reader_rng(self.seed, epoch, self.rank, worker, workers, _EPISODES + i)
         with warnings.catch_warnings():  # said once, when the dataset was built in the main process
@@ -291,9 +292,8 @@ class FrameDataset(IterableDataset[Any]):
                 if not count:
                     continue
                 given = True
-                frames = gather_frames(steps, window, index)
-                frames["dataset_index"] = torch.full((count,), i, dtype=torch.int64)
-                yield from pack_frames(frames, count, layouts)
+                yield from pack_episode(steps, window, index, packer,
+                                        {"dataset_index": torch.full((count,), i, dtype=torch.int64)})
             if not given:
                 return
 

@@ -19,7 +19,7 @@ For step t of an episode of T steps (Octo's `chunk_act_obs`, octo/data/traj_tran
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, Optional
 
@@ -154,16 +154,23 @@ def gather_frames(steps: Mapping[str, Any], window: Window, index: FrameIndex,
     """The frames `rows` of `index` gathered from `steps` (a dict of [T, ...] values): with an int row, one frame
     (observation leaves [history, ...], action [future, ...]); with a slice or array, a leading frame axis.
     Every tensor is new (no view of the episode), so a frame kept in a buffer holds only its own bytes."""
+    return _gather(steps, window, index, rows, _take)
+
+
+def _gather(steps: Mapping[str, Any], window: Window, index: FrameIndex, rows: Any,
+            take: Callable[[Any, np.ndarray, str], Any]) -> dict[str, Any]:
+    """gather_frames with `take(value, steps_index, key)` taking each step value (tfr_torch.rlds.packed defers the
+    tensors' gathers: it writes them straight into its rows)."""
     out: dict[str, Any] = {}
     for key, value in steps.items():
         if key == window.observation:
-            out[key] = _take(value, index.history[rows], key)
+            out[key] = take(value, index.history[rows], key)
             if window.goal is not None:
-                out["goal"] = _take(value, index.goal[rows], key)
+                out["goal"] = take(value, index.goal[rows], key)
         elif key == window.action:
-            out[key] = _take(value, index.action[rows], key)
+            out[key] = take(value, index.action[rows], key)
         else:
-            out[key] = _take(value, index.timestep[rows], key)
+            out[key] = take(value, index.timestep[rows], key)
     if window.observation not in steps:
         raise KeyError(f"the episode's steps have no observation {window.observation!r} (keys: {sorted(steps)}); "
                        "set Window(observation=...)")
