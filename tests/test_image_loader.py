@@ -333,3 +333,27 @@ def test_decode_images_keys_training_crops_by_the_workers_epoch_and_rank(shard):
     pixels = tfr_torch.decode_image(bytes(batch["image/encoded"][0]), "RGB")
     boxes, flips = train.plan([tuple(pixels.shape[-2:])], 0, 1, [int(batch["label"][0])])
     assert torch.equal(in_process(batch)["image/encoded"][0], train.apply([pixels], boxes, flips)[0])
+
+
+def test_the_background_thread_runs_on_the_loaders_cuda_device(shard, monkeypatch):
+    """DeviceLoader("cuda:1") prepares batches in a thread whose current device is cuda:1, not the default (a
+    stand-in records set_device; the batches stay on the CPU here)."""
+    import threading
+
+    calls: list = []
+    to = torch.Tensor.to
+
+    def fake_to(self, *args, **kwargs):
+        target = args[0] if args else kwargs.get("device")
+        if isinstance(target, (str, torch.device)) and torch.device(target).type == "cuda":
+            return self
+        return to(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.Tensor, "to", fake_to)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda device: calls.append((device, threading.get_ident())))
+    monkeypatch.setattr(loader_module, "streams_for", lambda device: loader_module.Streams())
+    monkeypatch.setattr(loader_module, "decode_views", lambda items, *args, **kwargs: [
+        (tfr_torch.decode_image(d, "RGB"), (0, 0)) for d in items])
+    batches = list(DeviceLoader(DataLoader(dataset(shard), batch_size=None), "cuda:1", transform=TRAIN))
+    assert len(batches) == 5
+    assert len(calls) == 1 and calls[0][0] == torch.device("cuda:1") and calls[0][1] != threading.get_ident()

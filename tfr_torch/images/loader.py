@@ -29,7 +29,7 @@ import collections
 import contextlib
 import queue
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Optional, Union
 
@@ -209,7 +209,9 @@ class DeviceLoader:
         source = iter(self.loader)
         prepared = self._prepared(source, streams, self._epoch, samples, batches)
         if self.thread and self.prefetch > 0:
-            prepared = _Ahead(prepared, self.prefetch)
+            device = self.device
+            on_device = (lambda: torch.cuda.set_device(device)) if device.type == "cuda" else None
+            prepared = _Ahead(prepared, self.prefetch, on_device)  # the thread's current device is the loader's
         try:
             for ready in prepared:
                 streams.wait(ready.event, ready.tensors)
@@ -326,8 +328,9 @@ class _Ahead:
     a slot before it pulls an item, the consumer gives one back when it takes one. An exception in the thread is
     raised to the consumer in its place in the sequence."""
 
-    def __init__(self, items: Iterator[Any], depth: int) -> None:
+    def __init__(self, items: Iterator[Any], depth: int, start: Optional[Callable[[], None]] = None) -> None:
         self._items = items
+        self._start = start
         self._slots = threading.Semaphore(depth)
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._stop = threading.Event()
@@ -337,6 +340,8 @@ class _Ahead:
 
     def _run(self) -> None:
         try:
+            if self._start is not None:
+                self._start()
             while True:
                 while not self._slots.acquire(timeout=0.05):
                     if self._stop.is_set():
