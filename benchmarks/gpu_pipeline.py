@@ -191,6 +191,12 @@ def gpu_rows(paths: list[str], args: argparse.Namespace) -> dict[str, float | No
                                             persistent_workers=True)
         return DeviceLoader(inner, device, transform=train, thread=thread, regions=regions)
 
+    raw_loader = torch.utils.data.DataLoader(  # what the loader below is fed: its ceiling
+        tfr_torch.TFRecordDataset(paths, SPEC, index="auto", batch_size=args.batch, shuffle=True), batch_size=None,
+        num_workers=4, pin_memory=True, persistent_workers=True)
+    rows["the wrapped DataLoader alone: 4 workers hand over encoded JPEGs (no decoding)"] = timed(
+        forever(raw_loader), lambda b: len(b["image/class/label"]), args.seconds, lambda: None)
+    del raw_loader
     variants = [("thread", True, True), ("training loop's thread", False, True), ("thread, engines off", True, False)]
     for label, thread, hardware in variants:
         with Hardware(hardware):
