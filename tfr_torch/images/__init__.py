@@ -9,7 +9,8 @@ current one trains.
 
 from tfr_torch.images._pixels import MODES, normalize_mode
 from tfr_torch.images.decode import BACKENDS, choose_backend, decode_image, image_backends
-from tfr_torch.images.loader import DecodeImages, DeviceLoader
+from tfr_torch.images.batch_decode import DecodeImages
+from tfr_torch.images.loader import DeviceLoader
 from tfr_torch.images.transforms import IMAGENET_MEAN, IMAGENET_STD, ImageTransform
 
 __all__ = ["BACKENDS", "MODES", "DecodeImages", "DeviceLoader", "IMAGENET_MEAN", "IMAGENET_STD", "ImageTransform",

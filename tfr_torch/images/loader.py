@@ -15,7 +15,7 @@ pin_memory=True)):
 Random crops and flips are a pure function of (seed, epoch, rank, sample index in the epoch), so a resumed run sees
 the same crops. `len()`, `set_epoch` and `state_dict` / `load_state_dict` pass through to the wrapped loader and its
 dataset. On the CPU the same API decodes in the main process (or pass a DataLoader whose workers decode: see
-ImageBatchTransform), which is how the tests run it.
+DecodeImages), which is how the tests run it.
 
 >>> loader = DeviceLoader(DataLoader(dataset, batch_size=None, num_workers=8, pin_memory=True),  # doctest: +SKIP
 ...                       "cuda", transform=ImageTransform(224, train=True))
@@ -27,9 +27,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import queue
-import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Optional, Union
 
@@ -38,10 +36,11 @@ import torch
 
 from tfr_torch.images import _pixels
 from tfr_torch.images._formats import sniff
-from tfr_torch.images.decode import _decode_one, _resolve, decode_views
-from tfr_torch.images.transforms import ImageTransform, _resize_each
+from tfr_torch.images._ahead import Ahead
+from tfr_torch.images.decode import _resolve, decode_views
+from tfr_torch.images.transforms import ImageTransform
 
-__all__ = ["DeviceLoader", "DecodeImages", "Streams", "streams_for"]
+__all__ = ["DeviceLoader", "Streams", "streams_for"]
 
 _STATE_VERSION = 1
 
@@ -211,7 +210,7 @@ class DeviceLoader:
         if self.thread and self.prefetch > 0:
             device = self.device
             on_device = (lambda: torch.cuda.set_device(device)) if device.type == "cuda" else None
-            prepared = _Ahead(prepared, self.prefetch, on_device)  # the thread's current device is the loader's
+            prepared = Ahead(prepared, self.prefetch, on_device)  # the thread's current device is the loader's
         try:
             for ready in prepared:
                 streams.wait(ready.event, ready.tensors)
@@ -220,13 +219,13 @@ class DeviceLoader:
                 self._snapshot = ready.snapshot
                 yield ready.batch
         finally:
-            if isinstance(prepared, _Ahead):
+            if isinstance(prepared, Ahead):
                 prepared.close()
 
     def _prepared(self, source: Iterator[Any], streams: Streams, epoch: int, samples: int, number: int
                   ) -> Iterator[_Ready]:
         """The wrapped loader's batches, each pulled and prepared on the device `prefetch` batches before the
-        training loop gets it (in this thread; _Ahead moves the whole of it to a background thread)."""
+        training loop gets it (in this thread; Ahead moves the whole of it to a background thread)."""
         queue: collections.deque[_Ready] = collections.deque()
         pulled = [samples, number]
 
@@ -243,7 +242,7 @@ class DeviceLoader:
                 pulled[1] += 1
                 queue.append(ready)
 
-        depth = 0 if self.thread and self.prefetch > 0 else self.prefetch  # _Ahead keeps its thread ahead
+        depth = 0 if self.thread and self.prefetch > 0 else self.prefetch  # Ahead keeps its thread ahead
         while True:
             fill(1)
             if not queue:
@@ -315,143 +314,9 @@ class DeviceLoader:
         return transform.apply([pixels for pixels, _ in decoded], shifted, flips)
 
 
-class _Failure:
-    def __init__(self, error: BaseException) -> None:
-        self.error = error
-
-
-_DONE = object()
-
-
-class _Ahead:
-    """Iterator `items` run in a background thread, at most `depth` items ahead of the consumer: the thread takes
-    a slot before it pulls an item, the consumer gives one back when it takes one. An exception in the thread is
-    raised to the consumer in its place in the sequence."""
-
-    def __init__(self, items: Iterator[Any], depth: int, start: Optional[Callable[[], None]] = None) -> None:
-        self._items = items
-        self._start = start
-        self._slots = threading.Semaphore(depth)
-        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._stop = threading.Event()
-        self._finished = False
-        self._thread = threading.Thread(target=self._run, name="tfr_torch DeviceLoader", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        try:
-            if self._start is not None:
-                self._start()
-            while True:
-                while not self._slots.acquire(timeout=0.05):
-                    if self._stop.is_set():
-                        return
-                if self._stop.is_set():
-                    return
-                try:
-                    item = next(self._items)
-                except StopIteration:
-                    self._queue.put(_DONE)
-                    return
-                self._queue.put(item)
-        except BaseException as exc:  # noqa: BLE001  # handed to the consumer, raised there
-            self._queue.put(_Failure(exc))
-
-    def __iter__(self) -> _Ahead:
-        return self
-
-    def __next__(self) -> Any:
-        if self._finished:
-            raise StopIteration
-        item = self._queue.get()
-        if item is _DONE:
-            self._finished = True
-            raise StopIteration
-        if isinstance(item, _Failure):
-            self._finished = True
-            raise item.error
-        self._slots.release()
-        return item
-
-    def close(self) -> None:
-        """Stop the thread after the item it is preparing (if any); the items it prepared are dropped."""
-        self._stop.set()
-        self._slots.release()
-        self._thread.join(timeout=10)
-
-
 def _region(box: np.ndarray, height: int, width: int) -> tuple[int, int, int, int]:
     """The whole pixels around a box (top, left, height, width): (top, left, bottom, right) inside the image."""
     top, left = max(int(np.floor(box[0])), 0), max(int(np.floor(box[1])), 0)
     bottom = min(int(np.ceil(box[0] + box[2])), height)
     right = min(int(np.ceil(box[1] + box[3])), width)
     return top, left, bottom, right
-
-
-@dataclass(frozen=True)
-class DecodeImages:
-    """A TFRecordDataset `transform` that decodes and transforms a batch's images where the dataset runs (in
-    DataLoader workers: the training loop gets [B, C, size, size] tensors). Evaluation transforms need nothing
-    more; training ones need `index`, an int feature with each record's id, to key their crops (with the epoch and
-    rank of the worker's dataset, set by set_epoch and its DDP rank; in the main process epoch 0 and `rank`, or 0).
-    The crops are planned from the JPEG headers, then each image is
-    decoded, cropped and resized into the batch before the next one is decoded: one decoded image alive at a
-    time (its memory reused, still in the cache), read by the resize as a [C, H, W] view without a copy.
-
-    >>> dataset = TFRecordDataset(paths, spec, batch_size=256, index="auto",  # doctest: +SKIP
-    ...                           transform=DecodeImages(ImageTransform(224, train=False)))
-    """
-
-    transform: ImageTransform
-    images: str = "image/encoded"
-    backend: Optional[str] = None
-    names: Optional[str] = None
-    index: Optional[str] = None
-    rank: Optional[int] = None
-
-    def __post_init__(self) -> None:
-        if self.transform.train and self.index is None:
-            raise ValueError("DecodeImages with a training transform needs index= (an int feature with each "
-                             "record's id) so that its random crops are reproducible; or decode with DeviceLoader")
-        _resolve(self.backend)
-
-    def __call__(self, batch: Mapping[str, Any]) -> dict[str, Any]:
-        from torch.utils.data import get_worker_info
-
-        items = [bytes(e) if not isinstance(e, bytes) else e for e in batch[self.images]]
-        names: list[Optional[str]] = ([str(n.decode() if isinstance(n, bytes) else n) for n in batch[self.names]]
-                                      if self.names is not None else [None] * len(items))
-        mode = _pixels.normalize_mode(self.transform.mode)
-        backend = _resolve(self.backend)
-        indices = [int(i) for i in batch[self.index]] if self.index is not None else list(range(len(items)))
-        info = get_worker_info()
-        epoch = int(getattr(info.dataset, "epoch", 0)) if info is not None else 0
-        rank = self.rank if self.rank is not None else int(getattr(info.dataset, "rank", 0) or 0) if info else 0
-
-        def decode(k: int) -> torch.Tensor:
-            return _decode_one(items[k], mode, torch.uint8, backend, False, False, names[k], contiguous=False)
-
-        # crops are planned from the JPEG headers' frame sizes, so each image is decoded, resized and dropped before
-        # the next one is decoded; only an image whose header has no size is decoded first
-        headers = [sniff(d) for d in items]
-        early = {k: decode(k) for k, h in enumerate(headers) if not (h.height and h.width)}
-        sizes = [(h.height, h.width) if k not in early else (int(early[k].shape[-2]), int(early[k].shape[-1]))
-                 for k, h in enumerate(headers)]
-        boxes, flips = self.transform.plan(sizes, epoch, rank, indices)
-
-        def crops() -> Iterator[tuple[torch.Tensor, np.ndarray, bool]]:
-            for k in range(len(items)):
-                pixels = early.pop(k) if k in early else decode(k)
-                box, flip = boxes[k], bool(flips[k])
-                size = (int(pixels.shape[-2]), int(pixels.shape[-1]))
-                if size != sizes[k]:  # not the header's size: this one planned by its pixels
-                    again, flipped = self.transform.plan([size], epoch, rank, [indices[k]])
-                    box, flip = again[0], bool(flipped[0])
-                yield pixels, box, flip
-
-        out = dict(batch)
-        if not items:
-            raise ValueError(f"DecodeImages got a batch with no {self.images!r} images")
-        # in a worker the batch is made in shared memory: handing it over copies nothing
-        out[self.images] = _resize_each(crops(), len(items), self.transform, shared=info is not None)
-        return out
