@@ -433,3 +433,38 @@ def test_global_shuffle_over_compressed_files_native(tmp_path, num_workers, worl
     if world_size == 1:
         assert set(seen) == {j * 1000 + i for j in range(3) for i in range(300)}
 
+
+@needs_core
+def test_sharded_writer_and_reshard_write_seek_points_native(tmp_path):
+    """Compressed shards get their seek points as build_index writes them (so a global shuffle reads them by
+    offset); seek_span=None writes none and removes an earlier set's, which would be stale beside the new shard."""
+    from tfr_torch.tools.reshard import reshard
+
+    records = _records(900)
+    out = tmp_path / "out"
+    with tfr_torch.ShardedWriter(out, "ds", "train", shard_size="200KB", compression="gzip",
+                                 seek_span=SPAN) as writer:
+        for r in records:
+            writer.write(r)
+    paths = writer.paths
+    assert len(paths) > 1
+    for path in paths:
+        written = open(path + ".idx.seek", "rb").read()
+        _build(path)
+        assert open(path + ".idx.seek", "rb").read() == written
+    ds = tfr_torch.TFRecordDataset(paths, index="auto", shuffle=True, seed=1)
+    assert ds._global_shuffle
+    got = list(ds)
+    assert sorted(got) == sorted(records) and got != records
+    again = tfr_torch.ShardedWriter(out, "ds", "train", shard_size="200KB", compression="gzip", seek_span=None)
+    with again:
+        for r in records:
+            again.write(r)
+    assert again.paths == paths and not any(os.path.exists(p + ".idx.seek") for p in paths)
+    with pytest.raises(ValueError, match="seek_span must be an int of at least 65536 decompressed bytes"):
+        tfr_torch.ShardedWriter(out, "ds", "train", compression="gzip", seek_span=1000)
+    new = reshard(paths, str(tmp_path / "zlib"), shard_size="300KB", compression="zlib")
+    assert all(os.path.exists(p + ".idx.seek") for p in new)
+    with RecordFile(new[-1]) as f:
+        index = tfr_torch.read_index(new[-1] + ".idx", new[-1])
+        assert f.read_many(index[::-1, 0], index[::-1, 1]) == list(tfr_torch.read_records(new[-1]))[::-1]

@@ -70,10 +70,13 @@ def check_set(out_dir, paths, data, compression=None):
         rebuilt = tfr_torch.build_index(path, path + ".rebuilt")
         assert open(path + ".idx", "rb").read() == open(rebuilt, "rb").read()
         os.remove(rebuilt)
-        if os.path.exists(rebuilt + ".seek"):  # a compressed shard's seek points, beside the rebuilt index
+        if os.path.exists(rebuilt + ".seek"):  # a compressed shard's seek points: the writer's are the same
+            assert open(path + ".idx.seek", "rb").read() == open(rebuilt + ".seek", "rb").read()
             os.remove(rebuilt + ".seek")
     # nothing else is left: no partial shards, no progress file, no temporary files
     expected = {os.path.basename(p) for p in paths} | {os.path.basename(p) + ".idx" for p in paths}
+    if compression is not None and tfr_torch._native.available():  # seek points, built by the compiled core
+        expected |= {os.path.basename(p) + ".idx.seek" for p in paths}
     assert set(os.listdir(out_dir)) == expected | {"ds-train.tfr_torch.json"}
     return meta
 

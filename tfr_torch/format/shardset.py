@@ -60,15 +60,18 @@ def shard_name(name: str, split: str, index: int, count: int) -> str:
 
 
 def shard_files(name: str, split: str) -> re.Pattern[str]:
-    """The file names of any shard set of `name` and `split`, whatever its shard count, and their indexes."""
-    return re.compile(re.escape(f"{name}-{split}.tfrecord-") + r"\d+-of-\d+(\.idx)?")
+    """The file names of any shard set of `name` and `split`, whatever its shard count, their indexes and seek
+    points."""
+    return re.compile(re.escape(f"{name}-{split}.tfrecord-") + r"\d+-of-\d+(\.idx(\.seek)?)?")
 
 
 def stale_shards(out_dir: str, name: str, split: str, finals: Sequence[str]) -> list[str]:
-    """The files in `out_dir` of an earlier set of `name` and `split` with another shard count (shards and their
-    indexes) that the new set, whose shard names are `finals`, does not overwrite: remove them once it is written."""
+    """The files in `out_dir` of an earlier set of `name` and `split` with another shard count (shards, their
+    indexes and seek points) that the new set, whose shard names are `finals`, does not overwrite: remove them once
+    it is written."""
     pattern = shard_files(name, split)
-    return [f for f in os.listdir(out_dir) if pattern.fullmatch(f) and f.removesuffix(".idx") not in finals]
+    return [f for f in os.listdir(out_dir)
+            if pattern.fullmatch(f) and f.removesuffix(".seek").removesuffix(".idx") not in finals]
 
 
 def sidecar_path(out_dir: str, name: str, split: str) -> str:

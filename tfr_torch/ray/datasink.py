@@ -106,8 +106,10 @@ def spec_from_schema(schema: Any) -> dict[str, Any]:
 @ray.remote
 def _assemble(ranges: list[tuple[str, int, int]], out: str, compression: CompressionName) -> int:
     """Copy the records in `ranges` ((part file, start, end) byte ranges, in order) into the shard `out`,
-    atomically; return its size on disk."""
+    atomically, with its seek points when compressed (`out.idx.seek`, as ShardedWriter writes them); return its
+    size on disk."""
     from tfr_torch.format.reader import RecordReader
+    from tfr_torch.format.seek import build_seek_points
     from tfr_torch.format.writer import TFRecordWriter
 
     with TFRecordWriter(out, None if compression == "none" else compression) as writer:
@@ -115,6 +117,8 @@ def _assemble(ranges: list[tuple[str, int, int]], out: str, compression: Compres
             with RecordReader(part, "none", True, start=start, end=end) as reader:
                 for record in reader:
                     writer.write(record)
+    if compression != "none":
+        build_seek_points(out, out + ".idx.seek", compression)
     return os.path.getsize(out)
 
 
@@ -268,6 +272,10 @@ class TFRecordDatasink(Datasink[dict[str, Any]]):  # each write task returns a d
         for final, partial in zip(finals, partials):
             os.replace(partial, f"{self.out_dir}/{final}")
             os.replace(partial + ".idx", f"{self.out_dir}/{final}.idx")
+            if os.path.exists(partial + ".idx.seek"):
+                os.replace(partial + ".idx.seek", f"{self.out_dir}/{final}.idx.seek")
+            elif os.path.exists(f"{self.out_dir}/{final}.idx.seek"):  # an earlier set's, stale beside this shard
+                os.remove(f"{self.out_dir}/{final}.idx.seek")
         if self.tfds is not None:
             from tfr_torch.tfds.write import finish_split, tfds_options
 
@@ -302,7 +310,7 @@ def write_tfrecords(dataset: Any, out_dir: PathLike, name: str, split: str = "tr
     Each row (a dict of numpy arrays, scalars, bytes or str) becomes one Example, exactly as
     `tfr_torch.encode_example` makes it. The result is the layout `ShardedWriter` makes locally, byte for byte:
     shards `{name}-{split}.tfrecord-NNNNN-of-NNNNN` cut by `shard_size` (bytes before compression) or
-    `records_per_shard`, each with its `.idx`, and the sidecar `{name}-{split}.tfr_torch.json` holding
+    `records_per_shard`, each with its `.idx` (and, compressed, its seek points `.idx.seek`), and the sidecar `{name}-{split}.tfr_torch.json` holding
     `features` ("auto": the spec of the dataset's schema, which `read_tfrecords(features="auto")` and
     `TFRecordDataset(features="auto")` use; or a spec; or None) and every shard's record count. The dataset is
     written in its order (Ray's `preserve_order` is switched on for the write), so the same rows give the same

@@ -13,6 +13,7 @@ from tfr_torch.decode.sidecar import spec_to_json
 from tfr_torch.format.options import Compression, check_compression, compression_name
 from tfr_torch.format.framing import OVERHEAD
 from tfr_torch.format.paths import PathLike, as_path, atomic_output
+from tfr_torch.format.seek import DEFAULT_SPAN, build_seek_points, check_span
 from tfr_torch.format.shardset import check_set_name, shard_name, sidecar_data, sidecar_path, stale_shards
 from tfr_torch.format.writer import TFRecordWriter
 
@@ -39,7 +40,10 @@ class ShardedWriter:
     """Write records into shards that roll over by size (`shard_size`, bytes before compression) or, when given,
     by `records_per_shard` instead, named the TFDS way and renamed to their final count when closed, each with an index
     (`<shard>.idx`) and, for the set, a sidecar `{name}-{split}.tfr_torch.json` holding `features` (a spec),
-    every shard's record count, `image` (e.g. the image encoding) and the tfr_torch version.
+    every shard's record count, `image` (e.g. the image encoding) and the tfr_torch version. A GZIP or ZLIB shard
+    also gets its seek points (`<shard>.idx.seek`, every `seek_span` decompressed bytes; None: none), as
+    `build_index` writes them, so it can be read in a global shuffle and by offset; they are built by the compiled
+    core, which inflates each finished shard once (without it, none are written).
 
     Crash-safe: every shard is written atomically; with `resume=True` the shards a previous, interrupted run
     finished are kept (see `resumed_position`), and writing continues after them. Closing removes the shards of
@@ -54,9 +58,10 @@ class ShardedWriter:
                  compression: Compression = None, *, records_per_shard: int | None = None,
                  features: Mapping[str, Any] | None = None, image: Mapping[str, Any] | None = None,
                  resume: bool = False, settings: Mapping[str, Any] | None = None,
-                 tfds: Mapping[str, Any] | None = None) -> None:
+                 tfds: Mapping[str, Any] | None = None, seek_span: int | None = DEFAULT_SPAN) -> None:
         check_compression(compression)  # before the output folder is made
         check_set_name(name, split)
+        self.seek_span = None if seek_span is None else check_span(seek_span)
         self.out_dir = as_path(out_dir).rstrip("/") or "."
         if "://" in self.out_dir:
             raise ValueError(f"ShardedWriter writes to a local folder, got {self.out_dir!r}: write locally, then "
@@ -165,6 +170,8 @@ class ShardedWriter:
         partial = self._partial(len(self._done))
         with atomic_output(partial + ".idx") as f:
             f.write("".join(f"{o} {s}\n" for o, s in self._index).encode("ascii"))
+        if self.compression != "none" and self.seek_span is not None:
+            build_seek_points(partial, partial + ".idx.seek", self.compression, self.seek_span)
         self._done.append({"partial": partial.rsplit("/", 1)[-1], "records": len(self._index),
                            "bytes": os.path.getsize(partial), "position": self._last_position,
                            "state": json.loads(self._last_state)})
@@ -191,6 +198,10 @@ class ShardedWriter:
             partial = f"{self.out_dir}/{shard['partial']}"
             os.replace(partial, f"{self.out_dir}/{final}")
             os.replace(partial + ".idx", f"{self.out_dir}/{final}.idx")
+            if os.path.exists(partial + ".idx.seek"):
+                os.replace(partial + ".idx.seek", f"{self.out_dir}/{final}.idx.seek")
+            elif os.path.exists(f"{self.out_dir}/{final}.idx.seek"):  # an earlier set's, stale beside this shard
+                os.remove(f"{self.out_dir}/{final}.idx.seek")
         if self.tfds is not None:
             from tfr_torch.tfds.write import finish_split
 
