@@ -9,8 +9,10 @@ starts inside a byte (a deflate block begins at any bit) is reached by putting e
 the file, and they write nothing, so the window given as the preset dictionary is still the 32 KiB before the point.
 
 The compressed bytes are read `CHUNK` at a time and given to zlib `_FEED` at a time (zlib copies what a call
-leaves unused); each zlib call makes at most `_PIECE` decompressed bytes, and the ranges are cut from those pieces
-(one copy each). Memory: a chunk, a piece, and the ranges themselves.
+leaves unused); each zlib call makes the bytes up to the end of the range being read, but at least `_LEAST` (a
+restart for one small record inflated a whole 128 KiB feed, 256 KiB of output: 350 us against 130-170 us with
+64 KiB) and at most `_PIECE`, and the ranges are cut from those pieces (one copy each). Memory: a chunk, a piece,
+and the ranges themselves.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ __all__ = ["CHUNK", "restart_prefix", "extract_ranges"]
 CHUNK = 1 << 20  # compressed bytes read from the file at a time
 _FEED = 1 << 17  # compressed bytes given to one zlib call
 _PIECE = 1 << 20  # the most decompressed bytes one zlib call makes
+_LEAST = 1 << 16  # the least it is asked for (a call that makes just the bytes wanted costs more calls)
 _GZIP_TRAILER = 8  # CRC-32 and ISIZE after a member's deflate data (RFC 1952 section 2.3.1)
 
 # Empty deflate blocks (RFC 1951 section 3.2.3), as (value, bit count) fields written from the low bit up.
@@ -109,9 +112,10 @@ class _Restart:
             return
         self._z, self._raw = self._module.decompressobj(31), False  # a header, deflate data and a checked trailer
 
-    def piece(self) -> bytes:
-        """The next decompressed bytes (at most _PIECE; b"" at the end of the stream or the input, or an error:
-        `status` says which)."""
+    def piece(self, wanted: int) -> bytes:
+        """The next decompressed bytes: `wanted` (the bytes up to the end of the range being read) but at least
+        _LEAST and at most _PIECE, or fewer (b"" at the end of the stream or the input, or an error: `status` says
+        which)."""
         while not self.ended:
             if self._z.eof:
                 self._member_end()
@@ -121,7 +125,7 @@ class _Restart:
                 self.status, self.ended = 2, True
                 break
             try:
-                out: bytes = self._z.decompress(data, _PIECE)
+                out: bytes = self._z.decompress(data, min(max(wanted, _LEAST), _PIECE))
             except self._module.error:
                 self.status, self.ended = 1, True
                 break
@@ -148,7 +152,7 @@ def extract_ranges(read_file_at: Callable[[int, int], bytes], head: bytes, first
         last = start + n
         while at + len(piece) <= start:  # pieces that end before the range: dropped
             at += len(piece)
-            piece = memoryview(inflater.piece())
+            piece = memoryview(inflater.piece(last - at))
             if not piece:
                 break
         got: list[bytes | memoryview] = []
@@ -160,7 +164,7 @@ def extract_ranges(read_file_at: Callable[[int, int], bytes], head: bytes, first
             have += hi - lo
             if hi == len(piece) and have < want:
                 at += len(piece)
-                piece = memoryview(inflater.piece())
+                piece = memoryview(inflater.piece(want - have))
         parts.append(bytes(got[0]) if len(got) == 1 else b"".join(got))
         made += have
         if have < want:
