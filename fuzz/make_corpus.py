@@ -152,6 +152,11 @@ def jpeg_inputs() -> list[bytes]:
     return out
 
 
+def png_inputs() -> list[bytes]:
+    """Seeds of fuzz/targets.py's target_png, whose input seeds a generator of mutations of real PNGs."""
+    return [bytes([k]) for k in range(4)]
+
+
 SEEDS = {
     "example": examples,
     "sequence_example": sequence_examples,
@@ -161,6 +166,7 @@ SEEDS = {
     "index": index_inputs,
     "tfds": tfds_inputs,
     "jpeg": jpeg_inputs,
+    "png": png_inputs,
 }
 
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import atexit
 import gzip
+import hashlib
+import io
 import math
 import os
 import shutil
@@ -359,6 +361,77 @@ def target_jpeg(data: bytes) -> None:
             assert _native.core.jpeg_next_marker(data, start) == (-1 if match is None else match.start()), start
 
 
+# ------------------------------------------------------------------------------------------------ PNG kernel
+
+_PNG_CHANNELS = {0: 1, 2: 3, 6: 4}
+_PIL_MODE = {1: "L", 3: "RGB", 4: "RGBA"}
+
+
+def _png_seeds() -> list[bytes]:
+    from PIL import Image
+
+    rng = np.random.default_rng(1)
+    out = []
+    for mode, shape, level in (("L", (5, 7), 6), ("RGB", (6, 4, 3), 1), ("RGBA", (3, 3, 4), 9), ("RGB", (9, 8, 3), 0)):
+        buf = io.BytesIO()
+        Image.fromarray(rng.integers(0, 256, shape, dtype=np.uint8), mode).save(buf, "PNG", compress_level=level)
+        out.append(buf.getvalue())
+    return out
+
+
+_PNG_SEEDS: list[bytes] = []
+
+
+def _with_crcs(png: bytes) -> bytes:
+    """`png` with every chunk's CRC made right (where the chunk lengths hold), so mutations reach zlib and the
+    filters instead of stopping at the CRC check."""
+    out, pos = bytearray(png), 8
+    while pos + 12 <= len(out):
+        length = int.from_bytes(out[pos: pos + 4], "big")
+        end = pos + 8 + length
+        if end + 4 > len(out):
+            break
+        out[end: end + 4] = zlib.crc32(bytes(out[pos + 4: end])).to_bytes(4, "big")
+        pos = end + 4
+    return bytes(out)
+
+
+def target_png(data: bytes) -> None:
+    """The compiled core's PNG kernel (RLDS image steps) on hostile PNGs: it refuses, or it decodes exactly the
+    pixels Pillow (the reference) decodes; never more lenient than Pillow. The kernel is C, so no coverage reaches
+    libFuzzer: the input seeds a generator of mutations of a real PNG (bytes overwritten, a cut, CRCs made right
+    again so that the mutations reach zlib and the filters)."""
+    core = _native.core
+    if core is None or not hasattr(core, "png_decode_many"):
+        return
+    if not _PNG_SEEDS:
+        _PNG_SEEDS.extend(_png_seeds())
+    rng = np.random.default_rng(int.from_bytes(hashlib.sha256(data).digest()[:8], "little"))
+    png = bytearray(_PNG_SEEDS[int(rng.integers(len(_PNG_SEEDS)))])
+    for _ in range(int(rng.integers(1, 6))):
+        png[int(rng.integers(8, len(png)))] = int(rng.integers(256))
+    if rng.random() < 0.2:
+        del png[int(rng.integers(8, len(png))):]
+    mutated = _with_crcs(bytes(png)) if rng.random() < 0.7 else bytes(png)
+    width, height, colour = 4, 3, 2
+    if len(mutated) >= 26 and mutated[12:16] == b"IHDR":  # the size and colour the input claims, within bounds
+        claimed = (int.from_bytes(mutated[16:20], "big"), int.from_bytes(mutated[20:24], "big"), mutated[25])
+        if 0 < claimed[0] <= 64 and 0 < claimed[1] <= 64 and claimed[2] in _PNG_CHANNELS:
+            width, height, colour = claimed
+    channels = _PNG_CHANNELS[colour]
+    out = np.zeros((1, height, width, channels), np.uint8)
+    failed, _reason = core.png_decode_many([mutated], out, width, height, colour)
+    if failed >= 0:
+        return
+    from PIL import Image
+
+    image = Image.open(io.BytesIO(mutated))
+    image.load()  # the kernel decoded it: Pillow must too
+    assert image.mode == _PIL_MODE[channels] and image.size == (width, height), (image.mode, image.size)
+    expected = np.asarray(image).reshape(height, width, channels)
+    assert np.array_equal(out[0], expected), "the PNG kernel and Pillow disagree"
+
+
 TARGETS: dict[str, Callable[[bytes], None]] = {
     "example": target_example,
     "sequence_example": target_sequence_example,
@@ -368,4 +441,5 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "index": target_index,
     "tfds": target_tfds,
     "jpeg": target_jpeg,
+    "png": target_png,
 }
