@@ -310,9 +310,10 @@ def write_tfrecords(dataset: Any, out_dir: PathLike, name: str, split: str = "tr
     Each row (a dict of numpy arrays, scalars, bytes or str) becomes one Example, exactly as
     `tfr_torch.encode_example` makes it. The result is the layout `ShardedWriter` makes locally, byte for byte:
     shards `{name}-{split}.tfrecord-NNNNN-of-NNNNN` cut by `shard_size` (bytes before compression) or
-    `records_per_shard`, each with its `.idx` (and, compressed, its seek points `.idx.seek`), and the sidecar `{name}-{split}.tfr_torch.json` holding
-    `features` ("auto": the spec of the dataset's schema, which `read_tfrecords(features="auto")` and
-    `TFRecordDataset(features="auto")` use; or a spec; or None) and every shard's record count. The dataset is
+    `records_per_shard`, each with its `.idx` (and, compressed, its seek points `.idx.seek`), and the sidecar
+    `{name}-{split}.tfr_torch.json` holding `features` ("auto": the spec of the dataset's schema, which
+    `read_tfrecords(features="auto")` and `TFRecordDataset(features="auto")` use; or a spec; or None) and every
+    shard's record count. The dataset is
     written in its order (Ray's `preserve_order` is switched on for the write), so the same rows give the same
     bytes whatever the number of workers. `out_dir` must be a folder every Ray node can write (on a cluster, a
     shared file system). `tfds` ({"version", "features", "supervised_keys", "class_names", "description"}, all
