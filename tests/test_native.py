@@ -603,8 +603,8 @@ def test_example_decoder_lays_columns_out_in_one_arena():
                tfr_torch.encode_example({"f": [2.5], "s": [b"d"]}),
                tfr_torch.encode_example({"t": [8], "f": [3.5], "s": [b"e"]})]
     decoder = core.ExampleDecoder([b"t", b"f", b"s"], bytes([2, 1, 0]), bytes([1, 0, 1]))
-    status, arena, (t, f, s) = decoder.decode(records)
-    assert status == 0
+    status, arena, (t, f, s), dense = decoder.decode(records)
+    assert status == 0 and dense is False  # no dense columns asked for
     view = memoryview(arena)
     assert not view.readonly
     present, counts, values, total, uniform, indices, longest = t
@@ -633,7 +633,7 @@ def test_several_bytes_columns_each_get_their_own_values():
                tfr_torch.encode_example({"a": [b"x" * 300], "n": [3], "c": [b"c2"]})]
     decoder = core.ExampleDecoder([b"a", b"n", b"b", b"c"], bytes([0, 2, 0, 0]), bytes(4), bytes([0, 0, 0, 1]))
     for spans in (False, True):
-        status, arena, (a, n, b, c) = decoder.decode(records, spans)
+        status, arena, (a, n, b, c), _ = decoder.decode(records, spans)
         assert status == 0
         assert a[2] == [b"a0", b"a1", b"x" * 300] and a[3] == 3
         assert b[2] == [b"", b"b1", b"b2", b"b3"] and b[3] == 4
@@ -648,6 +648,103 @@ def test_several_bytes_columns_each_get_their_own_values():
             "c": tfr_torch.FixedLenFeature([], tfr_torch.string), "n": tfr_torch.FixedLenFeature([], torch.int64)}
     reference, compiled = _both(lambda: tfr_torch.parse_example(records, spec))
     assert compiled == reference and compiled[0] == "ok"
+
+
+@needs_core
+def test_example_decoder_lays_dense_columns_back_to_back():
+    """The columns given as `dense` (key, count) pairs lie back to back in that order when every record holds each
+    with its count (dense is True), padded only where the kind changes; otherwise each lies where it would, and
+    their values are the same."""
+    core = _native.core if _native.core is not None else _native._compiled
+    records = [tfr_torch.encode_example({"a": i, "f": [i + 0.5, i + 0.25], "b": 10 * i, "v": [1] * (i + 1)})
+               for i in range(3)]
+    pairs = np.array([(2, 1), (0, 1), (1, 2)], dtype=np.int64).tobytes()  # b, a, then f
+    decoder = core.ExampleDecoder([b"a", b"f", b"b", b"v"], bytes([2, 1, 2, 2]), bytes(4), bytes(4), pairs)
+    status, arena, (a, f, b, v), dense = decoder.decode(records)
+    assert status == 0 and dense is True
+    assert (b[2], a[2], f[2]) == (0, 3 * 8, 6 * 8)  # one block: b's 3 int64, a's 3 int64, f's 6 float32
+    assert np.frombuffer(arena, np.int64, 6, 0).tolist() == [0, 10, 20, 0, 1, 2]
+    assert np.frombuffer(arena, np.float32, 6, f[2]).tolist() == [0.5, 0.25, 1.5, 1.25, 2.5, 2.25]
+    assert np.frombuffer(arena, np.int64, v[3], v[2]).tolist() == [1] * 6
+    status, arena, (a, f, b, v), dense = decoder.decode(records + [tfr_torch.encode_example({"a": 7, "f": [1.0]})])
+    assert status == 0 and dense is False  # a record without b, one with one float: laid out column by column
+    assert np.frombuffer(arena, np.int64, a[3], a[2]).tolist() == [0, 1, 2, 7]
+    assert np.frombuffer(arena, np.float32, f[3], f[2]).tolist() == [0.5, 0.25, 1.5, 1.25, 2.5, 2.25, 1.0]
+    for bad in ([(3, 0)], [(0, 1), (0, 1)], [(4, 1)], [(-1, 1)], [(0, 2**33)]):
+        with pytest.raises(ValueError, match="dense needs"):
+            core.ExampleDecoder([b"a", b"f", b"b", b"v"], bytes([2, 1, 2, 0]), bytes(4), bytes(4),
+                                np.array(bad, dtype=np.int64).tobytes())
+    with pytest.raises(ValueError, match="dense needs"):
+        core.ExampleDecoder([b"a"], bytes([2]), bytes(1), bytes(1), b"\0" * 8)
+
+
+def _dense_spec(n: int) -> dict[str, object]:
+    """n FixedLen features: int64 scalars, float32 scalars and float32 [2] vectors, a third of each."""
+    kinds = [tfr_torch.FixedLenFeature([], torch.int64), tfr_torch.FixedLenFeature([], torch.float32),
+             tfr_torch.FixedLenFeature([2], torch.float32, default_value=[-1.0, -2.0])]
+    return {f"k{i}": kinds[i % 3] for i in range(n)}
+
+
+def _dense_records(n: int, count: int) -> list[bytes]:
+    return [tfr_torch.encode_example({f"k{i}": (r + i, float(r) - i, [r * 0.5, i * 0.25][: 2])[i % 3]
+                                      for i in range(n)}) for r in range(count)]
+
+
+@needs_core
+@pytest.mark.parametrize("n", [3, 9, 40])
+def test_dense_features_from_one_block_equal_the_reference(n):
+    """FixedLenFeatures made as views of the kernel's dense block: the reference's values, dtypes and shapes, in
+    the spec's order, for a batch, one example, and a batch where one example lacks a feature (its default, by the
+    column-by-column path); writable views of disjoint memory."""
+    spec, records = _dense_spec(n), _dense_records(n, 5)
+    missing = records[:2] + [tfr_torch.encode_example({f"k{i}": (1, 1.0)[i % 3] for i in range(n) if i % 3 < 2})]
+    for batch in (records, missing):
+        reference, compiled = _both(lambda: tfr_torch.parse_example(batch, spec))
+        assert compiled == reference and compiled[0] == "ok"
+    reference, compiled = _both(lambda: tfr_torch.parse_single_example(records[1], spec))
+    assert compiled == reference and compiled[0] == "ok"
+    previous = tfr_torch.set_backend("native")
+    try:
+        out = tfr_torch.parse_example(records, spec)
+    finally:
+        tfr_torch.set_backend(previous)
+    assert list(out) == list(spec)
+    before = {key: value.clone() for key, value in out.items()}
+    out["k0"] += 100
+    assert all(torch.equal(out[key], before[key]) for key in spec if key != "k0")
+
+
+def _python_calls(fn) -> int:
+    """How many Python-level calls (functions and builtins, profile events) a call of fn makes."""
+    calls = 0
+
+    def count(frame, event, arg):
+        nonlocal calls
+        calls += event in ("call", "c_call")
+
+    sys.setprofile(count)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return calls
+
+
+@needs_core
+def test_python_calls_per_batch_do_not_grow_with_dense_features():
+    """Issue 26: with the compiled core, a batch of FixedLenFeatures of a few dtypes and shapes costs the same
+    number of Python calls however many features it has (one view per dtype and shape; the tensors of a group are
+    made by one unbind)."""
+    previous = tfr_torch.set_backend("native")
+    try:
+        calls = []
+        for n in (9, 30, 90):
+            spec, records = _dense_spec(n), _dense_records(n, 16)
+            tfr_torch.parse_example(records, spec)  # warm: the plan compiled, the kernel made
+            calls.append(_python_calls(lambda: tfr_torch.parse_example(records, spec)))
+    finally:
+        tfr_torch.set_backend(previous)
+    assert calls[0] == calls[1] == calls[2], calls
 
 
 @needs_core

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -14,7 +14,7 @@ from tfr_torch.decode.specs import FixedLenFeature, FixedLenSequenceFeature, str
 from tfr_torch.decode.units import Units
 from tfr_torch.format.options import FeatureKind
 
-__all__ = ["FixedLenDecoder", "FixedLenSequenceDecoder", "StepSequenceDecoder"]
+__all__ = ["DenseBlock", "FixedLenDecoder", "FixedLenSequenceDecoder", "StepSequenceDecoder"]
 
 
 def _starts(counts: np.ndarray) -> np.ndarray:
@@ -42,6 +42,8 @@ class FixedLenDecoder:
         self._string_scalar = spec.dtype == string and not spec.shape
         # one string per example: the compiled kernel may leave the values in the records (see plan.py)
         self.kernel_spans = (key,) if self._string_scalar else ()
+        # float32 or int64 values as they are, at least one per example: a column of the kernel's dense block
+        self.kernel_dense = self._direct is not None and self.count > 0
 
     def wire_keys(self) -> dict[str, FeatureKind]:
         return {self.key: self.kind}
@@ -111,6 +113,38 @@ class FixedLenDecoder:
             array = np.asarray(col.values).reshape(b, n)
         tensor = units.convert(array, spec.dtype, key, lambda pos: pos // max(n, 1)).reshape(b, *spec.shape)
         return tensor[0] if single else tensor
+
+
+class DenseBlock:
+    """The FixedLenFeatures whose values the compiled kernel lays out back to back (ExampleDecoder's `dense`
+    columns) when every example holds each with its count, grouped by dtype and shape: each group's values are one
+    array, so a batch's tensors of a group are made by one view and one unbind, however many features it has.
+    Groups of fewer than MIN_GROUP features are left to FixedLenDecoder.fast (a view each costs no more there).
+
+    `decoders` in the spec's order; `wire_at`: each key's column in the kernel's output."""
+
+    MIN_GROUP = 3
+
+    def __init__(self, decoders: Mapping[str, Any], wire_at: Mapping[str, int]) -> None:
+        groups: dict[tuple[Any, tuple[int, ...]], list[str]] = {}
+        for key, decoder in decoders.items():
+            if getattr(decoder, "kernel_dense", False) and key in wire_at:
+                groups.setdefault((decoder._direct, tuple(decoder.spec.shape)), []).append(key)
+        # per group: (numpy dtype, shape, keys, the column of its first key, values per example)
+        self.groups = [(dtype, shape, tuple(keys), wire_at[keys[0]], math.prod(shape))
+                       for (dtype, shape), keys in groups.items() if len(keys) >= self.MIN_GROUP]
+        self.keys = frozenset(key for group in self.groups for key in group[2])
+        self.pairs = np.array([(wire_at[key], count) for _, _, keys, _, count in self.groups for key in keys],
+                              dtype=np.int64).reshape(-1, 2).tobytes()  # ExampleDecoder's `dense`
+
+    def views(self, arena: Any, columns: Sequence[tuple[Any, ...]], b: int, single: bool,
+              result: dict[str, Any]) -> None:
+        """Put every feature's tensor, a view of the arena, into `result` (the kernel said the block is laid out:
+        every example holds each feature with its count, float32 or int64 values as they are)."""
+        for dtype, shape, keys, first, count in self.groups:
+            block = np.frombuffer(arena, dtype, len(keys) * b * count, columns[first][2])
+            shaped = block.reshape(len(keys), *shape) if single else block.reshape(len(keys), b, *shape)
+            result.update(zip(keys, torch.from_numpy(shaped).unbind(0)))
 
 
 class FixedLenSequenceDecoder:

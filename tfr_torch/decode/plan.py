@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from tfr_torch import _native
-from tfr_torch.decode.dense import FixedLenDecoder, FixedLenSequenceDecoder, StepSequenceDecoder
+from tfr_torch.decode.dense import DenseBlock, FixedLenDecoder, FixedLenSequenceDecoder, StepSequenceDecoder
 from tfr_torch.decode.ragged import RaggedDecoder
 from tfr_torch.decode.sparse import SparseDecoder, VarLenDecoder
 from tfr_torch.decode.specs import (
@@ -185,13 +185,15 @@ def _wire_error_before(units: Units, wire_kinds: Mapping[str, FeatureKind], exc:
 
 
 def _example_kernel(core: Any, wire_kinds: Mapping[str, str], indices: Sequence[str] = (),
-                    spans: Sequence[str] = ()) -> Any:
+                    spans: Sequence[str] = (), dense: bytes = b"") -> Any:
     """The compiled core's decoder of these keys' Features (of Examples, or SequenceExamples' context); for the
-    keys in `indices` it also writes the sparse COO indices of their values, and the bytes of the keys in
-    `spans` it can give as spans of the records (decode(records, True))."""
+    keys in `indices` it also writes the sparse COO indices of their values, the bytes of the keys in `spans` it
+    can give as spans of the records (decode(records, True)), and the columns of `dense` (DenseBlock.pairs) it
+    lays out back to back."""
     return core.ExampleDecoder([key.encode() for key in wire_kinds],
                                bytes(_KERNEL_KINDS[kind] for kind in wire_kinds.values()),
-                               bytes(key in indices for key in wire_kinds), bytes(key in spans for key in wire_kinds))
+                               bytes(key in indices for key in wire_kinds), bytes(key in spans for key in wire_kinds),
+                               dense)
 
 
 def _arena_column(arena: Any, kind: FeatureKind, column: tuple[Any, ...], n: int) -> Column:
@@ -288,6 +290,10 @@ class ExamplePlan:
         readers = Counter(key for decoder in self.decoders.values() for key in decoder.wire_keys())
         self._spans = [key for decoder in self.decoders.values() for key in getattr(decoder, "kernel_spans", ())
                        if readers[key] == 1]
+        # the FixedLenFeatures made from the kernel's dense block in one view per dtype and shape, and the other
+        # features' steps, taken when the kernel laid that block out (see _native_parse)
+        self._dense = DenseBlock(self.decoders, wire_at)
+        self._other_steps = [step for step in self._steps if step[0] not in self._dense.keys]
 
     def _native_parse(self, core: Any, records: Sequence[bytes], locator: Locator, single: bool,
                       spans: bool = False) -> dict[str, Any] | None:
@@ -298,13 +304,13 @@ class ExamplePlan:
         handed over raw is malformed), which then defines the answer or the error: so the kernel only reports
         step 2 of the error order (see the module docstring)."""
         if self._kernel_of is not core:
-            self._kernel = _example_kernel(core, self._wire_kinds, self._indices, self._spans)
+            self._kernel = _example_kernel(core, self._wire_kinds, self._indices, self._spans, self._dense.pairs)
             self._kernel_of = core
         spans = spans and bool(self._spans)
         out = self._kernel.decode(records, spans)
         if out[0]:
             return None
-        _, arena, columns = out
+        _, arena, columns, dense = out
         n = len(records)
         if spans:
             for key in self._spans:
@@ -313,8 +319,13 @@ class ExamplePlan:
                 if isinstance(column[2], int):
                     columns[at] = (*column[:2], RecordSpans(core, records, arena, column[2], column[3]), *column[3:])
         result: dict[str, Any] = {}
+        steps = self._steps
+        if dense:  # every dense FixedLenFeature as views of the block, a few calls whatever their number
+            result = dict.fromkeys(self.decoders)  # (the spec's order)
+            self._dense.views(arena, columns, n, single, result)
+            steps = self._other_steps
         units = None
-        for key, fast, decoder, at in self._steps:
+        for key, fast, decoder, at in steps:
             value = fast(arena, columns[at], n, single) if fast is not None else None
             if value is None:  # (a fast path never takes a column of raw Features, nor raises)
                 if units is None:

@@ -94,9 +94,35 @@ int64_t tfr_batch_uniform(const tfr_batch *s, size_t key) {
 
 static size_t round8(size_t n) { return (n + 7) & ~(size_t)7; }
 
+int tfr_batch_dense(const tfr_batch *s, tfr_batch_wants wants) {
+    for (size_t j = 0; j < wants.ndense; j++) {
+        size_t key = wants.dense_order[j];
+        if (s->uncommon[key] || tfr_batch_uniform(s, key) != wants.dense_count[key]) return 0;
+    }
+    return wants.ndense > 0;
+}
+
+/* The dense columns' values back to back from the arena's start, in wants' order; padded to 8 bytes only where
+ * the kind changes, so that neighbours of one kind are contiguous. Returns the bytes they take (a multiple of 8),
+ * or (size_t)-1 when the sizes overflow. */
+static size_t layout_dense(const tfr_plan *plan, const tfr_batch *s, tfr_batch_wants wants,
+                           tfr_column_layout *layout) {
+    size_t at = 0;
+    for (size_t j = 0; j < wants.ndense; j++) {
+        size_t key = wants.dense_order[j];
+        int kind = plan->kinds[key];
+        if (s->totals[key] > (uint64_t)(SIZE_MAX / 64) || at > SIZE_MAX / 4) return (size_t)-1;
+        if (j && kind != plan->kinds[wants.dense_order[j - 1]]) at = round8(at);
+        layout[key].values = at;
+        at += (size_t)s->totals[key] * (kind == TFR_FLOAT ? 4 : 8);
+    }
+    return round8(at);
+}
+
 size_t tfr_batch_layout(const tfr_plan *plan, tfr_batch *s, tfr_batch_wants wants, tfr_column_layout *layout) {
-    size_t b = s->b, at = 0;
+    size_t b = s->b, at = layout_dense(plan, s, wants, layout);
     s->nstrings = 0;
+    if (at == (size_t)-1) return at;
     for (size_t key = 0; key < s->k; key++) {
         tfr_column_layout *c = &layout[key];
         if (s->uncommon[key]) continue;
@@ -108,8 +134,10 @@ size_t tfr_batch_layout(const tfr_plan *plan, tfr_batch *s, tfr_batch_wants want
         c->counts = at;
         at += b * sizeof(uint64_t);
         if (plan->kinds[key] != TFR_BYTES) {
-            c->values = at;
-            at += round8((size_t)total * (plan->kinds[key] == TFR_FLOAT ? 4 : 8));
+            if (!wants.ndense || wants.dense_count[key] < 0) { /* a dense column's values lie in the first block */
+                c->values = at;
+                at += round8((size_t)total * (plan->kinds[key] == TFR_FLOAT ? 4 : 8));
+            }
             if (wants.indices[key]) {
                 c->indices = at;
                 at += (size_t)total * 2 * sizeof(int64_t);

@@ -32,10 +32,16 @@ typedef struct {
 } tfr_batch;
 
 /* What the columns hold beyond presence and counts: per key, 1 where a numeric column also gets its sparse COO
- * indices (`indices`), 1 where a bytes column is given as spans of the records (`spans`, NULL: none is) */
+ * indices (`indices`), 1 where a bytes column is given as spans of the records (`spans`, NULL: none is). The
+ * dense columns: `ndense` numeric keys (`dense_order`) whose values are laid out back to back, in that order, at
+ * the arena's start when every record holds each of them with its `dense_count` ([k], -1 for the other keys)
+ * values (tfr_batch_dense), so that a run of them of one kind and count is one array */
 typedef struct {
     const uint8_t *indices;
     const uint8_t *spans;
+    const int64_t *dense_count;
+    const size_t *dense_order;
+    size_t ndense;
 } tfr_batch_wants;
 
 /* Where one column's arrays lie in the arena (byte offsets), where a bytes column's values start in the batch's
@@ -58,6 +64,10 @@ void tfr_batch_free(tfr_batch *s);
 /* Find and count every planned Feature, record by record; returns -1 when all is well, else the record that needs
  * the reference (*why: TFR_WHY_RECORD or TFR_WHY_FEATURE). */
 int64_t tfr_batch_count(const tfr_plan *plan, tfr_batch *s, int *why);
+
+/* 1 when every record of a counted batch holds each dense column of `wants` with its count (so that
+ * tfr_batch_layout lays them out together), else 0 */
+int tfr_batch_dense(const tfr_batch *s, tfr_batch_wants wants);
 
 /* The arena's size for every common column of a counted batch, each column's place in `layout` ([k]) and the
  * number of bytes values kept as slices (s->nstrings); (size_t)-1 when the sizes overflow. */
