@@ -5,6 +5,7 @@ the loader, len / set_epoch passthrough, errors naming the image, and DecodeImag
 from __future__ import annotations
 
 import io
+import os
 
 import numpy as np
 import pytest
@@ -357,3 +358,29 @@ def test_the_background_thread_runs_on_the_loaders_cuda_device(shard, monkeypatc
     batches = list(DeviceLoader(DataLoader(dataset(shard), batch_size=None), "cuda:1", transform=TRAIN))
     assert len(batches) == 5
     assert len(calls) == 1 and calls[0][0] == torch.device("cuda:1") and calls[0][1] != threading.get_ident()
+
+
+def test_rlds_frames_through_the_device_loader_with_a_device_transform():
+    """Decoded batches (RLDS frames: images decoded in the workers) go through DeviceLoader with images=None; its
+    device_transform resizes them there, as the same resize in the workers (frame_transform) would, and the count
+    of samples is the batch's first dimension."""
+    from tfr_torch.rlds import FrameDataset, Source, Window, resize_images
+
+    def frames(**kwargs):
+        here = os.path.dirname(os.path.abspath(__file__))
+        folder = os.path.join(here, "data", "tfds", "rlds", "rlds_golden", "1.0.0")
+        return FrameDataset({"golden": Source(folder)}, Window(history=2, future=4), batch_size=4, shuffle_buffer=16,
+                            seed=0, **kwargs)
+
+    resize = resize_images((4, 5))
+    in_workers = list(DataLoader(frames(frame_transform=resize), batch_size=None))
+    loader = DeviceLoader(DataLoader(frames(), batch_size=None), "cpu", images=None, device_transform=resize)
+    on_device = list(loader)
+    assert len(on_device) == len(in_workers) > 1
+    for got, want in zip(on_device, in_workers):
+        assert got["observation"]["image"].shape[-2:] == (4, 5)
+        assert torch.equal(got["observation"]["image"], want["observation"]["image"])
+        assert torch.equal(got["action"], want["action"])
+    assert loader.state_dict()["samples"] == sum(len(b["action"]) for b in in_workers)
+    with pytest.raises(ValueError, match="needs images="):
+        DeviceLoader(DataLoader(frames(), batch_size=None), "cpu", images=None, transform=TRAIN)

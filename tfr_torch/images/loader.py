@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Optional, Union
 
@@ -111,6 +111,11 @@ class DeviceLoader:
     - `thread`: pull and prepare the next batches in a background thread (default: on a GPU), so that decoding's
       host work (JPEG checks, decoder calls, kernel launches) overlaps the training loop's own; False prepares them
       in the training loop's thread between its steps. Either way at most `prefetch` batches are ahead.
+    - `images=None`: no encoded images to decode (e.g. RLDS frames decoded in the workers): the batch's tensors are
+      only moved.
+    - `device_transform`: a function applied to each batch on the device, on the side stream, in the prefetch
+      thread (after the move and the image decoding), e.g. tfr_torch.rlds.resize_images((224, 224)) or your own
+      augmentation in torch ops; the tensors it returns are what the training loop gets.
     - `regions`: ask the decoder for each crop's region only (nvImageCodec's region decoding; the pixels are the
       same, tests/test_gpu_real.py). Off by default: on an H100 with nvImageCodec 0.9 it warned that region
       decoding with libjpeg-turbo's chroma upsampling needs nvJPEG 13.2 ("To enable anyway, set
@@ -119,13 +124,18 @@ class DeviceLoader:
     """
 
     def __init__(self, loader: Any, device: Union[str, torch.device, None] = None, *,
-                 transform: Optional[ImageTransform] = None, images: str = "image/encoded", prefetch: int = 2,
-                 backend: Optional[str] = None, names: Optional[str] = None, rank: Optional[int] = None,
-                 non_blocking: bool = True, thread: Optional[bool] = None, regions: bool = False) -> None:
+                 transform: Optional[ImageTransform] = None, images: Optional[str] = "image/encoded",
+                 prefetch: int = 2, backend: Optional[str] = None, names: Optional[str] = None,
+                 rank: Optional[int] = None, non_blocking: bool = True, thread: Optional[bool] = None,
+                 regions: bool = False, device_transform: Optional[Callable[[Any], Any]] = None) -> None:
         if not isinstance(prefetch, int) or prefetch < 0:
             raise ValueError(f"prefetch must be a non-negative int (batches), got {prefetch!r}")
         if transform is not None and not isinstance(transform, ImageTransform):
             raise TypeError(f"transform must be an ImageTransform or None, got {type(transform).__name__}")
+        if transform is not None and images is None:
+            raise ValueError("transform (an ImageTransform of encoded images) needs images= the key of those images")
+        if device_transform is not None and not callable(device_transform):
+            raise TypeError(f"device_transform must be callable or None, got {type(device_transform).__name__}")
         self.loader = loader
         self.device = torch.device(device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu"))
         self.transform = transform
@@ -136,6 +146,7 @@ class DeviceLoader:
         self.non_blocking = non_blocking
         self.thread = (self.device.type == "cuda") if thread is None else bool(thread)
         self.regions = bool(regions)
+        self.device_transform = device_transform
         self.mode = _pixels.normalize_mode(transform.mode if transform is not None else "RGB")
         dataset = getattr(loader, "dataset", None)
         self.rank = int(rank if rank is not None else getattr(dataset, "rank", 0) or 0)
@@ -254,7 +265,7 @@ class DeviceLoader:
     def _prepare(self, batch: Any, streams: Streams, epoch: int, first: int, number: int) -> _Ready:
         tensors: list[torch.Tensor] = []
         with streams.side():
-            if isinstance(batch, Mapping):
+            if isinstance(batch, Mapping) and self.images is not None:
                 out = {key: self._move(value, tensors) for key, value in batch.items() if key != self.images}
                 encoded = batch.get(self.images)
                 if encoded is None:
@@ -269,7 +280,11 @@ class DeviceLoader:
                 count = len(encoded)
             else:
                 out = self._move(batch, tensors)
-                count = len(batch) if hasattr(batch, "__len__") else 1
+                count = _samples_in(batch)
+            if self.device_transform is not None:
+                out = self.device_transform(out)
+                tensors = []
+                _collect(out, tensors)
             event = streams.record()
         return _Ready(out, event, tensors, None, count)
 
@@ -312,6 +327,29 @@ class DeviceLoader:
         shifted[:, 0] -= [origin[0] for _, origin in decoded]
         shifted[:, 1] -= [origin[1] for _, origin in decoded]
         return transform.apply([pixels for pixels, _ in decoded], shifted, flips)
+
+
+def _samples_in(batch: Any) -> int:
+    """The samples of a batch: the first dimension of its first tensor (nested dicts, lists and tuples searched),
+    else its length."""
+    found: list[torch.Tensor] = []
+    _collect(batch, found, first=True)
+    if found:
+        return int(found[0].shape[0]) if found[0].dim() else 1
+    return len(batch) if hasattr(batch, "__len__") and not isinstance(batch, Mapping) else 1
+
+
+def _collect(value: Any, tensors: list[torch.Tensor], first: bool = False) -> None:
+    if first and tensors:
+        return
+    if isinstance(value, torch.Tensor):
+        tensors.append(value)
+    elif isinstance(value, Mapping):
+        for item in value.values():
+            _collect(item, tensors, first)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            _collect(item, tensors, first)
 
 
 def _region(box: np.ndarray, height: int, width: int) -> tuple[int, int, int, int]:
