@@ -11,9 +11,9 @@ Examples, indexes) never import torch; `serialize_tensor` / `parse_tensor` load 
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from tfr_torch._lazy import lazy_exports
 from tfr_torch._version import __version__
 
 _EXPORTS = {
@@ -157,15 +157,7 @@ if TYPE_CHECKING:  # pragma: no cover
 _SUBPACKAGES = frozenset({"data", "decode", "format", "hf", "images", "nodes", "ray", "rlds", "tfds", "tools"})
 
 
-def __getattr__(name: str) -> Any:
-    if name in _SUBPACKAGES:
-        return importlib.import_module(f"tfr_torch.{name}")  # which also sets it as this module's attribute
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'tfr_torch' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports("tfr_torch", _EXPORTS, globals(), _SUBPACKAGES)
 
 
 def __dir__() -> list[str]:

@@ -8,8 +8,7 @@ samples through a bounded shuffle buffer, and weighted mixtures of datasets, sha
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from tfr_torch._lazy import lazy_exports
 
 _EXPORTS = {
     "Window": "tfr_torch.rlds.windows",
@@ -28,13 +27,7 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'tfr_torch.rlds' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports("tfr_torch.rlds", _EXPORTS, globals())
 
 
 def __dir__() -> list[str]:

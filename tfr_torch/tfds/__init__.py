@@ -10,8 +10,7 @@ Names resolve lazily: `read_info` and the split functions never import torch.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from tfr_torch._lazy import lazy_exports
 
 _EXPORTS = {
     "TFDSInfo": "tfr_torch.tfds.metadata",
@@ -35,13 +34,7 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'tfr_torch.tfds' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports("tfr_torch.tfds", _EXPORTS, globals())
 
 
 def __dir__() -> list[str]:
