@@ -144,16 +144,9 @@ class BlockCache:
         module's docstring); None when the cache does not hold the block whole. Reads of one process take turns
         (a descriptor is never closed under a read)."""
         with self._open_lock:
-            fd = self._open.get(key)
+            fd = self._kept(key, length)
             if fd is None:
-                fd = self._open_whole(key, length)
-                if fd is None:
-                    return None
-                self._open[key] = fd
-                while len(self._open) > _OPEN_BLOCKS:
-                    os.close(self._open.popitem(last=False)[1])
-            else:
-                self._open.move_to_end(key)
+                return None
             data = os.pread(fd, count, offset)
         return data if len(data) == count else None
 
@@ -161,15 +154,23 @@ class BlockCache:
         """A new descriptor (the caller closes it) of block `key` when the cache holds it whole, else None: for
         reading many records of one block in one call."""
         with self._open_lock:
-            fd = self._open.get(key)
-            if fd is None:
-                fd = self._open_whole(key, length)
-                if fd is None:
-                    return None
-                self._open[key] = fd
-                while len(self._open) > _OPEN_BLOCKS:
-                    os.close(self._open.popitem(last=False)[1])
-            return os.dup(fd)
+            fd = self._kept(key, length)
+            return None if fd is None else os.dup(fd)
+
+    def _kept(self, key: str, length: int) -> int | None:
+        """The descriptor kept open for block `key` (opened now when the cache holds it whole; the least recently
+        used ones closed past _OPEN_BLOCKS), or None. The caller holds _open_lock."""
+        fd = self._open.get(key)
+        if fd is not None:
+            self._open.move_to_end(key)
+            return fd
+        fd = self._open_whole(key, length)
+        if fd is None:
+            return None
+        self._open[key] = fd
+        while len(self._open) > _OPEN_BLOCKS:
+            os.close(self._open.popitem(last=False)[1])
+        return fd
 
     def _open_whole(self, key: str, length: int) -> int | None:
         """A new descriptor of block `key` when the file holds it whole (a hit), else None (a miss)."""
