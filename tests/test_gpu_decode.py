@@ -18,6 +18,8 @@ import pytest
 import torch
 from PIL import Image
 
+from cuda_standin import pretend_cuda
+
 from tfr_torch.errors import DecodeError
 from tfr_torch.images import choose_backend, decode_image
 from tfr_torch.images import _accel, _nvimgcodec
@@ -126,16 +128,7 @@ def clear_caches() -> None:
 @pytest.fixture
 def gpu(monkeypatch):
     """A CUDA device that is the CPU; returns a function that installs a stand-in nvImageCodec."""
-    to = torch.Tensor.to
-
-    def fake_to(self, *args, **kwargs):
-        target = args[0] if args else kwargs.get("device")
-        if isinstance(target, (str, torch.device)) and torch.device(target).type == "cuda":
-            return self
-        return to(self, *args, **kwargs)
-
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.Tensor, "to", fake_to)
+    pretend_cuda(monkeypatch)
     monkeypatch.setattr(_accel, "torchvision_io", lambda: None)
     monkeypatch.setattr(_accel, "torchcodec_decoders", lambda: None)
 

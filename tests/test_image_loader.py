@@ -14,6 +14,8 @@ import torch.nn.functional as F
 from PIL import Image
 from torch.utils.data import DataLoader
 
+from cuda_standin import pretend_cuda
+
 import tfr_torch
 from tfr_torch.errors import DecodeError
 from tfr_torch.images import DecodeImages, DeviceLoader, ImageTransform
@@ -342,15 +344,7 @@ def test_the_background_thread_runs_on_the_loaders_cuda_device(shard, monkeypatc
     import threading
 
     calls: list = []
-    to = torch.Tensor.to
-
-    def fake_to(self, *args, **kwargs):
-        target = args[0] if args else kwargs.get("device")
-        if isinstance(target, (str, torch.device)) and torch.device(target).type == "cuda":
-            return self
-        return to(self, *args, **kwargs)
-
-    monkeypatch.setattr(torch.Tensor, "to", fake_to)
+    pretend_cuda(monkeypatch)
     monkeypatch.setattr(torch.cuda, "set_device", lambda device: calls.append((device, threading.get_ident())))
     monkeypatch.setattr(loader_module, "streams_for", lambda device: loader_module.Streams())
     monkeypatch.setattr(loader_module, "decode_views", lambda items, *args, **kwargs: [

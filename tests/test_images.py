@@ -23,6 +23,8 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from cuda_standin import pretend_cuda
+
 import tfr_torch
 from tfr_torch.errors import DecodeError
 from tfr_torch.images import BACKENDS, MODES, choose_backend, decode_image, image_backends, normalize_mode
@@ -452,21 +454,12 @@ def fake_gpu(monkeypatch, fake_decoders):
             out.append(torch.from_numpy(array.copy()).permute(2, 0, 1))  # channels-last memory, as GPU decoders give
         return out
 
-    to = torch.Tensor.to
-
-    def fake_to(self, *args, **kwargs):
-        target = args[0] if args else kwargs.get("device")
-        if isinstance(target, (str, torch.device)) and torch.device(target).type == "cuda":
-            return self
-        return to(self, *args, **kwargs)
-
     monkeypatch.setattr(fake_decoders, "decode_jpegs_gpu", decode_jpegs_gpu)
     monkeypatch.setattr(fake_decoders, "torchcodec_decoders", lambda: None)
     from tfr_torch.images import _nvimgcodec
 
     monkeypatch.setattr(_nvimgcodec, "api", lambda: object())  # nvImageCodec "installed": the automatic GPU decoder
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.Tensor, "to", fake_to)
+    pretend_cuda(monkeypatch)
     return calls
 
 
