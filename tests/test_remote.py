@@ -14,6 +14,7 @@ of remote files checked with a few small requests; errors name the URL (and the 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import re
@@ -39,6 +40,7 @@ from torch.utils.data import DataLoader  # noqa: E402
 import tfr_torch  # noqa: E402
 from benchmarks.latency_proxy import LatencyProxy  # noqa: E402
 from tfr_torch.format.blockcache import BlockCache, block_key  # noqa: E402
+from tfr_torch.format.framing import frame_record  # noqa: E402
 from tfr_torch.format.reader import RecordFile  # noqa: E402
 from tfr_torch.format.remote import RemoteFile, RemoteOptions  # noqa: E402
 from tfr_torch.format.remote_open import open_ahead, open_remote  # noqa: E402
@@ -176,8 +178,12 @@ def test_cache_hits_misses_and_eviction(s3, tmp_path):
     before = s3["proxy"].requests
     hits = BlockCache.shared(str(tmp_path / "big"), size * 2).hits
     assert list(tfr_torch.read_records(url, remote=big)) == records
-    assert s3["proxy"].requests - before == 1  # the HEAD that opens the file; no range request
+    assert s3["proxy"].requests - before == 0  # no range request, and no HEAD: its size and ETag are trusted (ttl)
     assert BlockCache.shared(str(tmp_path / "big"), size * 2).hits - hits == -(-size // 4096)
+    before = s3["proxy"].requests
+    asking = dataclasses.replace(big, metadata_ttl=0)
+    assert list(tfr_torch.read_records(url, remote=asking)) == records
+    assert s3["proxy"].requests - before == 1  # the HEAD that opens the file; no range request
 
 
 def test_a_crash_leaves_nothing_that_is_served(s3, tmp_path):
@@ -358,7 +364,8 @@ def test_a_file_opened_ahead_is_taken_open(s3):
     open_ahead(url, SMALL, start=0)  # a sequential reader: its first blocks requested too
     with tfr_torch.read_records(url, remote=SMALL) as reader:
         assert list(reader) == records
-    assert s3["proxy"].requests - before == 1 + -(-len(data) // SMALL.block_size)  # one HEAD, each block once
+    # each block once, and no HEAD: the size and ETag the open above asked are trusted for metadata_ttl
+    assert s3["proxy"].requests - before == -(-len(data) // SMALL.block_size)
 
 
 def test_a_missing_file_opened_ahead_raises_where_it_is_taken(s3):
@@ -411,3 +418,56 @@ def test_records_of_cached_blocks_are_read_together(s3, tmp_path):
     with RecordFile(url, remote=SMALL) as f:  # no cache: read one by one
         assert not f.groups
         assert f.read_many(index[order, 0], index[order, 1]) == [records[i] for i in order]
+
+
+def test_metadata_is_trusted_for_its_ttl_then_asked_again(s3, tmp_path, monkeypatch):
+    from tfr_torch.format import remote
+
+    url = f"s3://{BUCKET}/ttl/a.tfrecord"
+    old = [bytes([i % 251]) * 500 for i in range(100)]
+    write(url, old, index=False)
+    now = [1000.0]
+    monkeypatch.setattr(remote, "_clock", lambda: now[0])
+    options = RemoteOptions(block_size=4096, cache_dir=str(tmp_path / "c"), metadata_ttl=30)
+    assert list(tfr_torch.read_records(url, remote=options)) == old  # asked (HEAD) at t=1000
+    new = [bytes([(i + 7) % 251]) * 500 for i in range(100)]  # the same size: only the ETag differs
+    s3["fs"].pipe_file(url, b"".join(frame_record(r) for r in new))  # replaced by another program
+    before = s3["proxy"].requests
+    now[0] += 29
+    # within the ttl: no request at all; the version first seen is read whole from the cache
+    assert list(tfr_torch.read_records(url, remote=options)) == old
+    assert s3["proxy"].requests == before
+    now[0] += 1  # the ttl has passed: asked again, the new version read
+    assert list(tfr_torch.read_records(url, remote=options)) == new
+    assert s3["proxy"].requests > before
+    # metadata_ttl=0 asks on every open
+    before = s3["proxy"].requests
+    assert list(tfr_torch.read_records(url, remote=dataclasses.replace(options, metadata_ttl=0))) == new
+    assert s3["proxy"].requests == before + 1
+
+
+def test_a_write_through_tfr_torch_is_seen_at_once(s3, tmp_path):
+    url = f"s3://{BUCKET}/ttl/written.tfrecord"
+    options = RemoteOptions(block_size=4096, cache_dir=str(tmp_path / "c"), metadata_ttl=3600)
+    write(url, records_of(0, 50), index=False)
+    assert len(list(tfr_torch.read_records(url, remote=options))) == 50
+    write(url, records_of(0, 80), index=False)  # a new size and ETag, well within the ttl
+    assert len(list(tfr_torch.read_records(url, remote=options))) == 80
+
+
+def test_a_fetch_of_another_length_forgets_the_metadata(s3):
+    url = f"s3://{BUCKET}/ttl/shrunk.tfrecord"
+    write(url, records_of(0, 200), index=False)
+    options = RemoteOptions(block_size=2048, readahead=0, metadata_ttl=3600)
+    f = RemoteFile(url, options, readahead=False)
+    s3["fs"].pipe_file(url, s3["fs"].cat(url)[:5000])  # shrunk by another program
+    with pytest.raises(OSError, match=r"the object changed while it was read\?"):
+        f.read(8000)
+    f.close()
+    assert RemoteFile(url, options).size == 5000  # asked again
+
+
+def test_metadata_ttl_checks():
+    for bad in (-1, float("nan"), "60", True):
+        with pytest.raises(ValueError, match="metadata_ttl must be a non-negative number of seconds"):
+            RemoteOptions(metadata_ttl=bad)  # type: ignore[arg-type]

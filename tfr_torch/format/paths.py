@@ -240,6 +240,9 @@ class AtomicOutput:
             self.file.close()
             if self._fs is not None:
                 self._fs.mv(self._tmp, self._inner)
+                from tfr_torch.format.remote import forget_object  # (remote imports this module)
+
+                forget_object(self.path)  # this process's readers ask its new size and version
             else:
                 os.chmod(self._tmp, 0o666 & ~_UMASK)
                 os.replace(self._tmp, self.path)

@@ -14,7 +14,8 @@ asks for one block at a time waits most of the time. `RemoteFile` keeps requests
   block is fetched once, later reads of it (any record in it, any epoch, any worker) come from local disk.
 
 Opening a remote file costs a round trip too (its size and version: a HEAD request): `remote_open.open_ahead`
-starts that before the file is needed.
+starts that before the file is needed, and what it tells is trusted for `metadata_ttl` seconds in the process (the
+next epoch's opens of the same objects make no request; see `RemoteOptions`).
 
 Requests run in a thread pool of `max_in_flight` threads per process (each DataLoader worker has its own), made
 on first use in the process that reads, so forked workers are safe. Errors name the URL and the byte range.
@@ -32,6 +33,7 @@ import logging
 import mmap
 import os
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -42,7 +44,7 @@ from tfr_torch.format.blockcache import BlockCache, block_key
 from tfr_torch.format.options import check_positive_int
 from tfr_torch.format.paths import PathLike, _fsspec, as_path
 
-__all__ = ["RemoteOptions", "RemoteFile"]
+__all__ = ["RemoteOptions", "RemoteFile", "forget_object"]
 
 _log = logging.getLogger(__name__)
 
@@ -60,6 +62,12 @@ class RemoteOptions:
     - `cache_dir`: a local folder for a block cache shared by workers and processes (None: no cache). Each block
       is fetched once while the cache holds it; reading by offset then fetches whole blocks.
     - `cache_bytes`: the cache's size limit (10 GiB); least recently used blocks are removed past it.
+    - `metadata_ttl`: seconds an object's size and version (its ETag; one HEAD request) are trusted in this
+      process once read (60, as gcsfuse and Mountpoint for S3 with a cache): the next epochs open the files
+      without a round trip each. 0: every open asks. An object replaced by another program within that time is
+      still read as the version first seen where the cache holds its blocks, and a fetched range of another
+      length raises; objects written through tfr_torch in this process are asked again at once. Training data
+      that never changes in place can take a far longer time; data that does, 0.
 
     >>> RemoteOptions(cache_dir="/tmp/tfr-cache", cache_bytes=50 << 30)  # doctest: +ELLIPSIS
     RemoteOptions(block_size=8388608, readahead=4, max_in_flight=16, merge_gap=65536, cache_dir='/tmp/tfr-cache', ...)
@@ -71,6 +79,7 @@ class RemoteOptions:
     merge_gap: int = 1 << 16
     cache_dir: str | None = None
     cache_bytes: int = 10 << 30
+    metadata_ttl: float = 60.0
 
     def __post_init__(self) -> None:
         check_positive_int(self.block_size, "block_size", "bytes per range request and cached block")
@@ -80,6 +89,9 @@ class RemoteOptions:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"{name} must be a non-negative int, got {value!r}")
+        ttl = self.metadata_ttl
+        if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not ttl >= 0:
+            raise ValueError(f"metadata_ttl must be a non-negative number of seconds, got {ttl!r}")
         if self.cache_dir is not None:
             if not isinstance(self.cache_dir, (str, os.PathLike)):
                 raise TypeError(f"cache_dir must be None or a local folder (str or os.PathLike), got "
@@ -101,6 +113,44 @@ def _pool(threads: int) -> ThreadPoolExecutor:
         if pool is None:
             pool = _POOLS[key] = ThreadPoolExecutor(threads, thread_name_prefix="tfr_torch-remote")
         return pool
+
+
+# (filesystem, URL) -> (when it was asked, size, version): what a HEAD request told, for RemoteOptions.metadata_ttl.
+# Per process; a forked DataLoader worker starts with its parent's (the ages are of the same monotonic clock).
+_KNOWN: dict[tuple[str, str], tuple[float, int, str]] = {}
+_KNOWN_LOCK = threading.Lock()
+_KNOWN_LIMIT = 1 << 16
+_clock = time.monotonic
+
+
+def _known_key(fs: Any, url: str) -> tuple[str, str]:
+    """Which object: the URL on this filesystem's options (fsspec's token: another endpoint is another object)."""
+    return str(getattr(fs, "_fs_token", None) or id(fs)), url
+
+
+def _known(fs: Any, url: str, ttl: float) -> tuple[int, str] | None:
+    """The size and version of `url` asked less than `ttl` seconds ago in this process, or None."""
+    if ttl <= 0:
+        return None
+    with _KNOWN_LOCK:
+        entry = _KNOWN.get(_known_key(fs, url))
+    if entry is None or _clock() - entry[0] >= ttl:
+        return None
+    return entry[1], entry[2]
+
+
+def _remember(fs: Any, url: str, size: int, version: str) -> None:
+    with _KNOWN_LOCK:
+        if len(_KNOWN) >= _KNOWN_LIMIT:
+            _KNOWN.pop(next(iter(_KNOWN)))
+        _KNOWN[_known_key(fs, url)] = (_clock(), size, version)
+
+
+def forget_object(url: str) -> None:
+    """Ask `url`'s size and version again on its next open in this process (it was just written)."""
+    with _KNOWN_LOCK:
+        for key in [key for key in _KNOWN if key[1] == url]:
+            del _KNOWN[key]
 
 
 def _version(info: dict[str, Any]) -> str:
@@ -137,21 +187,12 @@ class RemoteFile(io.RawIOBase):
         self.url = as_path(url)
         self.options = options if options is not None else RemoteOptions()
         self._fs, self._inner = _fsspec(self.url)
-        try:
-            try:
-                info = self._fs.info(self._inner, refresh=True)  # never a listing's stale ETag
-            except TypeError:  # a filesystem whose info takes no `refresh`
-                info = self._fs.info(self._inner)
-        except FileNotFoundError:
-            raise FileNotFoundError(f"no such file: {self.url!r}") from None
-        except NotImplementedError:  # no listing, so no size: a stream
-            raise _NoRangeReads(self.url) from None
-        if info.get("type") == "directory":
-            raise IsADirectoryError(f"{self.url!r} is a folder, not a file")
-        if info.get("size") is None:
-            raise _NoRangeReads(self.url)
-        self.size = int(info["size"])
-        self.version = _version(info)
+        known = _known(self._fs, self.url, self.options.metadata_ttl)
+        if known is None:
+            self.size, self.version = self._ask()
+            _remember(self._fs, self.url, self.size, self.version)
+        else:
+            self.size, self.version = known
         opts = self.options
         self._block_size = opts.block_size
         self._readahead = opts.readahead if readahead else 0
@@ -166,6 +207,23 @@ class RemoteFile(io.RawIOBase):
         self._head = b""  # the file's first bytes, when opened ahead
         self._keys: dict[int, str] = {}  # block -> its name in the cache
         self.requests = 0
+
+    def _ask(self) -> tuple[int, str]:
+        """The object's size and version, from the store (a HEAD request)."""
+        try:
+            try:
+                info = self._fs.info(self._inner, refresh=True)  # never a listing's stale ETag
+            except TypeError:  # a filesystem whose info takes no `refresh`
+                info = self._fs.info(self._inner)
+        except FileNotFoundError:
+            raise FileNotFoundError(f"no such file: {self.url!r}") from None
+        except NotImplementedError:  # no listing, so no size: a stream
+            raise _NoRangeReads(self.url) from None
+        if info.get("type") == "directory":
+            raise IsADirectoryError(f"{self.url!r} is a folder, not a file")
+        if info.get("size") is None:
+            raise _NoRangeReads(self.url)
+        return int(info["size"]), _version(info)
 
     # ----- io.RawIOBase ------------------------------------------------------------------------------------------
 
@@ -381,10 +439,12 @@ class RemoteFile(io.RawIOBase):
         try:
             data = self._fs.cat_file(self._inner, start=start, end=end)
         except FileNotFoundError:
+            forget_object(self.url)
             raise FileNotFoundError(f"no such file: {self.url!r} (it was removed while being read)") from None
         except OSError as exc:
             raise OSError(f"cannot read bytes [{start}, {end}) of {self.url}: {exc}") from exc
         if len(data) != end - start:
+            forget_object(self.url)  # the next open asks what the object is now
             raise OSError(f"reading bytes [{start}, {end}) of {self.url} gave {len(data)} bytes, expected "
                           f"{end - start}: the object changed while it was read? (it had {self.size} bytes and "
                           f"version {self.version or 'unknown'} when opened)")
