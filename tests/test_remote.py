@@ -471,3 +471,40 @@ def test_metadata_ttl_checks():
     for bad in (-1, float("nan"), "60", True):
         with pytest.raises(ValueError, match="metadata_ttl must be a non-negative number of seconds"):
             RemoteOptions(metadata_ttl=bad)  # type: ignore[arg-type]
+
+
+def test_sequential_reads_of_cached_blocks_read_their_files(s3, tmp_path, monkeypatch):
+    url = f"s3://{BUCKET}/direct/a.tfrecord"
+    # 4-9 KB each (reading straight into records' bytes pays from 4 KB): many run into the next 32 KiB block
+    records = [tfr_torch.encode_example({"id": i, "blob": b"r" * (4000 + i * 977 % 5000)}) for i in range(400)]
+    write(url, records)
+    options = RemoteOptions(block_size=32768, readahead=3, cache_dir=str(tmp_path / "c"))
+    extents = []
+    original = RemoteFile.local_extent
+    monkeypatch.setattr(RemoteFile, "local_extent", lambda self, pos: extents.append(pos) or original(self, pos))
+    for epoch in range(2):  # a cold cache (blocks fetched into it on the way), then a warm one
+        dataset = tfr_torch.TFRecordDataset(url, SPEC, index="auto", remote=options)
+        assert [int(x["id"]) for x in dataset] == list(range(400))
+        assert len(extents) > -(-s3["fs"].size(url) // 32768)  # every block, from its cached file
+        extents.clear()
+
+
+def test_a_corrupt_cached_block_is_named_not_served(s3, tmp_path):
+    url = f"s3://{BUCKET}/direct/corrupt.tfrecord"
+    write(url, [tfr_torch.encode_example({"id": i, "blob": b"r" * 5000}) for i in range(200)])
+    folder = tmp_path / "c"
+    options = RemoteOptions(block_size=32768, cache_dir=str(folder))
+    assert [int(x["id"]) for x in tfr_torch.TFRecordDataset(url, SPEC, index="auto", remote=options)] == list(
+        range(200))
+    index = tfr_torch.read_index(url + ".idx", url)
+    offset, size = (int(v) for v in index[50])  # flip a byte of record 50's data in its cached block
+    key = block_key(url, RemoteFile(url, options).version, s3["fs"].size(url), 32768, (offset + 20) // 32768)
+    path = BlockCache.shared(str(folder), options.cache_bytes).path(key)
+    with open(path, "r+b") as f:  # (the cache checks a block's length, the reader its records' CRCs)
+        f.seek((offset + 20) % 32768)
+        byte = f.read(1)
+        f.seek((offset + 20) % 32768)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    with pytest.raises(tfr_torch.CorruptRecordError) as err:
+        list(tfr_torch.TFRecordDataset(url, SPEC, index="auto", remote=options))
+    assert err.value.path == url and err.value.offset == offset

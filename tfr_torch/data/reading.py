@@ -24,8 +24,10 @@ __all__ = ["Block", "Located", "Source", "iter_run", "opening_ahead", "iter_rand
 
 _GROUP = 64  # records per block made from single records (read by offset, or out of the shuffle buffer)
 _AHEAD = 256  # records read by offset from remote files: announced this many at a time, one window ahead
+_AHEAD_CACHED = 1024  # ... with a block cache (whole blocks fetched: the window is read a block at a time)
 _OPEN_AHEAD = 16  # runs of remote files a sequential reader opens ahead (their HEAD requests)
 GROUP_BYTES = 64 << 20  # records of compressed files read by offset: read together, this many framed bytes at most
+LOCAL_GROUP_BYTES = 4 << 20  # ... and of local uncompressed files (one compiled call a group; less memory held)
 
 
 class Located(NamedTuple):
@@ -229,26 +231,28 @@ def iter_random(source: Source, global_ids: np.ndarray, counts: Sequence[int]) -
         return tokens
 
     def grouped(files_of: list[int], rows: list[int]) -> Iterator[Located]:
-        """Records in the order given, those of compressed files read a group at a time."""
+        """Records in the order given; those of files that read a group faster than one by one (compressed, remote
+        with a cache, local with the compiled core: RecordFile.groups) read a group at a time."""
         packed = {f: handle(f).groups for f in set(files_of)}
         if not any(packed.values()):
             yield from one_by_one(files_of, rows)
             return
-        sizes = np.fromiter((tables[f][i, 1] for f, i in zip(files_of, rows)), dtype=np.int64, count=len(rows))
-        for start, stop in group_bounds(sizes, source.group_bytes):
-            ready: dict[int, bytes] = {}  # position in the group -> record, for those of compressed files
-            by_file: dict[int, list[int]] = {}
-            for k in range(start, stop):
-                if packed[files_of[k]]:
-                    by_file.setdefault(files_of[k], []).append(k)
-            for f, at in by_file.items():
-                table = tables[f][[rows[k] for k in at]]
-                ready.update(zip(at, handle(f).read_many(table[:, 0], table[:, 1])))
-            for k in range(start, stop):
-                f = files_of[k]
-                offset, size = (int(v) for v in tables[f][rows[k]])
-                data = ready.pop(k, None)
-                yield Located(handle(f).read(offset, size) if data is None else data, source.paths[f], offset)
+        file_ids, row_ids = np.asarray(files_of, dtype=np.int64), np.asarray(rows, dtype=np.int64)
+        located = np.empty((len(rows), 2), dtype=np.int64)  # each record's (offset, framed size)
+        for f in packed:
+            mine = file_ids == f
+            located[mine] = tables[f][row_ids[mine], :2]
+        limit = source.group_bytes if compressed or remote else min(source.group_bytes, LOCAL_GROUP_BYTES)
+        for start, stop in group_bounds(located[:, 1], limit):
+            ready: list[bytes | None] = [None] * (stop - start)  # the group's records read together
+            for f in set(files_of[start:stop]):
+                if packed[f]:
+                    at = np.flatnonzero(file_ids[start:stop] == f)
+                    for k, record in zip(at.tolist(), handle(f).read_many(located[start + at, 0],
+                                                                          located[start + at, 1])):
+                        ready[k] = record
+            for f, (offset, size), got in zip(files_of[start:stop], located[start:stop].tolist(), ready):
+                yield Located(handle(f).read(offset, size) if got is None else got, source.paths[f], offset)
 
     def one_by_one(files_of: list[int], rows: list[int]) -> Iterator[Located]:
         for f, i in zip(files_of, rows):
@@ -258,13 +262,14 @@ def iter_random(source: Source, global_ids: np.ndarray, counts: Sequence[int]) -
     compressed = source.compression not in (None, "")  # "auto" may find some compressed: asked of each file
 
     def records() -> Iterator[Located]:
-        step = _AHEAD if remote else max(len(global_ids), 1)
+        cached = source.remote is not None and source.remote.cache_dir is not None
+        step = (_AHEAD_CACHED if cached else _AHEAD) if remote else max(len(global_ids), 1)
         ahead = announce(global_ids[:step]) if remote else []
         for w in range(0, len(global_ids), step):
             window = global_ids[w : w + step]
             current, ahead = ahead, (announce(global_ids[w + step : w + 2 * step]) if remote else [])
             files_of, rows = where(window)
-            yield from (grouped if compressed or remote else one_by_one)(files_of, rows)
+            yield from grouped(files_of, rows)
             for opened, token in current:
                 opened.release(token)
 

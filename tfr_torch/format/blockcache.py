@@ -45,7 +45,7 @@ _log = logging.getLogger(__name__)
 _SUFFIX = ".blk"
 _STALE_TMP_S = 600.0  # a temporary file this old belongs to a writer that died: the eviction scan removes it
 _LOW_WATER = 0.9
-_OPEN_BLOCKS = 32  # descriptors of cached blocks kept open per process for reads by offset
+_OPEN_BLOCKS = 128  # descriptors of cached blocks kept open per process for reads by offset (1 GiB of 8 MiB blocks)
 _LOCK_SUFFIX = ".lock"
 
 

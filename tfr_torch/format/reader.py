@@ -171,6 +171,8 @@ class RecordReader:
             return False
         if int(np.min(sizes)) < OVERHEAD:  # no record has that size: the usual loop reads what the file holds
             return False
+        if getattr(self._raw, "_cache", None) is not None and hasattr(self._raw, "local_extent"):
+            return True  # a remote file with a block cache: its blocks are local files (RemoteFile.local_extent)
         try:
             self._raw.fileno()
         except (AttributeError, OSError, ValueError):  # not a local file (fsspec's, a pipe wrapper)
@@ -178,13 +180,15 @@ class RecordReader:
         return True
 
     def _direct(self, sizes: np.ndarray) -> Generator[Any, None, None]:
-        """blocks(sizes): groups of about a buffer's worth of records read by the compiled core's preadv; then
-        the usual loop from the first record not read that way (to `end`)."""
+        """blocks(sizes): groups of about a buffer's worth of records read by the compiled core's preadv (from the
+        file, or from the cached blocks of a remote file: a record across two blocks is read through the file and
+        framed by the core); then the usual loop from the first record not read that way (to `end`)."""
         core = _native.core
         assert core is not None  # _direct_ok
         sizes = np.ascontiguousarray(sizes, dtype=np.int64)
         ends = np.cumsum(sizes)
-        fd = self._raw.fileno()
+        extent = getattr(self._raw, "local_extent", None)  # a remote file with a block cache
+        fd = self._raw.fileno() if extent is None else -1
         end = self.end if self.end is not None else _NO_END
         start = pos = self.start
         if self.end is not None:  # never read past `end`, whatever `sizes` says
@@ -194,7 +198,10 @@ class RecordReader:
             while i < len(sizes) and pos < end:
                 first = int(ends[i] - sizes[i])  # where record i starts, from `start`
                 j = max(int(np.searchsorted(ends, first + self._buffer_size, side="right")), i + 1)
-                records, good = core.read_framed(fd, pos, sizes[i:j], self.verify)
+                if extent is None:
+                    records, good = core.read_framed(fd, pos, sizes[i:j], self.verify)
+                else:
+                    records, good, j = self._from_cached_block(core, extent, pos, sizes, ends, first, i, j)
                 if good:
                     self.offset = pos
                     yield records, pos  # self.offset is `pos` while the caller holds the block
@@ -210,6 +217,28 @@ class RecordReader:
         self.start = pos  # the usual loop takes over from here (to `end`)
         self._raw.seek(pos)
         yield from self._records(blocks=True)
+
+    def _from_cached_block(self, core: Any, extent: Any, pos: int, sizes: np.ndarray, ends: np.ndarray, first: int,
+                           i: int, j: int) -> tuple[list[bytes], int, int]:
+        """(_direct, a remote file with a block cache) Records i .. j-1 at most, from byte `pos`: those inside the
+        block `pos` is in, read from its file in the cache; or record i alone when it runs into the next block.
+        Returns (records, how many are good, the j taken); none good: the usual loop reads on (and says why)."""
+        got = extent(pos)
+        if got is None:  # not cached (a full disk): the usual loop reads on
+            return [], 0, j
+        block_fd, at, available = got
+        try:
+            j = min(j, int(np.searchsorted(ends, first + available, side="right")))
+            if j > i:
+                records, good = core.read_framed(block_fd, at, sizes[i:j], self.verify)
+                return records, good, j
+        finally:
+            os.close(block_fd)
+        size = int(sizes[i])  # record i runs into the next block: read through the file, framed by the core
+        self._raw.seek(pos)
+        data = self._raw.read(size)
+        found, stop, _ = core.scan_records(data, 0, len(data), len(data), self.verify, 1)
+        return (found, 1, i + 1) if len(found) == 1 and stop == size else ([], 0, i + 1)
 
     def lengths(self) -> Iterator[tuple[np.ndarray, int]]:
         """As `blocks()`, but the lengths of the records (an int64 array) instead of the records: the compiled core
@@ -741,7 +770,7 @@ class RecordFile:
         out: list[bytes] = []
         if self._seek is not None and len(offsets) and int(np.min(sizes)) >= OVERHEAD:  # else `read` says
             return self._read_many_compressed(np.asarray(offsets, dtype=np.int64), np.asarray(sizes, dtype=np.int64))
-        if self.groups and core is not None and hasattr(core, "read_framed") and len(offsets):
+        if self._remote and self.groups and core is not None and hasattr(core, "read_framed") and len(offsets):
             return self._read_many_cached(np.asarray(offsets, dtype=np.int64), np.asarray(sizes, dtype=np.int64))
         if (core is not None and self._fd is not None and self._seek is None and hasattr(core, "read_framed")
                 and len(offsets)
@@ -780,9 +809,13 @@ class RecordFile:
     @property
     def groups(self) -> bool:
         """Whether `read_many` reads a group faster than `read` one by one: a compressed file (one inflation per
-        stretch), a remote file with a block cache (records of a block read together from its file)."""
-        return self._seek is not None or (self._remote and hasattr(self._raw, "block_descriptor")
-                                          and getattr(self._raw, "_cache", None) is not None)
+        stretch), a remote file with a block cache (records of a block read together from its file), a local file
+        with the compiled core (one call reads and checks the group: a preadv per record, no Python per record)."""
+        if self._seek is not None:
+            return True
+        if self._remote:
+            return hasattr(self._raw, "block_descriptor") and getattr(self._raw, "_cache", None) is not None
+        return self._fd is not None and _native.core is not None and hasattr(_native.core, "read_framed")
 
     def _read_many_compressed(self, offsets: np.ndarray, sizes: np.ndarray) -> list[bytes]:
         """Records of a compressed file inflated together, each record's data straight into its own bytes (its

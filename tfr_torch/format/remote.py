@@ -374,11 +374,35 @@ class RemoteFile(io.RawIOBase):
             return None
         fut = self._stored.get(b)
         if fut is None:
+            fd = self._cache.descriptor(self._key(b), self._length(b))  # held already: no request thread needed
+            if fd is not None:
+                return fd, b * self._block_size
             self.requests += 1
             fut = self._stored[b] = self._pool.submit(self._store_block, b)
         fut.result()
         fd = self._cache.descriptor(self._key(b), self._length(b))
         return None if fd is None else (fd, b * self._block_size)
+
+    def local_extent(self, pos: int) -> tuple[int, int, int] | None:
+        """(a sequential reader, with a cache) Where byte `pos` lies on local disk: a new descriptor of its block's
+        file in the cache (the caller closes it), the offset of `pos` in it and the bytes that follow in the block;
+        the block fetched into the cache first if needed, and the next `readahead` blocks on their way there. None
+        without a cache, past the end, or when the cache cannot hold the block."""
+        if self._cache is None or not 0 <= pos < self.size:
+            return None
+        bs = self._block_size
+        b = pos // bs
+        for k in range(b + 1, min(b + self.options.readahead, (self.size - 1) // bs) + 1):
+            if k not in self._stored:
+                self.requests += 1
+                self._stored[k] = self._pool.submit(self._store_block, k)
+        for old in [k for k in self._stored if k < b]:  # the blocks behind a sequential reader are done
+            del self._stored[old]
+        opened = self.block_descriptor(b)
+        if opened is None:
+            return None
+        fd, start = opened
+        return fd, pos - start, self._length(b) - (pos - start)
 
     def _cached_range(self, pos: int, end: int) -> bytes:
         """Bytes [pos, end) (within one block) through the cache: the block fetched into it first if needed."""
