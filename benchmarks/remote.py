@@ -19,6 +19,8 @@ training job. Rows:
 - S3 with a block cache (`RemoteOptions(cache_dir=...)`), in order and shuffled: warm (filled by the warm-up
   epoch: later epochs read local disk and make only the HEAD requests that open files), and shuffled with the
   cache emptied before each timed epoch (cold: every block fetched once in the epoch timed);
+- the server alone: every block of the files fetched with 16 range requests at once and nothing else running
+  (no reader, no cache): what a read without a cache, or with a cold one, can reach on this machine;
 - with `--no-cache-shuffled`, S3 shuffled without a cache (one range request per record, nearby ones merged):
   bound by how many requests per second the server answers.
 
@@ -101,6 +103,24 @@ def steady_rate(pattern: str, shuffle: bool, workers: int, batch: int, epochs: i
     return records / seconds, made
 
 
+def server_ceiling(folder: str, records: int, block: int = 8 << 20, threads: int = 16) -> float:
+    """Records per second that the server (through the proxy) hands over when nothing else runs: every block of
+    the files fetched by `threads` range requests at once, no reader, no cache; the best of 2 passes. What a cold
+    or cacheless read can reach at most here."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    fs = fsspec.filesystem("s3")
+    files = [(f["name"], int(f["size"])) for f in fs.ls(folder, detail=True) if f["name"].endswith(".tfrecord")]
+    ranges = [(name, start, min(start + block, size)) for name, size in files for start in range(0, size, block)]
+    best = float("inf")
+    with ThreadPoolExecutor(threads) as pool:
+        for _ in range(2):
+            start = time.perf_counter()
+            list(pool.map(lambda r: fs.cat_file(r[0], start=r[1], end=r[2]), ranges))
+            best = min(best, time.perf_counter() - start)
+    return records / best
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=32000)
@@ -152,6 +172,11 @@ def main() -> None:
                 measure(source, "shuffled (index), block cache (warm)", url, True, cached, "shuffled (index)")
                 measure(source, "shuffled (index), block cache (cold)", url, True, cached, "shuffled (index)",
                         lambda cache=cache: empty(cache))  # type: ignore[misc]
+                ceiling = server_ceiling(url.rsplit("/", 1)[0], args.records)
+                rows.append((source, "the server alone: every 8 MiB block, 16 range requests at once",
+                             dict.fromkeys(args.batch_sizes, ceiling), next(r for s, o, r, _ in rows if (
+                                 s, o) == ("local disk", "in order"))))
+                print(f"  {source} | the server alone: {ceiling:,.0f} records/s", file=sys.stderr)
                 if args.no_cache_shuffled:
                     measure(source, "shuffled (index), no cache", url, True, RemoteOptions(), "shuffled (index)")
                 shutil.rmtree(cache, ignore_errors=True)
