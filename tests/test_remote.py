@@ -508,3 +508,20 @@ def test_a_corrupt_cached_block_is_named_not_served(s3, tmp_path):
     with pytest.raises(tfr_torch.CorruptRecordError) as err:
         list(tfr_torch.TFRecordDataset(url, SPEC, index="auto", remote=options))
     assert err.value.path == url and err.value.offset == offset
+
+
+def test_records_longer_than_a_cached_block_are_read_whole(s3, tmp_path, monkeypatch):
+    url = f"s3://{BUCKET}/direct/long.tfrecord"
+    records = [tfr_torch.encode_example({"id": i, "blob": bytes([i % 251]) * (5000 + (i % 7) * 9000)})
+               for i in range(60)]  # 5-59 KB: many span two or more 16 KiB blocks
+    write(url, records)
+    options = RemoteOptions(block_size=16384, cache_dir=str(tmp_path / "c"))
+    extents = []
+    original = RemoteFile.local_extent
+    monkeypatch.setattr(RemoteFile, "local_extent", lambda self, pos: extents.append(pos) or original(self, pos))
+    for _ in range(2):  # cold, then warm
+        got = [bytes(r) for r in tfr_torch.read_records(url, remote=options)]
+        assert got == records
+        assert [int(x["id"]) for x in tfr_torch.TFRecordDataset(url, SPEC, index="auto", remote=options)] == list(
+            range(60))
+    assert len(extents) > 2 * -(-s3["fs"].size(url) // 16384)  # read from the blocks' files, piece by piece

@@ -221,8 +221,9 @@ class RecordReader:
     def _from_cached_block(self, core: Any, extent: Any, pos: int, sizes: np.ndarray, ends: np.ndarray, first: int,
                            i: int, j: int) -> tuple[list[bytes], int, int]:
         """(_direct, a remote file with a block cache) Records i .. j-1 at most, from byte `pos`: those inside the
-        block `pos` is in, read from its file in the cache; or record i alone when it runs into the next block.
-        Returns (records, how many are good, the j taken); none good: the usual loop reads on (and says why)."""
+        block `pos` is in, read from its file in the cache; or record i alone when it runs into the next block(s),
+        its pieces read from theirs and framed by the core. Returns (records, how many are good, the j taken);
+        none good: the usual loop reads on from `pos` (and says what is wrong)."""
         got = extent(pos)
         if got is None:  # not cached (a full disk): the usual loop reads on
             return [], 0, j
@@ -232,11 +233,25 @@ class RecordReader:
             if j > i:
                 records, good = core.read_framed(block_fd, at, sizes[i:j], self.verify)
                 return records, good, j
+            size = int(sizes[i])
+            pieces = [os.pread(block_fd, available, at)]
         finally:
             os.close(block_fd)
-        size = int(sizes[i])  # record i runs into the next block: read through the file, framed by the core
-        self._raw.seek(pos)
-        data = self._raw.read(size)
+        got_bytes = len(pieces[0])
+        while got_bytes < size:  # the rest of record i, from the next blocks' files
+            more = extent(pos + got_bytes)
+            if more is None:
+                return [], 0, i + 1
+            block_fd, at, available = more
+            try:
+                piece = os.pread(block_fd, min(available, size - got_bytes), at)
+            finally:
+                os.close(block_fd)
+            if not piece:
+                return [], 0, i + 1
+            pieces.append(piece)
+            got_bytes += len(piece)
+        data = b"".join(pieces)
         found, stop, _ = core.scan_records(data, 0, len(data), len(data), self.verify, 1)
         return (found, 1, i + 1) if len(found) == 1 and stop == size else ([], 0, i + 1)
 
