@@ -93,30 +93,18 @@ class BlockCache:
     def read(self, key: str, length: int, offset: int = 0, count: int | None = None) -> bytes | None:
         """`count` bytes (all when None) from `offset` of the block `key` whose full length is `length`; None when
         the cache does not hold it whole (a file of another length is removed)."""
-        path = self.path(key)
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except FileNotFoundError:
-            self.misses += 1
+        fd = self._open_whole(key, length)
+        if fd is None:
             return None
         try:
-            if os.fstat(fd).st_size != length:  # never a partial block: a short (or long) file is a miss
-                with contextlib.suppress(OSError):
-                    os.unlink(path)
-                self.misses += 1
-                return None
             want = length - offset if count is None else count
             data = os.pread(fd, want, offset)
-            if len(data) != want:
-                self.misses += 1
-                return None
         finally:
             os.close(fd)
-        self.hits += 1
-        if key not in self._touched:  # least recently used: by modification time, set on the first hit here
-            self._touched.add(key)
-            with contextlib.suppress(OSError):
-                os.utime(path)
+        if len(data) != want:  # cut short since it was opened: a miss after all
+            self.hits -= 1
+            self.misses += 1
+            return None
         return data
 
     def map(self, key: str, length: int) -> mmap.mmap | None:
@@ -180,12 +168,14 @@ class BlockCache:
         except FileNotFoundError:
             self.misses += 1
             return None
-        if os.fstat(fd).st_size != length:  # never a partial block
+        if os.fstat(fd).st_size != length:  # never a partial block: a short (or long) file is a miss, and removed
             os.close(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(path)
             self.misses += 1
             return None
         self.hits += 1
-        if key not in self._touched:
+        if key not in self._touched:  # least recently used: by modification time, set on the first hit here
             self._touched.add(key)
             with contextlib.suppress(OSError):
                 os.utime(path)
