@@ -7,6 +7,7 @@ when asked (Pillow itself keeps only their high bytes), CMYK and YCbCr converted
 
 from __future__ import annotations
 
+import ctypes
 import io
 import struct
 from typing import Any
@@ -15,7 +16,7 @@ import numpy as np
 
 from tfr_torch.images._formats import Header
 
-__all__ = ["decode_pillow", "PillowError", "exif_orientation"]
+__all__ = ["decode_pillow", "PillowError", "exif_orientation", "padded_base"]
 
 _AS_IS = ("L", "LA", "RGB", "RGBA")
 _CONVERT = {"1": "L", "CMYK": "RGB", "YCbCr": "RGB", "RGBX": "RGB", "RGBa": "RGBA", "La": "LA", "PA": "RGBA"}
@@ -32,8 +33,10 @@ def _open(data: bytes) -> Any:
     return Image.open(io.BytesIO(data))
 
 
-def _pixels(img: Any) -> tuple[np.ndarray, int]:
-    """[H, W, C] samples and their depth (8 or 16) of one loaded frame."""
+def _pixels(img: Any, view: bool = False) -> tuple[np.ndarray, int]:
+    """[H, W, C] samples and their depth (8 or 16) of one loaded frame. `view`: the image is ours and is dropped
+    after this (a decoded one), so an 8-bit L, RGB or RGBA image may come back as a read-only view of Pillow's own
+    memory (see _memory_view) instead of np.asarray's copy."""
     mode = img.mode
     if mode == "P":
         img = img.convert("RGBA" if "transparency" in img.info else "RGB")
@@ -43,8 +46,106 @@ def _pixels(img: Any) -> tuple[np.ndarray, int]:
         return np.asarray(img).astype(np.int32)[:, :, None], 16
     elif mode not in _AS_IS:
         raise PillowError(f"Pillow mode {mode} ({_describe(mode)}) has no 8-bit image meaning")
-    array = np.asarray(img)
+    array = _memory_view(img) if view and img.mode in _VIEWS else None
+    if array is None:
+        array = np.asarray(img)
     return (array[:, :, None] if array.ndim == 2 else array), 8
+
+
+# ---- Pillow's pixel memory without a copy
+
+# Pillow keeps 8-bit L images one byte a pixel and RGB / RGBA four (RGB's fourth byte is padding); np.asarray
+# copies them out (tobytes), which is a tenth of decoding a JPEG. Pillow 11.2+ exports an image held in one block
+# through the Arrow C data interface (a stable ABI): RGB/RGBA as fixed-size lists of 4 uint8 ("+w:4" of "C"), L
+# as uint8 ("C"); the exported array keeps the memory alive until released (the capsule's destructor releases it).
+_VIEWS = {"L": 1, "RGB": 3, "RGBA": 4}
+
+
+class _ArrowSchema(ctypes.Structure):
+    pass
+
+
+_ArrowSchema._fields_ = [("format", ctypes.c_char_p), ("name", ctypes.c_char_p), ("metadata", ctypes.c_char_p),
+                         ("flags", ctypes.c_int64), ("n_children", ctypes.c_int64),
+                         ("children", ctypes.POINTER(ctypes.POINTER(_ArrowSchema))),
+                         ("dictionary", ctypes.c_void_p), ("release", ctypes.c_void_p),
+                         ("private_data", ctypes.c_void_p)]
+
+
+class _ArrowArray(ctypes.Structure):
+    pass
+
+
+_ArrowArray._fields_ = [("length", ctypes.c_int64), ("null_count", ctypes.c_int64), ("offset", ctypes.c_int64),
+                        ("n_buffers", ctypes.c_int64), ("n_children", ctypes.c_int64),
+                        ("buffers", ctypes.POINTER(ctypes.c_void_p)),
+                        ("children", ctypes.POINTER(ctypes.POINTER(_ArrowArray))),
+                        ("dictionary", ctypes.c_void_p), ("release", ctypes.c_void_p),
+                        ("private_data", ctypes.c_void_p)]
+
+_capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+_capsule_pointer.restype = ctypes.c_void_p
+_capsule_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+
+
+class _Exported:
+    """The base of a numpy array over exported pixel memory: it holds the capsules, so the memory lives as long as
+    the array (and anything viewing it) does."""
+
+    __slots__ = ("__array_interface__", "_capsules")
+
+    def __init__(self, interface: dict[str, Any], capsules: tuple[Any, Any]) -> None:
+        self.__array_interface__ = interface
+        self._capsules = capsules
+
+
+def _memory_view(img: Any) -> np.ndarray | None:
+    """A read-only [H, W] (L) or [H, W, C] (RGB, RGBA) view of a loaded image's own memory, or None where Pillow
+    does not export it (before 11.2, or an image not held in one block) or exports a layout not checked here."""
+    export = getattr(img, "__arrow_c_array__", None)
+    if export is None:
+        return None
+    width, height = img.size
+    channels = _VIEWS[img.mode]
+    try:
+        schema_capsule, array_capsule = export()
+        schema = _ArrowSchema.from_address(_capsule_pointer(schema_capsule, b"arrow_schema"))
+        array = _ArrowArray.from_address(_capsule_pointer(array_capsule, b"arrow_array"))
+    except (ValueError, TypeError, AttributeError):  # "Image rows are not contiguous in memory", or no block
+        return None
+    if array.length != width * height or array.offset != 0 or array.null_count not in (0, -1):
+        return None
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    if channels == 1:
+        if schema.format != b"C" or array.n_buffers != 2 or array.n_children != 0:
+            return None
+        data, shape, strides = array.buffers[1], (height, width), (width, 1)
+    else:
+        if schema.format != b"+w:4" or schema.n_children != 1 or schema.children[0].contents.format != b"C" \
+                or array.n_children != 1:
+            return None
+        values = array.children[0].contents
+        if values.n_buffers != 2 or values.offset != 0 or values.length != 4 * width * height:
+            return None
+        data, shape, strides = values.buffers[1], (height, width, 4), (4 * width, 4, 1)
+    if not data or not width or not height:
+        return None
+    interface = {"version": 3, "shape": shape, "strides": strides, "typestr": "|u1", "data": (data, True)}
+    pixels = np.asarray(_Exported(interface, (schema_capsule, array_capsule)))
+    # RGB: the first 3 of each pixel's 4 bytes, a view whose base (the 4 bytes a pixel) padded_base finds
+    return pixels[:, :, :channels] if channels == 3 else pixels
+
+
+def padded_base(array: np.ndarray) -> np.ndarray | None:
+    """The [H, W, 4] memory behind an RGB view of _memory_view (a resize may read the 4 bytes of each pixel as they
+    lie, and drop the padding after it), else None."""
+    base = array.base
+    if (array.ndim == 3 and array.shape[2] == 3 and isinstance(base, np.ndarray) and base.ndim == 3
+            and base.shape == (*array.shape[:2], 4) and base.strides == array.strides
+            and isinstance(base.base, _Exported) and base.ctypes.data == array.ctypes.data):
+        return base
+    return None
 
 
 def _describe(mode: str) -> str:
@@ -93,7 +194,7 @@ def decode_pillow(data: bytes, header: Header, *, gray: bool, wide: bool, all_fr
                 return (array[None] if all_frames else array), 8
             if not all_frames:
                 img.load()
-                return _pixels(img)
+                return _pixels(img, view=True)
             frames = []
             for k in range(getattr(img, "n_frames", 1)):
                 img.seek(k)

@@ -35,7 +35,7 @@ from tfr_torch.errors import DecodeError
 from tfr_torch.images import _accel, _pixels
 from tfr_torch.images._formats import Header, looks_like_tensor_proto, sniff
 from tfr_torch.images._jpeg import jpeg_problem
-from tfr_torch.images._pillow import PillowError, decode_pillow, exif_orientation
+from tfr_torch.images._pillow import PillowError, decode_pillow, exif_orientation, padded_base
 
 __all__ = ["decode_image", "image_backends", "choose_backend", "BACKENDS"]
 
@@ -209,7 +209,9 @@ def _decode_one(data: bytes, mode: str, dtype: torch.dtype, backend: str, all_fr
                 planar = np.ascontiguousarray(np.moveaxis(array, -1, -3))
                 pixels = torch.from_numpy(planar if planar.flags.writeable else planar.copy())
             else:  # read only by the transforms: Pillow's own buffer, as a [C, H, W] view
-                pixels = _readonly_tensor(array).movedim(-1, -3)
+                padded = padded_base(array)  # RGB in 4 bytes a pixel: a tensor over all 4, so a resize may read them
+                tensor = _readonly_tensor(array) if padded is None else _readonly_tensor(padded)[..., :3]
+                pixels = tensor.movedim(-1, -3)
         else:
             pixels, depth = _accel.decode_cpu(chosen, header.format, data, gray)
             if all_frames and pixels.ndim == 3:

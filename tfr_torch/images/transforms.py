@@ -214,9 +214,11 @@ def _resize_into(crops: Iterable[tuple[torch.Tensor, np.ndarray, bool]], count: 
         crop = image[:, top: top + max(h, 1), left: left + max(w, 1)].unsqueeze(0)
         if crop.dtype != torch.uint8:
             crop = crop.to(torch.uint8)
+        channels = crop.shape[1]
         if crop.stride(1) == 1:  # channels innermost: contiguous channels_last rows for the resize
-            crop = crop.contiguous(memory_format=torch.channels_last)
+            crop = _with_padding(crop).contiguous(memory_format=torch.channels_last)
         pixels = F.interpolate(crop, size=(size, size), mode="bilinear", antialias=True, align_corners=False)[0]
+        pixels = pixels[:channels]
         if flip:
             pixels = pixels.flip(-1)
         if transform.dtype != torch.uint8:
@@ -228,6 +230,20 @@ def _resize_into(crops: Iterable[tuple[torch.Tensor, np.ndarray, bool]], count: 
     if out is None:
         raise ValueError("_resize_each needs at least one image")
     return out
+
+
+def _with_padding(crop: torch.Tensor) -> torch.Tensor:
+    """A [1, 3, h, w] crop of RGB pixels stored 4 bytes apart (Pillow's memory) as [1, 4, h, w], padding included,
+    where its storage holds the padding: its rows are then copied as they lie (a strided 3-of-4 copy costs torch
+    six times as much) and the resize's 4-channel path reads them; the caller drops the 4th channel after."""
+    n, c, h, w = crop.shape
+    if c != 3 or crop.stride(3) != 4 or crop.dtype != torch.uint8 or n != 1:
+        return crop
+    strides = (crop.stride(0), 1, crop.stride(2), 4)
+    end = crop.storage_offset() + (h - 1) * crop.stride(2) + (w - 1) * 4 + 3  # the last pixel's padding byte
+    if end >= crop.untyped_storage().nbytes():
+        return crop
+    return crop.as_strided((1, 4, h, w), strides)
 
 
 def _batch_buffer(shape: tuple[int, int, int, int], dtype: torch.dtype, device: torch.device, channels_last: bool,

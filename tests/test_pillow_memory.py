@@ -1,0 +1,148 @@
+"""Pillow's pixel memory read without np.asarray's copy (tfr_torch/images/_pillow.py: _memory_view, padded_base)
+and resized from its 4 bytes a pixel (transforms._with_padding): the same values as the copying path, the memory
+alive as long as a view of it, and the copy wherever Pillow does not export the memory."""
+
+from __future__ import annotations
+
+import gc
+import io
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from tfr_torch.images import DecodeImages, ImageTransform, decode_image
+from tfr_torch.images import _pillow
+from tfr_torch.images._formats import sniff
+from tfr_torch.images.transforms import _resize_each, _with_padding
+
+EXPORTS = hasattr(Image.Image, "__arrow_c_array__")  # Pillow >= 11.2
+needs_export = pytest.mark.skipif(not EXPORTS, reason="this Pillow does not export image memory (before 11.2)")
+
+
+def jpeg(width: int = 53, height: int = 37, seed: int = 0, quality: int = 90) -> bytes:
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:height, 0:width]
+    base = np.stack([(x * 5 + seed) % 256, (y * 7) % 256, (x + y) % 256], -1)
+    pixels = np.clip(base + rng.integers(-15, 16, base.shape), 0, 255).astype(np.uint8)
+    out = io.BytesIO()
+    Image.fromarray(pixels).save(out, "JPEG", quality=quality)
+    return out.getvalue()
+
+
+@needs_export
+@pytest.mark.parametrize("mode", ["L", "RGB", "RGBA"])
+def test_memory_view_is_the_image_read_only(mode: str) -> None:
+    rng = np.random.default_rng(1)
+    image = Image.fromarray(rng.integers(0, 256, (37, 53, 4), dtype=np.uint8), "RGBA").convert(mode)
+    view = _pillow._memory_view(image)
+    assert view is not None
+    np.testing.assert_array_equal(view, np.asarray(image))
+    assert not view.flags.writeable
+    assert (_pillow.padded_base(view) is not None) == (mode == "RGB")
+
+
+@needs_export
+def test_view_outlives_the_image() -> None:
+    data = jpeg(500, 375)
+    expected = np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
+    array, depth = _pillow.decode_pillow(data, sniff(data), gray=False, wide=False, all_frames=False)
+    assert depth == 8 and isinstance(array.base.base, _pillow._Exported)  # a view, not a copy
+    gc.collect()
+    others = [Image.new("RGB", (500, 375), (k, 255 - k, 7)) for k in range(40)]  # reuse any memory freed early
+    np.testing.assert_array_equal(array, expected)
+    del others
+
+
+def test_copy_where_pillow_does_not_export(monkeypatch: pytest.MonkeyPatch) -> None:
+    data = jpeg()
+    monkeypatch.delattr(Image.Image, "__arrow_c_array__", raising=False)
+    array, _ = _pillow.decode_pillow(data, sniff(data), gray=False, wide=False, all_frames=False)
+    assert array.flags.c_contiguous and _pillow.padded_base(array) is None
+    np.testing.assert_array_equal(array, np.asarray(Image.open(io.BytesIO(data)).convert("RGB")))
+
+
+@needs_export
+def test_no_view_of_an_image_in_several_blocks() -> None:
+    before = Image.core.get_block_size()
+    Image.core.set_block_size(4096)  # every row a block of its own: not exportable as one array
+    try:
+        image = Image.new("RGB", (300, 200), (1, 2, 3))
+        assert _pillow._memory_view(image) is None
+        assert _pillow._pixels(image, view=True)[0].flags.c_contiguous  # the copy instead
+    finally:
+        Image.core.set_block_size(before)
+
+
+@needs_export
+def test_layouts_not_checked_are_not_viewed(monkeypatch: pytest.MonkeyPatch) -> None:
+    image = Image.new("RGB", (20, 10), (9, 8, 7))
+    real = _pillow._ArrowSchema
+
+    class Odd(real):  # a schema that says something else than "+w:4" of "C"
+        @classmethod
+        def from_address(cls, address: int) -> object:
+            schema = real.from_address(address)
+            return type("S", (), {"format": b"+w:3", "n_children": schema.n_children,
+                                  "children": schema.children})()
+
+    monkeypatch.setattr(_pillow, "_ArrowSchema", Odd)
+    assert _pillow._memory_view(image) is None
+
+
+def test_user_images_are_copied() -> None:
+    """as_pixels reads a caller's PIL image: never a view of memory the caller may change later."""
+    image = Image.new("RGB", (8, 4), (10, 20, 30))
+    array, _ = _pillow._pixels(image)
+    image.putpixel((0, 0), (0, 0, 0))
+    assert array[0, 0].tolist() == [10, 20, 30]
+
+
+def test_with_padding_only_where_the_storage_holds_it() -> None:
+    padded = torch.arange(2 * 3 * 4, dtype=torch.uint8).reshape(1, 2, 3, 4)  # [1, H, W, 4]
+    crop = padded[..., :3].permute(0, 3, 1, 2)  # [1, 3, H, W], 4 bytes a pixel
+    wide = _with_padding(crop)
+    assert wide.shape == (1, 4, 2, 3) and torch.equal(wide, padded.permute(0, 3, 1, 2))
+    tight = torch.from_numpy(padded.numpy()[..., :3]).permute(0, 3, 1, 2)  # storage ends at the last 3rd byte
+    assert _with_padding(tight) is tight
+    packed = torch.zeros(1, 2, 3, 3, dtype=torch.uint8).permute(0, 3, 1, 2)
+    assert _with_padding(packed) is packed
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+@pytest.mark.parametrize("train", [False, True])
+def test_resize_from_pillow_memory_matches_the_packed_copy(channels_last: bool, train: bool,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    items = [jpeg(120 + 7 * k, 90 + 5 * k, seed=k) for k in range(5)]
+    transform = ImageTransform(32, train=train, dtype=torch.uint8, channels_last=channels_last)
+    batch = {"image/encoded": items, "id": torch.arange(5)}
+    decoder = DecodeImages(transform, index="id" if train else None)
+    viewed = decoder(batch)["image/encoded"]
+    monkeypatch.setattr(_pillow, "_memory_view", lambda image: None)  # np.asarray's packed copy
+    copied = decoder(batch)["image/encoded"]
+    assert viewed.shape == (5, 3, 32, 32)
+    assert torch.equal(viewed, copied)
+
+
+def test_resize_each_of_padded_and_packed_views() -> None:
+    """The 4-channel resize of a padded crop gives the 3-channel resize's pixels, not the padding's."""
+    rng = np.random.default_rng(3)
+    padded = torch.from_numpy(rng.integers(0, 256, (40, 60, 4), dtype=np.uint8))
+    padded[..., 3] = 255  # padding unlike the pixels
+    view = padded[..., :3].movedim(-1, -3)
+    packed = view.contiguous()
+    transform = ImageTransform(24, train=False, dtype=torch.uint8)
+    box = np.array([3.0, 5.0, 30.0, 40.0])
+    a = _resize_each(iter([(view, box, True)]), 1, transform)
+    b = _resize_each(iter([(packed, box, True)]), 1, transform)
+    assert torch.equal(a, b)
+
+
+def test_decode_image_values_unchanged() -> None:
+    data = jpeg(64, 48, seed=5)
+    expected = torch.from_numpy(np.asarray(Image.open(io.BytesIO(data)).convert("RGB")).copy()).permute(2, 0, 1)
+    got = decode_image(data, "RGB")
+    assert got.is_contiguous() and torch.equal(got, expected)
+    gray = decode_image(data, "GRAY")
+    assert gray.shape == (1, 48, 64) and gray.is_contiguous()
