@@ -35,8 +35,8 @@ def _open(data: bytes) -> Any:
 
 def _pixels(img: Any, view: bool = False) -> tuple[np.ndarray, int]:
     """[H, W, C] samples and their depth (8 or 16) of one loaded frame. `view`: the image is ours and is dropped
-    after this (a decoded one), so an 8-bit L, RGB or RGBA image may come back as a read-only view of Pillow's own
-    memory (see _memory_view) instead of np.asarray's copy."""
+    after this (a decoded one), so an 8-bit L, RGB or RGBA image may come back as a view of Pillow's own memory (see
+    _memory_view) instead of np.asarray's copy."""
     mode = img.mode
     if mode == "P":
         img = img.convert("RGBA" if "transparency" in img.info else "RGB")
@@ -100,7 +100,7 @@ class _Exported:
 
 
 def _memory_view(img: Any) -> np.ndarray | None:
-    """A read-only [H, W] (L) or [H, W, C] (RGB, RGBA) view of a loaded image's own memory, or None where Pillow
+    """A [H, W] (L) or [H, W, C] (RGB, RGBA) view of a loaded image's own memory, or None where Pillow
     does not export it (before 11.2, or an image not held in one block) or exports a layout not checked here."""
     export = getattr(img, "__arrow_c_array__", None)
     if export is None:
@@ -131,7 +131,9 @@ def _memory_view(img: Any) -> np.ndarray | None:
         data, shape, strides = values.buffers[1], (height, width, 4), (4 * width, 4, 1)
     if not data or not width or not height:
         return None
-    interface = {"version": 3, "shape": shape, "strides": strides, "typestr": "|u1", "data": (data, True)}
+    # writable: the image is the caller's own and dropped after (torch warns about read-only arrays, and silencing
+    # that warning per image costs more than the copy saved)
+    interface = {"version": 3, "shape": shape, "strides": strides, "typestr": "|u1", "data": (data, False)}
     pixels = np.asarray(_Exported(interface, (schema_capsule, array_capsule)))
     # RGB: the first 3 of each pixel's 4 bytes, a view whose base (the 4 bytes a pixel) padded_base finds
     return pixels[:, :, :channels] if channels == 3 else pixels
