@@ -13,9 +13,9 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 SOURCES = ["module.c", "crc32c.c", "framing.c", "fileread.c", "example.c", "batch.c", "sequence.c", "spans.c",
-           "transport.c", "seek.c", "jpeg.c", "png.c"]
+           "transport.c", "seek.c", "jpeg.c", "png.c", "pixels.c"]
 HEADERS = ["crc32c.h", "framing.h", "fileread.h", "example.h", "batch.h", "sequence.h", "spans.h", "transport.h",
-           "wire.h", "seek.h", "jpeg.h", "png.h"]
+           "wire.h", "seek.h", "jpeg.h", "png.h", "pixels.h"]
 
 
 class OptionalBuildExt(build_ext):

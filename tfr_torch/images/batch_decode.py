@@ -59,7 +59,8 @@ class DecodeImages:
         rank = self.rank if self.rank is not None else int(getattr(info.dataset, "rank", 0) or 0) if info else 0
 
         def decode(k: int) -> torch.Tensor:
-            return _decode_one(items[k], mode, torch.uint8, backend, False, False, names[k], contiguous=False)
+            return _decode_one(items[k], mode, torch.uint8, backend, False, False, names[k], contiguous=False,
+                               header=headers[k])
 
         # crops are planned from the JPEG headers' frame sizes, so each image is decoded, resized and dropped before
         # the next one is decoded; only an image whose header has no size is decoded first

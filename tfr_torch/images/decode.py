@@ -196,8 +196,9 @@ def _contiguous(pixels: torch.Tensor) -> torch.Tensor:
 
 
 def _decode_one(data: bytes, mode: str, dtype: torch.dtype, backend: str, all_frames: bool, exif: bool,
-                name: Optional[str], contiguous: bool = True) -> torch.Tensor:
-    header = sniff(data)
+                name: Optional[str], contiguous: bool = True, header: Optional[Header] = None) -> torch.Tensor:
+    """One image by the contract; `header`: sniff(data) when the caller has it already."""
+    header = sniff(data) if header is None else header
     if not data:
         raise _unreadable(data, name, header, "")
     gray = mode in ("GRAY", "GRAY_ALPHA") and _plain_jpeg(header)

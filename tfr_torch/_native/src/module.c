@@ -6,7 +6,8 @@
  *   batch.c     a batch of Examples, by column   sequence.c  SequenceExample feature lists of a batch
  *   spans.c     bytes values as spans of records transport.c the worker transport's copies
  *   seek.c      seek points in GZIP / ZLIB streams (with zlib)
- *   png.c       PNG image sequences decoded into one array (with zlib) */
+ *   png.c       PNG image sequences decoded into one array (with zlib)
+ *   pixels.c    pixel layout changes for the image transforms */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
@@ -26,6 +27,7 @@
 #include "fileread.h"
 #include "framing.h"
 #include "jpeg.h"
+#include "pixels.h"
 #include "sequence.h"
 #ifdef TFR_HAVE_ZLIB
 #include "png.h"
@@ -308,6 +310,45 @@ done:
     return result;
 }
 #endif
+
+/* planes_from_pixels(out, pixels, height, width, channels, step, row, flip): the writable `out` (exactly channels *
+ * height * width bytes) gets the planes of the interleaved pixels in the buffer `pixels` (channel k of pixel (y, x)
+ * at byte y * row + x * step + k; with flip, pixel (y, width - 1 - x)). Both extents are checked here. */
+static PyObject *py_planes_from_pixels(PyObject *self, PyObject *args) {
+    PyObject *target, *source;
+    Py_ssize_t h, w, c, step, row;
+    int flip;
+    if (!PyArg_ParseTuple(args, "OOnnnnnp:planes_from_pixels", &target, &source, &h, &w, &c, &step, &row, &flip))
+        return NULL;
+    if (h < 0 || w < 0 || c <= 0 || step < c || row < 0) {
+        PyErr_Format(PyExc_ValueError, "planes_from_pixels: %zd x %zd pixels of %zd channels, %zd bytes apart, rows "
+                     "%zd bytes apart, is not a layout", h, w, c, step, row);
+        return NULL;
+    }
+    Py_buffer out = {0}, in = {0};
+    PyObject *result = NULL;
+    if (PyObject_GetBuffer(target, &out, PyBUF_WRITABLE) < 0) return NULL;
+    if (PyObject_GetBuffer(source, &in, PyBUF_SIMPLE) < 0) goto done;
+    size_t planes = (size_t)c * (size_t)h, need = tfr_pixels_extent((size_t)h, (size_t)w, (size_t)c, (size_t)step,
+                                                                    (size_t)row);
+    int fits = (!h || planes / (size_t)h == (size_t)c) && (!w || planes <= SIZE_MAX / (size_t)w) &&
+               planes * (size_t)w == (size_t)out.len;
+    if (!fits || need == SIZE_MAX || need > (size_t)in.len) {
+        PyErr_Format(PyExc_ValueError, "planes_from_pixels: %zd x %zd pixels of %zd channels need %zd bytes of "
+                     "planes (got %zd) and pixels within %zd bytes (the layout needs %s)", h, w, c, c * h * w,
+                     out.len, in.len, need == SIZE_MAX ? "more than memory" : "more");
+        goto done;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    tfr_planes_from_pixels(out.buf, in.buf, (size_t)h, (size_t)w, (size_t)c, (size_t)step, (size_t)row, flip);
+    Py_END_ALLOW_THREADS
+    Py_INCREF(Py_None);
+    result = Py_None;
+done:
+    if (in.obj) PyBuffer_Release(&in);
+    PyBuffer_Release(&out);
+    return result;
+}
 
 /* frame_records(records) -> bytes: every record framed, back to back */
 static PyObject *py_frame_records(PyObject *self, PyObject *arg) {
@@ -1257,6 +1298,8 @@ static PyMethodDef module_methods[] = {
      "scan_records(buffer, lo, hi, limit, verify, max_records[, lengths]) -> (records or their int64 lengths, stop, "
      "status)"},
     {"find_header", py_find_header, METH_VARARGS, "find_header(buffer, lo, hi) -> offset or -1"},
+    {"planes_from_pixels", py_planes_from_pixels, METH_VARARGS,
+     "planes_from_pixels(out, pixels, height, width, channels, step, row, flip): interleaved pixels into planes"},
     {"jpeg_next_marker", py_jpeg_next_marker, METH_VARARGS,
      "jpeg_next_marker(buffer, start) -> offset of the next marker's 0xFF after JPEG entropy-coded data, or -1"},
 #ifndef _WIN32
