@@ -1,7 +1,7 @@
 """Pillow without its Python overheads (tfr_torch/images/_pillow.py): decoded pixels read without np.asarray's copy
 (_memory_view, padded_base) and resized from their 4 bytes a pixel (transforms._with_padding): the same values as
 the copying path, the memory alive as long as a view of it, the copy wherever Pillow does not export the memory;
-plain JPEGs decoded without Image.open's marker walk (_plain_jpeg): the same pixels, the same errors."""
+plain JPEGs decoded without Image.open's marker walk (_decode_plain_jpeg): the same pixels, the same errors."""
 
 from __future__ import annotations
 
@@ -149,7 +149,7 @@ def test_decode_image_values_unchanged() -> None:
     assert gray.shape == (1, 48, 64) and gray.is_contiguous()
 
 
-# ---- plain JPEGs decoded by Pillow's libjpeg decoder without Image.open's marker walk (_pillow._plain_jpeg)
+# ---- plain JPEGs decoded by Pillow's libjpeg decoder without Image.open's marker walk (_pillow._decode_plain_jpeg)
 
 
 def _saved(image: Image.Image, **options: object) -> bytes:
@@ -178,7 +178,7 @@ def test_plain_jpeg_decodes_as_image_open_does(kind: str) -> None:
     rng = np.random.default_rng(7)
     data = PLAIN[kind](Image.fromarray(rng.integers(0, 256, (45, 67, 3), dtype=np.uint8)))
     header = sniff(data)
-    direct = _pillow._plain_jpeg(data, header)
+    direct = _pillow._decode_plain_jpeg(data, header)
     assert direct is not None, "a plain JPEG takes the direct path"
     expected = _opened(data)
     np.testing.assert_array_equal(direct[0][..., 0] if expected.ndim == 2 else direct[0], expected)
@@ -188,10 +188,10 @@ def test_plain_jpeg_decodes_as_image_open_does(kind: str) -> None:
 
 def test_jpegs_that_are_not_plain_are_opened(monkeypatch: pytest.MonkeyPatch) -> None:
     cmyk = _saved(Image.new("CMYK", (20, 10), (10, 200, 30, 40)))
-    assert sniff(cmyk).components == 4 and _pillow._plain_jpeg(cmyk, sniff(cmyk)) is None
+    assert sniff(cmyk).components == 4 and _pillow._decode_plain_jpeg(cmyk, sniff(cmyk)) is None
     big = jpeg(64, 64)
     monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 1000)  # Image.open then warns or refuses, as Pillow does
-    assert _pillow._plain_jpeg(big, sniff(big)) is None
+    assert _pillow._decode_plain_jpeg(big, sniff(big)) is None
 
 
 @pytest.mark.parametrize("cut", [0.3, 0.7, 0.95])
@@ -202,10 +202,10 @@ def test_broken_jpegs_fail_as_before(cut: float, monkeypatch: pytest.MonkeyPatch
 
     data = jpeg(90, 70)
     broken = data[: int(len(data) * cut)]
-    assert _pillow._plain_jpeg(broken, sniff(broken)) is None
+    assert _pillow._decode_plain_jpeg(broken, sniff(broken)) is None
     with pytest.raises(DecodeError) as direct:
         decode_image(broken, "RGB")
-    monkeypatch.setattr(_pillow, "_plain_jpeg", lambda data, header: None)
+    monkeypatch.setattr(_pillow, "_decode_plain_jpeg", lambda data, header: None)
     with pytest.raises(DecodeError) as opened:
         decode_image(broken, "RGB")
     assert str(direct.value) == str(opened.value)

@@ -177,7 +177,7 @@ def _wide_png(data: bytes, header: Header) -> np.ndarray | None:
     return high << 8 | np.asarray(again).astype(np.int32)
 
 
-def _plain_jpeg(data: bytes, header: Header) -> tuple[np.ndarray, int] | None:
+def _decode_plain_jpeg(data: bytes, header: Header) -> tuple[np.ndarray, int] | None:
     """A plain JPEG (8-bit samples, 1 or 3 components, Huffman-coded, sequential or progressive) decoded by
     Pillow's libjpeg decoder straight from the bytes at the frame size the header gives: Image.open's marker walk
     in Python (~40 us an image) is skipped, while the decoder and its settings are the ones Image.open's load uses
@@ -210,7 +210,7 @@ def decode_pillow(data: bytes, header: Header, *, gray: bool, wide: bool, all_fr
             if array is not None:
                 return (array[None] if all_frames else array), 16
         if not all_frames and not gray:
-            direct = _plain_jpeg(data, header)
+            direct = _decode_plain_jpeg(data, header)
             if direct is not None:
                 return direct
         with _open(data) as img:
