@@ -209,3 +209,10 @@ def test_broken_jpegs_fail_as_before(cut: float, monkeypatch: pytest.MonkeyPatch
     with pytest.raises(DecodeError) as opened:
         decode_image(broken, "RGB")
     assert str(direct.value) == str(opened.value)
+
+
+def test_with_padding_needs_channels_innermost() -> None:
+    """Planes 4 bytes apart (channel stride not 1) are not pixels with padding: left as they are."""
+    planes = torch.zeros(1, 3, 2, 12, dtype=torch.uint8)[..., ::4]  # [1, 3, 2, 3], column stride 4, planar
+    assert planes.stride(3) == 4 and planes.stride(1) != 1
+    assert _with_padding(planes) is planes

@@ -263,7 +263,7 @@ def _with_padding(crop: torch.Tensor) -> torch.Tensor:
     where its storage holds the padding: its rows are then copied as they lie (a strided 3-of-4 copy costs torch
     six times as much) and the resize's 4-channel path reads them; the caller drops the 4th channel after."""
     n, c, h, w = crop.shape
-    if c != 3 or crop.stride(3) != 4 or crop.dtype != torch.uint8 or n != 1:
+    if c != 3 or crop.stride(1) != 1 or crop.stride(3) != 4 or crop.dtype != torch.uint8 or n != 1:
         return crop
     strides = (crop.stride(0), 1, crop.stride(2), 4)
     end = crop.storage_offset() + (h - 1) * crop.stride(2) + (w - 1) * 4 + 3  # the last pixel's padding byte
