@@ -38,7 +38,7 @@ import tfr_torch
 from tfr_torch.data.reading import group_bounds
 from tfr_torch.format import seek
 from tfr_torch.format.inflate import INFLATE
-from tfr_torch.format.reader import RecordFile
+from tfr_torch.format.record_file import RecordFile
 
 
 def _write(path: str, record_bytes: int, total: int, seed: int = 0) -> int:

@@ -31,7 +31,8 @@ from tfr_torch import _native
 from tfr_torch.errors import TFRecordError
 from tfr_torch.format import strict
 from tfr_torch.format.index import read_index
-from tfr_torch.format.reader import HEADER_SIZE, RecordFile, read_records
+from tfr_torch.format.reader import HEADER_SIZE, read_records
+from tfr_torch.format.record_file import RecordFile
 from tfr_torch.format.tensor import decode_tensor_proto
 from tfr_torch.format.writer import TFRecordWriter
 from tfr_torch.images import _jpeg

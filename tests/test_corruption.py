@@ -38,6 +38,7 @@ from tfr_torch import (
     TruncatedRecordError,
 )
 from tfr_torch.format import limits
+from tfr_torch.format.record_file import RecordFile
 from wirebytes import frame, header, ld, masked_crc, tensor_proto
 
 pytestmark = pytest.mark.usefixtures("backend")  # every test on the reference and the compiled core
@@ -1049,7 +1050,7 @@ def test_blocks_with_sizes_read_empty_records(tmp_path, backend):
         got, error, _, _, kind = blocks_outcome(path, sizes, buffer_size=buffer_size)
         assert got == records and error is None
         assert kind == ("_direct" if backend == "native" else "_records")
-    handle = tfr_torch.format.reader.RecordFile(path)
+    handle = RecordFile(path)
     starts = np.cumsum([0, *sizes[:-1]])
     assert handle.read_many(starts[::-1].copy(), sizes[::-1].copy()) == records[::-1]
 
@@ -1064,6 +1065,6 @@ def test_sizes_no_record_can_have_are_read_as_the_file_says(tmp_path, backend):
     assert blocks_outcome(path, sizes)[:2] == (BIG, None)
     starts = np.cumsum([0, *BIG_SIZES[:-1]])
     with pytest.raises(CorruptRecordError) as info:
-        tfr_torch.format.reader.RecordFile(path).read_many(starts, sizes)
+        RecordFile(path).read_many(starts, sizes)
     assert (info.value.path, info.value.offset) == (str(path), int(starts[1]))
     assert f"the record here has {BIG_SIZES[1]} bytes but the index says 5" in str(info.value)

@@ -26,6 +26,7 @@ from torch.utils.data import DataLoader, DistributedSampler, Subset, random_spli
 
 import tfr_torch
 from tfr_torch import CorruptRecordError, IndexedTFRecordDataset, IndexMismatchError, TFRecordDataset
+from tfr_torch.format.record_file import RecordFile
 
 pytestmark = [
     # Three workers on a two-core machine: torch warns that it may be slow; it is fine for 47 records.
@@ -751,7 +752,7 @@ def test_read_many_never_allocates_what_a_lying_index_claims(tmp_path, backend):
     import tracemalloc
 
     path = _indexed_files(tmp_path, (4,))[0]
-    handle = tfr_torch.format.reader.RecordFile(path)
+    handle = RecordFile(path)
     table = tfr_torch.read_index(path + ".idx")
     sizes = table[:, 1].copy()
     sizes[1] = 1 << 40

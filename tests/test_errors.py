@@ -15,7 +15,7 @@ from torch.utils.data import DataLoader
 
 import tfr_torch
 from tfr_torch import CorruptRecordError, IndexedTFRecordDataset, RecordReader, TFRecordDataset
-from tfr_torch.format.reader import RecordFile
+from tfr_torch.format.record_file import RecordFile
 from tfr_torch.format.sniff import describe, not_a_tfrecord
 
 SPEC = {"id": tfr_torch.FixedLenFeature([], torch.int64)}

@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 import tfr_torch
 from tfr_torch import DecodeError, TruncatedRecordError
 from tfr_torch.format import strict
-from tfr_torch.format.reader import RecordFile
+from tfr_torch.format.record_file import RecordFile
 from wirebytes import EGROUP, SGROUP, header, ld, tag, varint
 
 REGRESSIONS = os.path.join(os.path.dirname(__file__), "data", "regressions")

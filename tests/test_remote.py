@@ -41,7 +41,7 @@ import tfr_torch  # noqa: E402
 from benchmarks.latency_proxy import LatencyProxy  # noqa: E402
 from tfr_torch.format.blockcache import BlockCache, block_key  # noqa: E402
 from tfr_torch.format.framing import frame_record  # noqa: E402
-from tfr_torch.format.reader import RecordFile  # noqa: E402
+from tfr_torch.format.record_file import RecordFile  # noqa: E402
 from tfr_torch.format.remote import RemoteFile, RemoteOptions  # noqa: E402
 from tfr_torch.format.remote_open import open_ahead, open_remote  # noqa: E402
 

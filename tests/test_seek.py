@@ -21,7 +21,7 @@ from torch.utils.data import DataLoader
 
 import tfr_torch
 from tfr_torch import CorruptRecordError, IndexMismatchError, TFRecordError
-from tfr_torch.format.reader import RecordFile
+from tfr_torch.format.record_file import RecordFile
 from tfr_torch.format.seek import read_seek_points, seek_path_for
 from tfr_torch.format.seek_inflate import restart_prefix
 

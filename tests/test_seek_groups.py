@@ -24,7 +24,7 @@ import tfr_torch
 from tfr_torch import TFRecordError
 from tfr_torch.data.reading import group_bounds
 from tfr_torch.format.framing import masked_crc32c
-from tfr_torch.format.reader import RecordFile
+from tfr_torch.format.record_file import RecordFile
 from tfr_torch.format.seek import read_seek_points
 
 SPAN = 1 << 16

@@ -18,7 +18,7 @@ from tfr_torch.errors import TFRecordError
 from tfr_torch.format.index import scan_index
 from tfr_torch.format.location import RecordLocation
 from tfr_torch.format.paths import PathLike, expand_paths
-from tfr_torch.format.reader import RecordFile
+from tfr_torch.format.record_file import RecordFile
 from tfr_torch.format.shardset import class_names, find_sidecar
 
 __all__ = ["IndexedTFRecordDataset"]

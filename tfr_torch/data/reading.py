@@ -16,7 +16,8 @@ from tfr_torch.format.compression import NONE, compression_from_name, normalize_
 from tfr_torch.format.framing import OVERHEAD
 from tfr_torch.format.location import RecordLocation
 from tfr_torch.format.paths import is_url
-from tfr_torch.format.reader import OnError, RecordFile, RecordReader
+from tfr_torch.format.reader import OnError, RecordReader
+from tfr_torch.format.record_file import RecordFile
 from tfr_torch.format.remote_open import open_ahead
 
 __all__ = ["Block", "Located", "Source", "iter_run", "opening_ahead", "iter_random", "group_bounds", "GROUP_BYTES",

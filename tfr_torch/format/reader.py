@@ -2,7 +2,8 @@
 
 The reader fills one reusable buffer with large reads and copies each record out into its own `bytes`, so a
 record handed to the caller never changes afterwards. The length CRC of every header is always checked (it
-guards every allocation); the data CRC is checked when `verify=True`.
+guards every allocation); the data CRC is checked when `verify=True`. Random access by offset is
+format/record_file.py (`RecordFile`).
 """
 
 from __future__ import annotations
@@ -10,8 +11,8 @@ from __future__ import annotations
 import operator
 import os
 import warnings
-from collections.abc import Callable, Generator, Iterator, Sequence
-from typing import IO, Any, Protocol, cast
+from collections.abc import Callable, Generator, Iterator
+from typing import Any, Protocol, cast
 
 import numpy as np
 
@@ -31,15 +32,15 @@ from tfr_torch.format.framing import (
     unpack_header,
 )
 from tfr_torch.format.options import CompressionOrAuto, OnError, check_compression
+from tfr_torch.format.read_errors import _add_note, _data_crc_error, _mark_skipped, _records, _tail_error, _truncated
 from tfr_torch.format.remote import RemoteOptions
 from tfr_torch.format.remote_open import open_remote
-from tfr_torch.format.paths import PathLike, as_path, exists, is_url, open_input
-from tfr_torch.format.seek import SeekPoints, read_seek_points, seek_path_for
-from tfr_torch.format.sniff import header_message, not_a_tfrecord
+from tfr_torch.format.paths import PathLike, as_path, is_url, open_input
+from tfr_torch.format.sniff import header_message
+from tfr_torch.format.streams import _BUFFER, _Prefixed, _seekable, _size_of
 
-__all__ = ["HEADER_SIZE", "FOOTER_SIZE", "RecordReader", "RecordFile", "read_records", "OnError"]
+__all__ = ["HEADER_SIZE", "FOOTER_SIZE", "RecordReader", "read_records", "OnError"]
 
-_BUFFER = 1 << 20
 _SCAN_BATCH = 4096  # records the compiled kernel frames per call
 _NO_END = float("inf")
 _DIRECT_FROM = 4096  # mean framed record size from which blocks(sizes) reads records straight into their bytes
@@ -566,44 +567,6 @@ class _Window:
             self.lo = lo + 1
 
 
-def _mark_skipped(err: TFRecordError, records: int, estimated: bool, span: tuple[int, int] | None,
-                  file_span: tuple[int, int] | None) -> None:
-    """Set what a skipped error tells the on_error callable (TFRecordError's `skipped_*` attributes)."""
-    err.skipped_records, err.skipped_estimated = records, estimated
-    err.skipped_range, err.skipped_file_range = span, file_span
-
-
-def _records(count: int) -> str:
-    return f"{count} record" if count == 1 else f"{count} records"
-
-
-def _add_note(err: TFRecordError, note: str) -> None:
-    """Append `note` to the error's message (and so to str(err), which the warning shows)."""
-    err.message += note
-    err.args = (err._render(),)
-
-
-def _tail_error(tail: bytes, path: str, off: int, compression: str) -> TruncatedRecordError:
-    """Bytes at the end, too few for a record header: in a tiny file, say what it looks like, if anything."""
-    sentence = not_a_tfrecord(tail, None if compression == NONE else compression) if off == 0 else None
-    if sentence:
-        return TruncatedRecordError(sentence + f" ({len(tail)} bytes, shorter than a {HEADER_SIZE}-byte record header)",
-                                    path, off)
-    return TruncatedRecordError(f"found {len(tail)} trailing bytes: expected a {HEADER_SIZE}-byte record header or the "
-                                "end of the file", path, off)
-
-
-def _truncated(length: int, found: str, path: str, off: int) -> TruncatedRecordError:
-    return TruncatedRecordError(f"truncated record: its header says {length} bytes of data, so {length + OVERHEAD} "
-                                f"bytes from this offset, but {found}", path, off)
-
-
-def _data_crc_error(data: bytes, stored: int, path: str, off: int) -> CorruptRecordError:
-    return CorruptRecordError(f"corrupt record data: the CRC of its {len(data)} data bytes (at offset "
-                              f"{off + HEADER_SIZE}) is {masked_crc32c(data):#010x}, expected {stored:#010x} (stored "
-                              "after the data)", path, off)
-
-
 def _offset(value: object, name: str) -> int:
     """An int from an int-like offset (numpy integers from an index array included)."""
     try:
@@ -611,41 +574,6 @@ def _offset(value: object, name: str) -> int:
     except TypeError:
         raise ValueError(f"{name} must be a byte offset (an int), got {value!r}") from None
 
-
-def _seekable(raw: IO[bytes]) -> bool:
-    try:
-        return bool(raw.seekable())
-    except (AttributeError, OSError, ValueError):
-        return False
-
-
-class _Prefixed:
-    """`readinto` over some bytes already read from a stream, then the rest of the stream."""
-
-    def __init__(self, head: bytes, raw: IO[bytes]) -> None:
-        self._head = memoryview(head)
-        self._raw = raw
-
-    def readinto(self, view: memoryview, /) -> int:
-        if self._head.nbytes:
-            n = min(len(view), self._head.nbytes)
-            view[:n] = self._head[:n]
-            self._head = self._head[n:]
-            return n
-        readinto = getattr(self._raw, "readinto", None)
-        if readinto is not None:
-            return readinto(view) or 0
-        data = self._raw.read(len(view))
-        view[: len(data)] = data
-        return len(data)
-
-
-def _size_of(raw: IO[bytes]) -> int | None:
-    try:
-        return os.fstat(raw.fileno()).st_size
-    except (AttributeError, OSError, ValueError):
-        size = getattr(raw, "size", None)
-        return int(size) if isinstance(size, int) else None
 
 
 def read_records(
@@ -687,238 +615,3 @@ def read_records(
     """
     return RecordReader(path, check_compression(compression, auto=True), verify, start=start, end=end,
                         on_error=on_error, remote=remote)
-
-
-class RecordFile:
-    """Random access to the records of a TFRecord file by byte offset (from an index).
-
-    Keeps one open handle; `read(offset, size)` reads exactly that record and checks its header and data CRCs.
-    A GZIP or ZLIB file is read through its seek points (`seek`, default `<file>.idx.seek`, which `build_index`
-    writes; offsets are then in the decompressed stream): each read inflates at most one interval between points.
-    Without seek points a compressed file raises ValueError (each access would inflate from the start).
-    """
-
-    def __init__(self, path: PathLike, compression: str | None = "auto", verify: bool = True, *,
-                 seek: PathLike | None = None, remote: RemoteOptions | None = None) -> None:
-        self.path = as_path(path)
-        self.verify = verify
-        self._raw = (open_remote(self.path, remote, readahead=False) if is_url(self.path)  # no read-ahead
-                     else open_input(self.path, block_size=1 << 16))
-        self._remote = hasattr(self._raw, "prefetch")  # a RemoteFile (a size-less stream is read as a file)
-        try:
-            self._fd = self._raw.fileno() if hasattr(os, "pread") and not is_url(self.path) else None
-        except (AttributeError, OSError, ValueError):
-            self._fd = None
-        self._seek: SeekPoints | None = None
-        try:
-            kind = normalize_compression(compression, allow_auto=True)
-            if kind == "auto":
-                kind = compression_from_name(self.path) or detect_compression(self._raw.read(HEADER_SIZE))
-            if kind != NONE:
-                self._seek = _seek_points(self.path, kind, seek, _size_of(self._raw))
-        except BaseException:
-            self._raw.close()
-            raise
-        # refreshed when a record seems to reach past it; the decompressed size for a compressed file
-        self._size = _size_of(self._raw) if self._seek is None else self._seek.total_out
-
-    @property
-    def compressed(self) -> bool:
-        """Whether the file is GZIP/ZLIB (read through its seek points; `read_many` then reads groups faster than
-        `read` one by one)."""
-        return self._seek is not None
-
-    def read(self, offset: int, size: int | None = None) -> bytes:
-        """The data of the record whose header starts at `offset` (`size`, the framed size from the index, is
-        checked against the header when given)."""
-        # one inflation for a compressed record; one read (not header, then body) from a remote file's blocks
-        whole_at_once = (self._seek is not None or self._remote) and size is not None and size >= OVERHEAD
-        whole = self._read_at(offset, cast(int, size)) if whole_at_once else None
-        return self._record(offset, size, whole)
-
-    def _record(self, offset: int, size: int | None, whole: bytes | None) -> bytes:
-        """The checked data of the record at `offset`: from `whole` (its framed bytes, already read) or read here."""
-        header = whole[:HEADER_SIZE] if whole is not None else self._read_at(offset, HEADER_SIZE)
-        if len(header) < HEADER_SIZE:
-            raise TruncatedRecordError(f"expected a {HEADER_SIZE}-byte record header, found {len(header)} bytes",
-                                       self.path, offset)
-        length = parse_header(header)
-        if length is None:
-            sentence = not_a_tfrecord(self._read_at(0, 512)) if offset == 0 else None
-            if sentence is not None:
-                raise CorruptRecordError(sentence, self.path, offset)
-            raise CorruptRecordError("corrupt record header (its length CRC does not match): is the index stale "
-                                     "or made for another file?", self.path, offset)
-        if size is not None and length + OVERHEAD != size:
-            raise CorruptRecordError(f"the record here has {length + OVERHEAD} bytes but the index says {size}: is "
-                                     "the index stale or made for another file?", self.path, offset)
-        need = length + OVERHEAD
-        total = self._size if self._size is not None and offset + need <= self._size else self._current_size()
-        if total is not None and offset + need > total:  # checked before anything is allocated for the body
-            raise TruncatedRecordError(f"truncated record: its header says {length} bytes of data, so {need} bytes "
-                                       f"from this offset, but the file has only {max(total - offset, 0)}",
-                                       self.path, offset)
-        body: bytes | memoryview = (memoryview(whole)[HEADER_SIZE:] if whole is not None  # no copy of the framed record
-                                    else self._read_at(offset + HEADER_SIZE, length + FOOTER_SIZE))
-        if len(body) < length + FOOTER_SIZE:
-            raise TruncatedRecordError(f"truncated record: expected {length + OVERHEAD} bytes from this offset, "
-                                       f"found {HEADER_SIZE + len(body)}", self.path, offset)
-        data = bytes(body[:length])
-        if self.verify and masked_crc32c(data) != unpack_crc(body, length)[0]:
-            raise CorruptRecordError(f"corrupt record data: the CRC of its {length} data bytes does not match",
-                                     self.path, offset)
-        return data
-
-    def read_many(self, offsets: np.ndarray, sizes: np.ndarray) -> list[bytes]:
-        """The data of several records, each as `read(offset, size)` gives it (framed sizes from the index), in
-        order. On a local file the compiled core reads each straight into its bytes (one system call and one
-        copy per record) and checks it; from the first record it does not take whole and good, each is read by
-        `read`, which raises what is wrong. A GZIP/ZLIB file inflates each stretch of its stream once for all the
-        records asked for (SeekPoints.read_many: sorted by offset, one restart per run of nearby records instead of
-        one per record), so a group read together costs about one pass over the intervals it touches; memory is
-        the records plus one run's compressed bytes.
-
-        >>> with RecordFile("data.tfrecord.gz") as f:  # doctest: +SKIP
-        ...     records = f.read_many(index[order[:256], 0], index[order[:256], 1])
-        """
-        core = _native.core
-        out: list[bytes] = []
-        if self._seek is not None and len(offsets) and int(np.min(sizes)) >= OVERHEAD:  # else `read` says
-            return self._read_many_compressed(np.asarray(offsets, dtype=np.int64), np.asarray(sizes, dtype=np.int64))
-        if self._remote and self.groups and core is not None and hasattr(core, "read_framed") and len(offsets):
-            return self._read_many_cached(np.asarray(offsets, dtype=np.int64), np.asarray(sizes, dtype=np.int64))
-        if (core is not None and self._fd is not None and self._seek is None and hasattr(core, "read_framed")
-                and len(offsets)
-                and int(np.min(sizes)) >= OVERHEAD and int(np.min(offsets)) >= 0):  # else `read` says what is wrong
-            out, _ = core.read_framed(self._fd, np.ascontiguousarray(offsets, dtype=np.int64),
-                                      np.ascontiguousarray(sizes, dtype=np.int64), self.verify)
-        for offset, size in zip(offsets[len(out):].tolist(), sizes[len(out):].tolist()):
-            out.append(self.read(offset, size))
-        return out
-
-    def _read_many_cached(self, offsets: np.ndarray, sizes: np.ndarray) -> list[bytes]:
-        """Records of a remote file whose blocks are in the local cache: those inside one block read together by
-        the compiled core from the block's file (as from a local file); the rest (across blocks, or from the
-        first that does not check out) by `read`, which raises what is wrong."""
-        core = cast(Any, _native.core)  # read_many checked that it has read_framed
-        found: dict[int, bytes] = {}
-        raw = cast(Any, self._raw)  # a RemoteFile (see `groups`)
-        block_size = int(raw.options.block_size)
-        first = offsets // block_size
-        inside = (offsets >= 0) & (sizes >= OVERHEAD) & ((offsets + sizes - 1) // block_size == first)
-        for b in np.unique(first[inside]).tolist():
-            at = np.flatnonzero(inside & (first == b))
-            opened = raw.block_descriptor(b)
-            if opened is None:
-                continue
-            fd, base = opened
-            try:
-                records, _ = core.read_framed(fd, np.ascontiguousarray(offsets[at] - base),
-                                              np.ascontiguousarray(sizes[at]), self.verify)
-            finally:
-                os.close(fd)
-            found.update(zip(at[: len(records)].tolist(), records))
-        return [found[k] if k in found else self.read(int(o), int(n))
-                for k, (o, n) in enumerate(zip(offsets.tolist(), sizes.tolist()))]
-
-    @property
-    def groups(self) -> bool:
-        """Whether `read_many` reads a group faster than `read` one by one: a compressed file (one inflation per
-        stretch), a remote file with a block cache (records of a block read together from its file), a local file
-        with the compiled core (one call reads and checks the group: a preadv per record, no Python per record)."""
-        if self._seek is not None:
-            return True
-        if self._remote:
-            return hasattr(self._raw, "block_descriptor") and getattr(self._raw, "_cache", None) is not None
-        return self._fd is not None and _native.core is not None and hasattr(_native.core, "read_framed")
-
-    def _read_many_compressed(self, offsets: np.ndarray, sizes: np.ndarray) -> list[bytes]:
-        """Records of a compressed file inflated together, each record's data straight into its own bytes (its
-        header and CRC into small ones beside it: no copy of the group); any record that does not check out is
-        checked again whole by `_record`, which raises what is wrong."""
-        seek = cast(SeekPoints, self._seek)
-        pieces = np.stack([offsets, np.full_like(offsets, HEADER_SIZE),  # header, data, CRC of each record
-                           offsets + HEADER_SIZE, sizes - OVERHEAD,
-                           offsets + sizes - FOOTER_SIZE, np.full_like(offsets, FOOTER_SIZE)], axis=1)
-        parts = seek.read_many(self._read_file_at, pieces[:, 0::2].reshape(-1), pieces[:, 1::2].reshape(-1))
-        out: list[bytes] = []
-        for k, (offset, size) in enumerate(zip(offsets.tolist(), sizes.tolist())):
-            header, data, footer = parts[3 * k : 3 * k + 3]
-            if (parse_header(header) != size - OVERHEAD or len(data) != size - OVERHEAD
-                    or len(footer) != FOOTER_SIZE
-                    or (self.verify and masked_crc32c(data) != unpack_crc(footer, 0)[0])):
-                data = self._record(offset, size, header + data + footer)  # raises what is wrong
-            out.append(data)
-        return out
-
-    def _read_at(self, offset: int, size: int) -> bytes:
-        """`size` bytes from `offset` (fewer at the end): of the file, or of the decompressed stream through the
-        seek points."""
-        if self._seek is not None:
-            return self._seek.read(self._read_file_at, offset, size)
-        return self._read_file_at(offset, size)
-
-    def _read_file_at(self, offset: int, size: int) -> bytes:
-        """Read at an absolute offset; local files use pread, which shares no file position with anyone (a
-        handle inherited by forked DataLoader workers stays safe)."""
-        if self._fd is not None:
-            chunks, got = [], 0
-            while got < size:  # bounded reads: pread allocates what it is asked for
-                chunk = os.pread(self._fd, min(size - got, _BUFFER << 4), offset + got)
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                got += len(chunk)
-            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-        self._raw.seek(offset)
-        chunks, got = [], 0
-        while got < size:
-            chunk = self._raw.read(min(size - got, _BUFFER << 4))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            got += len(chunk)
-        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-
-    def prefetch(self, offsets: np.ndarray | Sequence[int], sizes: np.ndarray | Sequence[int]) -> Any:
-        """Start fetching these records (offsets and framed sizes from the index) of a remote file before `read`
-        asks for them: the requests run together, nearby records in one. Give what it returns to `release` once
-        they are read. Nothing to do for a local (or compressed) file."""
-        prefetch = getattr(self._raw, "prefetch", None)
-        if prefetch is None or getattr(self, "_seek", None) is not None:  # compressed: offsets are not the file's
-            return None
-        return prefetch([(int(o), int(o) + int(n)) for o, n in zip(offsets, sizes)])
-
-    def release(self, token: Any) -> None:
-        """Forget records fetched by `prefetch` (read now)."""
-        release = getattr(self._raw, "release", None)
-        if token and release is not None:
-            release(token)
-
-    def _current_size(self) -> int | None:
-        """The file's size now (it may have grown since it was opened); None when it cannot be known."""
-        if self._seek is not None:
-            return self._seek.total_out
-        self._size = _size_of(self._raw)
-        return self._size
-
-    def close(self) -> None:
-        self._raw.close()
-
-    def __enter__(self) -> RecordFile:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-def _seek_points(path: str, kind: str, seek: PathLike | None, file_size: int | None) -> SeekPoints:
-    """The checked seek points of a compressed file, or the ValueError that says it cannot be read by offset."""
-    seek_path = as_path(seek) if seek is not None else seek_path_for(path + ".idx")
-    if file_size is None or not exists(seek_path):
-        raise ValueError(f"{path} is {kind.upper()}-compressed and has no seek points ({seek_path}): reading single "
-                         "records by offset would inflate the file from its start each time; build them with "
-                         "build_index (or `tfr-torch index`), read it sequentially (read_records with start/end, or "
-                         "TFRecordDataset), or write it uncompressed for random access")
-    return read_seek_points(seek_path, path, kind, file_size)
-

@@ -1,0 +1,260 @@
+"""Random access to the records of a TFRecord file by byte offset (from an index): `RecordFile`.
+
+Each read checks the record's header (against the framed size from the index, when given) and its data CRC; a
+GZIP or ZLIB file is read through its seek points (format/seek.py). Sequential reading is format/reader.py.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any, cast
+
+import numpy as np
+
+from tfr_torch import _native
+from tfr_torch.errors import CorruptRecordError, TruncatedRecordError
+from tfr_torch.format.compression import NONE, compression_from_name, detect_compression, normalize_compression
+from tfr_torch.format.framing import FOOTER_SIZE, HEADER_SIZE, OVERHEAD, masked_crc32c, parse_header, unpack_crc
+from tfr_torch.format.remote import RemoteOptions
+from tfr_torch.format.remote_open import open_remote
+from tfr_torch.format.paths import PathLike, as_path, exists, is_url, open_input
+from tfr_torch.format.seek import SeekPoints, read_seek_points, seek_path_for
+from tfr_torch.format.sniff import not_a_tfrecord
+from tfr_torch.format.streams import _BUFFER, _size_of
+
+__all__ = ["RecordFile"]
+
+
+class RecordFile:
+    """Random access to the records of a TFRecord file by byte offset (from an index).
+
+    Keeps one open handle; `read(offset, size)` reads exactly that record and checks its header and data CRCs.
+    A GZIP or ZLIB file is read through its seek points (`seek`, default `<file>.idx.seek`, which `build_index`
+    writes; offsets are then in the decompressed stream): each read inflates at most one interval between points.
+    Without seek points a compressed file raises ValueError (each access would inflate from the start).
+    """
+
+    def __init__(self, path: PathLike, compression: str | None = "auto", verify: bool = True, *,
+                 seek: PathLike | None = None, remote: RemoteOptions | None = None) -> None:
+        self.path = as_path(path)
+        self.verify = verify
+        self._raw = (open_remote(self.path, remote, readahead=False) if is_url(self.path)  # no read-ahead
+                     else open_input(self.path, block_size=1 << 16))
+        self._remote = hasattr(self._raw, "prefetch")  # a RemoteFile (a size-less stream is read as a file)
+        try:
+            self._fd = self._raw.fileno() if hasattr(os, "pread") and not is_url(self.path) else None
+        except (AttributeError, OSError, ValueError):
+            self._fd = None
+        self._seek: SeekPoints | None = None
+        try:
+            kind = normalize_compression(compression, allow_auto=True)
+            if kind == "auto":
+                kind = compression_from_name(self.path) or detect_compression(self._raw.read(HEADER_SIZE))
+            if kind != NONE:
+                self._seek = _seek_points(self.path, kind, seek, _size_of(self._raw))
+        except BaseException:
+            self._raw.close()
+            raise
+        # refreshed when a record seems to reach past it; the decompressed size for a compressed file
+        self._size = _size_of(self._raw) if self._seek is None else self._seek.total_out
+
+    @property
+    def compressed(self) -> bool:
+        """Whether the file is GZIP/ZLIB (read through its seek points; `read_many` then reads groups faster than
+        `read` one by one)."""
+        return self._seek is not None
+
+    def read(self, offset: int, size: int | None = None) -> bytes:
+        """The data of the record whose header starts at `offset` (`size`, the framed size from the index, is
+        checked against the header when given)."""
+        # one inflation for a compressed record; one read (not header, then body) from a remote file's blocks
+        whole_at_once = (self._seek is not None or self._remote) and size is not None and size >= OVERHEAD
+        whole = self._read_at(offset, cast(int, size)) if whole_at_once else None
+        return self._record(offset, size, whole)
+
+    def _record(self, offset: int, size: int | None, whole: bytes | None) -> bytes:
+        """The checked data of the record at `offset`: from `whole` (its framed bytes, already read) or read here."""
+        header = whole[:HEADER_SIZE] if whole is not None else self._read_at(offset, HEADER_SIZE)
+        if len(header) < HEADER_SIZE:
+            raise TruncatedRecordError(f"expected a {HEADER_SIZE}-byte record header, found {len(header)} bytes",
+                                       self.path, offset)
+        length = parse_header(header)
+        if length is None:
+            sentence = not_a_tfrecord(self._read_at(0, 512)) if offset == 0 else None
+            if sentence is not None:
+                raise CorruptRecordError(sentence, self.path, offset)
+            raise CorruptRecordError("corrupt record header (its length CRC does not match): is the index stale "
+                                     "or made for another file?", self.path, offset)
+        if size is not None and length + OVERHEAD != size:
+            raise CorruptRecordError(f"the record here has {length + OVERHEAD} bytes but the index says {size}: is "
+                                     "the index stale or made for another file?", self.path, offset)
+        need = length + OVERHEAD
+        total = self._size if self._size is not None and offset + need <= self._size else self._current_size()
+        if total is not None and offset + need > total:  # checked before anything is allocated for the body
+            raise TruncatedRecordError(f"truncated record: its header says {length} bytes of data, so {need} bytes "
+                                       f"from this offset, but the file has only {max(total - offset, 0)}",
+                                       self.path, offset)
+        body: bytes | memoryview = (memoryview(whole)[HEADER_SIZE:] if whole is not None  # no copy of the framed record
+                                    else self._read_at(offset + HEADER_SIZE, length + FOOTER_SIZE))
+        if len(body) < length + FOOTER_SIZE:
+            raise TruncatedRecordError(f"truncated record: expected {length + OVERHEAD} bytes from this offset, "
+                                       f"found {HEADER_SIZE + len(body)}", self.path, offset)
+        data = bytes(body[:length])
+        if self.verify and masked_crc32c(data) != unpack_crc(body, length)[0]:
+            raise CorruptRecordError(f"corrupt record data: the CRC of its {length} data bytes does not match",
+                                     self.path, offset)
+        return data
+
+    def read_many(self, offsets: np.ndarray, sizes: np.ndarray) -> list[bytes]:
+        """The data of several records, each as `read(offset, size)` gives it (framed sizes from the index), in
+        order. On a local file the compiled core reads each straight into its bytes (one system call and one
+        copy per record) and checks it; from the first record it does not take whole and good, each is read by
+        `read`, which raises what is wrong. A GZIP/ZLIB file inflates each stretch of its stream once for all the
+        records asked for (SeekPoints.read_many: sorted by offset, one restart per run of nearby records instead of
+        one per record), so a group read together costs about one pass over the intervals it touches; memory is
+        the records plus one run's compressed bytes.
+
+        >>> with RecordFile("data.tfrecord.gz") as f:  # doctest: +SKIP
+        ...     records = f.read_many(index[order[:256], 0], index[order[:256], 1])
+        """
+        core = _native.core
+        out: list[bytes] = []
+        if self._seek is not None and len(offsets) and int(np.min(sizes)) >= OVERHEAD:  # else `read` says
+            return self._read_many_compressed(np.asarray(offsets, dtype=np.int64), np.asarray(sizes, dtype=np.int64))
+        if self._remote and self.groups and core is not None and hasattr(core, "read_framed") and len(offsets):
+            return self._read_many_cached(np.asarray(offsets, dtype=np.int64), np.asarray(sizes, dtype=np.int64))
+        if (core is not None and self._fd is not None and self._seek is None and hasattr(core, "read_framed")
+                and len(offsets)
+                and int(np.min(sizes)) >= OVERHEAD and int(np.min(offsets)) >= 0):  # else `read` says what is wrong
+            out, _ = core.read_framed(self._fd, np.ascontiguousarray(offsets, dtype=np.int64),
+                                      np.ascontiguousarray(sizes, dtype=np.int64), self.verify)
+        for offset, size in zip(offsets[len(out):].tolist(), sizes[len(out):].tolist()):
+            out.append(self.read(offset, size))
+        return out
+
+    def _read_many_cached(self, offsets: np.ndarray, sizes: np.ndarray) -> list[bytes]:
+        """Records of a remote file whose blocks are in the local cache: those inside one block read together by
+        the compiled core from the block's file (as from a local file); the rest (across blocks, or from the
+        first that does not check out) by `read`, which raises what is wrong."""
+        core = cast(Any, _native.core)  # read_many checked that it has read_framed
+        found: dict[int, bytes] = {}
+        raw = cast(Any, self._raw)  # a RemoteFile (see `groups`)
+        block_size = int(raw.options.block_size)
+        first = offsets // block_size
+        inside = (offsets >= 0) & (sizes >= OVERHEAD) & ((offsets + sizes - 1) // block_size == first)
+        for b in np.unique(first[inside]).tolist():
+            at = np.flatnonzero(inside & (first == b))
+            opened = raw.block_descriptor(b)
+            if opened is None:
+                continue
+            fd, base = opened
+            try:
+                records, _ = core.read_framed(fd, np.ascontiguousarray(offsets[at] - base),
+                                              np.ascontiguousarray(sizes[at]), self.verify)
+            finally:
+                os.close(fd)
+            found.update(zip(at[: len(records)].tolist(), records))
+        return [found[k] if k in found else self.read(int(o), int(n))
+                for k, (o, n) in enumerate(zip(offsets.tolist(), sizes.tolist()))]
+
+    @property
+    def groups(self) -> bool:
+        """Whether `read_many` reads a group faster than `read` one by one: a compressed file (one inflation per
+        stretch), a remote file with a block cache (records of a block read together from its file), a local file
+        with the compiled core (one call reads and checks the group: a preadv per record, no Python per record)."""
+        if self._seek is not None:
+            return True
+        if self._remote:
+            return hasattr(self._raw, "block_descriptor") and getattr(self._raw, "_cache", None) is not None
+        return self._fd is not None and _native.core is not None and hasattr(_native.core, "read_framed")
+
+    def _read_many_compressed(self, offsets: np.ndarray, sizes: np.ndarray) -> list[bytes]:
+        """Records of a compressed file inflated together, each record's data straight into its own bytes (its
+        header and CRC into small ones beside it: no copy of the group); any record that does not check out is
+        checked again whole by `_record`, which raises what is wrong."""
+        seek = cast(SeekPoints, self._seek)
+        pieces = np.stack([offsets, np.full_like(offsets, HEADER_SIZE),  # header, data, CRC of each record
+                           offsets + HEADER_SIZE, sizes - OVERHEAD,
+                           offsets + sizes - FOOTER_SIZE, np.full_like(offsets, FOOTER_SIZE)], axis=1)
+        parts = seek.read_many(self._read_file_at, pieces[:, 0::2].reshape(-1), pieces[:, 1::2].reshape(-1))
+        out: list[bytes] = []
+        for k, (offset, size) in enumerate(zip(offsets.tolist(), sizes.tolist())):
+            header, data, footer = parts[3 * k : 3 * k + 3]
+            if (parse_header(header) != size - OVERHEAD or len(data) != size - OVERHEAD
+                    or len(footer) != FOOTER_SIZE
+                    or (self.verify and masked_crc32c(data) != unpack_crc(footer, 0)[0])):
+                data = self._record(offset, size, header + data + footer)  # raises what is wrong
+            out.append(data)
+        return out
+
+    def _read_at(self, offset: int, size: int) -> bytes:
+        """`size` bytes from `offset` (fewer at the end): of the file, or of the decompressed stream through the
+        seek points."""
+        if self._seek is not None:
+            return self._seek.read(self._read_file_at, offset, size)
+        return self._read_file_at(offset, size)
+
+    def _read_file_at(self, offset: int, size: int) -> bytes:
+        """Read at an absolute offset; local files use pread, which shares no file position with anyone (a
+        handle inherited by forked DataLoader workers stays safe)."""
+        if self._fd is not None:
+            chunks, got = [], 0
+            while got < size:  # bounded reads: pread allocates what it is asked for
+                chunk = os.pread(self._fd, min(size - got, _BUFFER << 4), offset + got)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                got += len(chunk)
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        self._raw.seek(offset)
+        chunks, got = [], 0
+        while got < size:
+            chunk = self._raw.read(min(size - got, _BUFFER << 4))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            got += len(chunk)
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    def prefetch(self, offsets: np.ndarray | Sequence[int], sizes: np.ndarray | Sequence[int]) -> Any:
+        """Start fetching these records (offsets and framed sizes from the index) of a remote file before `read`
+        asks for them: the requests run together, nearby records in one. Give what it returns to `release` once
+        they are read. Nothing to do for a local (or compressed) file."""
+        prefetch = getattr(self._raw, "prefetch", None)
+        if prefetch is None or getattr(self, "_seek", None) is not None:  # compressed: offsets are not the file's
+            return None
+        return prefetch([(int(o), int(o) + int(n)) for o, n in zip(offsets, sizes)])
+
+    def release(self, token: Any) -> None:
+        """Forget records fetched by `prefetch` (read now)."""
+        release = getattr(self._raw, "release", None)
+        if token and release is not None:
+            release(token)
+
+    def _current_size(self) -> int | None:
+        """The file's size now (it may have grown since it was opened); None when it cannot be known."""
+        if self._seek is not None:
+            return self._seek.total_out
+        self._size = _size_of(self._raw)
+        return self._size
+
+    def close(self) -> None:
+        self._raw.close()
+
+    def __enter__(self) -> RecordFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _seek_points(path: str, kind: str, seek: PathLike | None, file_size: int | None) -> SeekPoints:
+    """The checked seek points of a compressed file, or the ValueError that says it cannot be read by offset."""
+    seek_path = as_path(seek) if seek is not None else seek_path_for(path + ".idx")
+    if file_size is None or not exists(seek_path):
+        raise ValueError(f"{path} is {kind.upper()}-compressed and has no seek points ({seek_path}): reading single "
+                         "records by offset would inflate the file from its start each time; build them with "
+                         "build_index (or `tfr-torch index`), read it sequentially (read_records with start/end, or "
+                         "TFRecordDataset), or write it uncompressed for random access")
+    return read_seek_points(seek_path, path, kind, file_size)
