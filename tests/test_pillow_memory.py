@@ -216,3 +216,29 @@ def test_with_padding_needs_channels_innermost() -> None:
     planes = torch.zeros(1, 3, 2, 12, dtype=torch.uint8)[..., ::4]  # [1, 3, 2, 3], column stride 4, planar
     assert planes.stride(3) == 4 and planes.stride(1) != 1
     assert _with_padding(planes) is planes
+
+
+# ---- Pillow releases before 10/11 (pyproject allows pillow>=9; checked by hand with 9.5: tests/test_images.py passes)
+
+
+def test_sixteen_bit_gray_png_as_pillow_9_opens_it() -> None:
+    """Pillow < 10 opens a 16-bit gray PNG in mode "I" (32-bit): read as 16-bit samples, not refused."""
+    image = Image.fromarray(np.array([[0, 257, 65535]], dtype=np.int32), "I")
+    image.format = "PNG"
+    array, depth = _pillow._pixels(image)
+    assert depth == 16 and array[..., 0].tolist() == [[0, 257, 65535]]
+    image.format = "TIFF"  # a 32-bit integer image of another format keeps being refused
+    with pytest.raises(_pillow.PillowError, match="32-bit integer"):
+        _pillow._pixels(image)
+
+
+def test_retiled_keeps_the_tile_type() -> None:
+    from PIL import ImageFile
+
+    plain = ("zip", (0, 0, 4, 4), 33, "RGB;16B")
+    assert _pillow._retiled(plain, "RGB;16L") == ("zip", (0, 0, 4, 4), 33, "RGB;16L")
+    named_type = getattr(ImageFile, "_Tile", None)
+    if named_type is not None:  # Pillow >= 11
+        named = named_type("zip", (0, 0, 4, 4), 33, "RGB;16B")
+        again = _pillow._retiled(named, "RGB;16L")
+        assert type(again) is named_type and again.args == "RGB;16L"

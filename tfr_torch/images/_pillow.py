@@ -42,7 +42,8 @@ def _pixels(img: Any, view: bool = False) -> tuple[np.ndarray, int]:
         img = img.convert("RGBA" if "transparency" in img.info else "RGB")
     elif mode in _CONVERT:
         img = img.convert(_CONVERT[mode])
-    elif mode in _SIXTEEN or (mode == "I" and img.format == "PPM"):  # Pillow scales PPM's maxval to 16 bits
+    elif mode in _SIXTEEN or (mode == "I" and img.format in ("PPM", "PNG")):
+        # 16-bit samples: Pillow scales PPM's maxval to 16 bits, and before Pillow 10 gives 16-bit gray PNGs as "I"
         return np.asarray(img).astype(np.int32)[:, :, None], 16
     elif mode not in _AS_IS:
         raise PillowError(f"Pillow mode {mode} ({_describe(mode)}) has no 8-bit image meaning")
@@ -162,19 +163,28 @@ def _wide_png(data: bytes, header: Header) -> np.ndarray | None:
     little-endian rawmode gives the low bytes (the unfiltering does not depend on the rawmode); a gray+alpha file
     read as 8-bit RGBA (same 4 bytes a pixel) gives its raw big-endian bytes."""
     img = _open(data)
-    if len(img.tile) != 1 or not isinstance(img.tile[0].args, str):
+    if len(img.tile) != 1:
         return None
-    tile = img.tile[0]
+    tile = tuple(img.tile[0])  # (decoder, extents, offset, args): a named tuple from Pillow 11, a tuple before
+    args = tile[3] if len(tile) == 4 else None
+    if not isinstance(args, str):
+        return None
     if header.color_type == 4:
-        img.tile = [tile._replace(args="RGBA")]
+        img.tile = [_retiled(img.tile[0], "RGBA")]
         raw = np.asarray(img).astype(np.int32)
         return np.stack([raw[..., 0] << 8 | raw[..., 1], raw[..., 2] << 8 | raw[..., 3]], axis=-1)
-    if not tile.args.endswith(";16B"):
+    if not args.endswith(";16B"):
         return None
     high = np.asarray(img).astype(np.int32)
     again = _open(data)
-    again.tile = [tile._replace(args=tile.args.replace(";16B", ";16L"))]
+    again.tile = [_retiled(again.tile[0], args.replace(";16B", ";16L"))]
     return high << 8 | np.asarray(again).astype(np.int32)
+
+
+def _retiled(tile: Any, args: str) -> Any:
+    """`tile` with its decoder arguments replaced, of the type Pillow gave it (ImageFile._Tile, or a tuple)."""
+    replace = getattr(tile, "_replace", None)
+    return replace(args=args) if replace is not None else (*tuple(tile)[:3], args)
 
 
 def _decode_plain_jpeg(data: bytes, header: Header) -> tuple[np.ndarray, int] | None:
