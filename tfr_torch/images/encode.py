@@ -33,7 +33,7 @@ def image_info(img: Any, data: bytes, mode: str = "UNCHANGED") -> tuple[int, int
         return height, width, 3  # decode_image gives GIF as RGB; its transparency is alpha only when asked
     if img.mode == "P":
         return height, width, 4 if "transparency" in img.info else 3
-    if img.mode == "I" and img.format == "PPM":
+    if img.mode == "I" and img.format in ("PPM", "PNG"):  # 16-bit gray (a PNG's, before Pillow 10)
         return height, width, 1
     if img.mode not in _OWN_CHANNELS:
         raise ValueError(f"Pillow mode {img.mode} has no 8-bit image meaning")
