@@ -18,9 +18,9 @@ _MODULES = [
     "tfr_torch.errors", "tfr_torch.format.strict", "tfr_torch.format.example", "tfr_torch.format.columns",
     "tfr_torch.format.tensor", "tfr_torch.format.reader", "tfr_torch.format.compression", "tfr_torch.format.index",
     "tfr_torch.format.sniff", "tfr_torch.format.wire", "tfr_torch.tensors", "tfr_torch.decode.specs",
-    "tfr_torch.decode.plan", "tfr_torch.decode.units", "tfr_torch.decode.dense", "tfr_torch.decode.sparse",
-    "tfr_torch.decode.ragged", "tfr_torch.decode.results", "tfr_torch.decode.parse", "tfr_torch.tfds.metadata",
-    "tfr_torch.tfds.features", "tfr_torch.tfds.splits",
+    "tfr_torch.decode.plan", "tfr_torch.decode.sequence_plan", "tfr_torch.decode.kernel", "tfr_torch.decode.units",
+    "tfr_torch.decode.dense", "tfr_torch.decode.sparse", "tfr_torch.decode.ragged", "tfr_torch.decode.results",
+    "tfr_torch.decode.parse", "tfr_torch.tfds.metadata", "tfr_torch.tfds.features", "tfr_torch.tfds.splits",
 ]
 
 

@@ -388,7 +388,7 @@ def test_both_backends_give_the_same_sequence_values_or_the_same_error(batch, se
 @needs_core
 def test_sequence_examples_take_the_kernels():
     """Writers' SequenceExamples are decoded by the kernels (not handed back to the reference)."""
-    from tfr_torch.decode.plan import SequenceExamplePlan
+    from tfr_torch.decode.sequence_plan import SequenceExamplePlan
     from tfr_torch.decode.units import Locator
 
     records = [tfr_torch.encode_sequence_example({"id": i}, {"tok": [[1, 2], [3]] * i, "w": [[b"a"]] * i})

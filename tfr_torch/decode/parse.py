@@ -7,7 +7,8 @@ from typing import Any
 
 import torch
 
-from tfr_torch.decode.plan import SequenceExamplePlan, compile_features
+from tfr_torch.decode.plan import compile_features
+from tfr_torch.decode.sequence_plan import SequenceExamplePlan
 from tfr_torch.format.location import ExampleName
 
 __all__ = ["parse_example", "parse_single_example", "parse_sequence_example", "parse_single_sequence_example"]

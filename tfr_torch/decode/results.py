@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Union
+from typing import Any, NamedTuple, Union, cast
 
 import torch
 
@@ -94,3 +95,36 @@ def to_padded(sparse: torch.Tensor, padding_value: Any = 0) -> tuple[torch.Tenso
     lengths = torch.zeros(int(torch.tensor(sparse.shape[:-1]).prod()), dtype=torch.int64)
     lengths.scatter_reduce_(0, rows, indices[-1] + 1, reduce="amax")
     return dense, lengths.reshape(tuple(sparse.shape[:-1]))
+
+
+def _rows_of(value: Any, n: int) -> Sequence[Any]:
+    """The n rows of a FixedLenFeature or VarLenFeature batch result, each as parse_single_example gives it:
+    views of a dense tensor's rows; a sparse [n, max_len] tensor cut into [len] tensors of each row's values;
+    a list's items."""
+    if not isinstance(value, torch.Tensor):
+        return cast("Sequence[Any]", value)
+    if not value.is_sparse:
+        return value.unbind(0)
+    indices = value.indices()
+    ends = torch.bincount(indices[0], minlength=n).cumsum(0).tolist()
+    positions: Any = indices[1:]
+    values: Any = value.values()
+    if values.dtype in _NUMPY_SLICES:  # numpy views of the rows: a slice costs a tenth of a torch op
+        positions, values = positions.numpy(), values.numpy()
+        to_tensor: Any = torch.from_numpy
+    else:
+        to_tensor = _same
+    rows, start = [], 0
+    for end in ends:
+        rows.append(torch.sparse_coo_tensor(to_tensor(positions[:, start:end]), to_tensor(values[start:end]),
+                                            (end - start,), is_coalesced=True, check_invariants=False))
+        start = end
+    return rows
+
+
+_NUMPY_SLICES = {torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.float64, torch.float32,
+                 torch.float16, torch.bool}
+
+
+def _same(value: Any) -> Any:
+    return value
