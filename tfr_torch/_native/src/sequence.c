@@ -41,7 +41,7 @@ int tfr_scan_sequence(const tfr_plan *plan, const uint8_t *rec, size_t n, tfr_sl
         size_t len;
         uint8_t tag = *p++; /* one-byte tags: fields 1 and 2, wire type 2 (LEN) */
         if (tag == TAG_SEQ_CONTEXT && !seen_context && !seen_lists) {
-            /* the context is decoded as an Example (see plan.py): here its layout is only checked */
+            /* the context is decoded as an Example (see decode/sequence_plan.py): here its layout is only checked */
             if (!wire_bytes(&p, end, &field, &len) || tfr_check_features(field, field + len) < 0) return -1;
             seen_context = 1;
         } else if (tag == TAG_SEQ_FEATURE_LISTS && !seen_lists) {
