@@ -1,0 +1,208 @@
+"""`tfr-torch head`, `schema` and `inspect`: commands that decode records to show what they hold (head: records as
+JSON lines)."""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import math
+import sys
+from typing import Any
+
+import numpy as np
+
+from tfr_torch.errors import DecodeError, TFRecordError
+from tfr_torch.format.example import decode_example, decode_sequence_example
+from tfr_torch.format.reader import RecordReader
+from tfr_torch.format.tensor import DTYPES, decode_tensor_proto
+from tfr_torch.tools.cli_common import _files, _problem
+
+CUT_BYTES = 64  # head: bytes values longer than this are cut (--full shows them whole)
+CUT_VALUES = 32  # head: lists with more values than this are cut
+
+
+# ---- head: records as JSON lines
+
+
+def _json_float(value: float) -> Any:
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "Infinity" if value > 0 else "-Infinity"
+    return value
+
+
+def _json_bytes(value: bytes, full: bool) -> Any:
+    """A bytes value: its text when it is UTF-8, else {"base64": ...}; past CUT_BYTES (unless `full`) the first
+    CUT_BYTES bytes only, as {"text" or "base64": ..., "length": N, "truncated": true}."""
+    cut = not full and len(value) > CUT_BYTES
+    head = value[:CUT_BYTES] if cut else value
+    try:
+        value.decode("utf-8")
+        shown: Any = head.decode("utf-8", errors="ignore")  # a character cut in two loses its first bytes
+    except UnicodeDecodeError:
+        shown = {"base64": base64.b64encode(head).decode("ascii")}
+    if not cut:
+        return shown
+    return {**({"text": shown} if isinstance(shown, str) else shown), "length": len(value), "truncated": True}
+
+
+def _json_list(values: list[Any], full: bool) -> tuple[list[Any], dict[str, Any]]:
+    """`values` cut to CUT_VALUES unless `full`, and the extra keys saying so."""
+    if full or len(values) <= CUT_VALUES:
+        return values, {}
+    return values[:CUT_VALUES], {"count": len(values), "truncated": True}
+
+
+def _json_values(value: Any, full: bool) -> Any:
+    if value is None:
+        return None
+    if isinstance(value, list):
+        shown, extra = _json_list(value, full)
+        return {"bytes": [_json_bytes(v, full) for v in shown], **extra}
+    if value.dtype == np.int64:
+        shown, extra = _json_list(value.tolist(), full)
+        return {"int64": shown, **extra}
+    shown, extra = _json_list(_floats(value), full)
+    return {"float": shown, **extra}
+
+
+def _floats(array: Any) -> list[Any]:
+    """JSON numbers for float values, float16/float32 ones written as their shortest decimal (0.1, not
+    0.10000000149011612); NaN and infinities as the strings "NaN", "Infinity", "-Infinity"."""
+    array = np.asarray(array).ravel()
+    if array.dtype in (np.float16, np.float32):
+        return [_json_float(float(str(v))) for v in array]
+    return [_json_float(v) for v in array.astype(np.float64).tolist()]
+
+
+def _flat(values: Any) -> list[Any]:
+    if isinstance(values, bytes):
+        return [values]
+    if isinstance(values, list):
+        return [item for v in values for item in _flat(v)]
+    array = np.asarray(values)
+    if array.dtype.kind == "f":
+        return _floats(array)
+    if array.dtype.kind == "c":  # [real, imaginary] pairs
+        return [list(pair) for pair in zip(_floats(array.real), _floats(array.imag))]
+    return array.ravel().tolist()
+
+
+def _json_tensor(dtype: int, values: Any, full: bool) -> tuple[list[Any], dict[str, Any]]:
+    """A tensor's values, flattened row-major (complex as [real, imaginary] pairs)."""
+    if dtype == 14:  # bfloat16 bits -> float32
+        values = (np.asarray(values, dtype=np.uint32) << 16).view(np.float32)
+    flat, extra = _json_list(_flat(values), full)
+    return [_json_bytes(v, full) if isinstance(v, bytes) else v for v in flat], extra
+
+
+def _render(record: bytes, kind: str, full: bool) -> dict[str, Any]:
+    """{"example": ...} / {"sequence_example": ...} / {"tensor": ...} / {"raw": ...}: the record as `kind`
+    ("auto": the first of these that the record parses as)."""
+    if kind in ("auto", "sequence"):
+        try:
+            context, lists = decode_sequence_example(record)
+        except DecodeError:
+            if kind == "sequence":
+                raise
+        else:
+            if lists or kind == "sequence":
+                return {"sequence_example": {
+                    "context": {k: _json_values(v, full) for k, v in sorted(context.items())},
+                    "feature_lists": {k: [_json_values(s, full) for s in steps] for k, steps in sorted(lists.items())}}}
+    if kind == "auto":
+        from tfr_torch.decode.infer import record_kind  # a TensorProto also parses as an empty Example
+
+        guessed = record_kind(record)
+        kind = {"example": "example", "tensor": "tensor"}.get(guessed, "raw")
+    if kind == "example":
+        return {"example": {k: _json_values(v, full) for k, v in sorted(decode_example(record).items())}}
+    if kind == "tensor":
+        tensor = decode_tensor_proto(record)
+        values, extra = _json_tensor(tensor.dtype, tensor.values, full)
+        return {"tensor": {"dtype": DTYPES[tensor.dtype][0], "shape": list(tensor.shape), "values": values, **extra}}
+    head = record if full else record[:CUT_BYTES]
+    raw: dict[str, Any] = {"length": len(record), "base64": base64.b64encode(head).decode("ascii")}
+    if len(head) < len(record):
+        raw["truncated"] = True
+    return {"raw": raw}
+
+
+def _cmd_head(args: argparse.Namespace) -> int:
+    for path in _files(args):
+        if args.n == 0:
+            continue
+        try:
+            with RecordReader(path, args.compression) as reader:
+                offset = reader.offset
+                for shown, record in enumerate(reader, 1):
+                    try:
+                        line = _render(record, args.as_, args.full)
+                    except DecodeError as err:
+                        print(f"{path}:{offset}: {err.message}", file=sys.stderr)
+                        return 1
+                    print(json.dumps({"file": path, "offset": offset, **line}, ensure_ascii=False))
+                    if shown == args.n:
+                        break
+                    offset = reader.offset
+        except BrokenPipeError:
+            raise  # the reader of our output went away: main() stops quietly
+        except (TFRecordError, OSError) as err:
+            print(_problem(err), file=sys.stderr)
+            return 1
+    return 0
+
+
+def _cmd_schema(args: argparse.Namespace) -> int:
+    from tfr_torch.decode.infer import format_features, infer_features  # imports torch: only for this command
+
+    paths = _files(args)
+    try:
+        spec = infer_features(paths, max_records=args.max_records, compression=args.compression)
+    except (TFRecordError, OSError) as err:
+        print(_problem(err), file=sys.stderr)
+        return 1
+    except ValueError:  # no records at all
+        files = f"{len(paths)} files hold" if len(paths) > 1 else f"{paths[0]} holds"
+        print(f"tfr-torch schema: no records to propose a spec from: {files} no records", file=sys.stderr)
+        return 1
+    print(format_features(spec), end="")
+    return 0
+
+
+def _inspect_tfds(paths: list[str]) -> int:
+    """Each TFDS folder's description; exit status 1 when a folder's metadata cannot be read or its shard files have
+    problems."""
+    from tfr_torch.tfds.inspection import describe
+    from tfr_torch.tfds.metadata import TFDSMetadataError
+
+    status = 0
+    for i, path in enumerate(paths):
+        try:
+            text = describe(path)
+        except (TFDSMetadataError, OSError) as err:
+            print(f"tfr-torch inspect: {err}", file=sys.stderr)
+            status = 1
+            continue
+        if "\nproblem: " in text:
+            status = 1
+        print(("\n" if i else "") + text, end="")
+    return status
+
+
+def _cmd_inspect(args: argparse.Namespace) -> int:
+    from tfr_torch.tfds.metadata import is_tfds_dir
+    from tfr_torch.tools.inspection import inspect_files
+
+    if all(is_tfds_dir(f) for f in args.files):  # TensorFlow Datasets folders: splits, counts, feature tree
+        return _inspect_tfds(args.files)
+    try:
+        text = inspect_files(_files(args), args.compression, args.max_records, progress=not args.quiet)
+    except (TFRecordError, OSError) as err:
+        print(_problem(err), file=sys.stderr)
+        return 1
+    print(text, end="")
+    return 0
+

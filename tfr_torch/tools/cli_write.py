@@ -1,0 +1,66 @@
+"""`tfr-torch convert` and `reshard`: commands that write a new set of shards (with indexes and a sidecar, or a
+TFDS folder)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from tfr_torch.errors import TFRecordError
+from tfr_torch.tools.cli_common import UsageError, _files, _problem
+
+
+def _cmd_convert(args: argparse.Namespace) -> int:
+    if args.quality is not None and args.format != "jpeg":
+        raise UsageError(f"argument --quality: applies to --format jpeg only (got --format {args.format})")
+    if args.mode != "UNCHANGED" and args.format == "keep":
+        raise UsageError(f"argument --mode: {args.mode} needs --format jpeg, png or raw (keep stores the files as "
+                         f"they are)")
+    if args.format == "jpeg" and args.mode in ("GRAY_ALPHA", "RGB_ALPHA"):
+        raise UsageError(f"argument --mode: JPEG has no alpha channel: {args.mode} needs --format png or raw")
+    if args.address is not None and args.engine != "ray":
+        raise UsageError("argument --address: names a Ray cluster, so it needs --engine ray")
+    from tfr_torch.tools.convert import convert_image_folder
+
+    if not os.path.isdir(args.src):
+        print(f"tfr-torch convert: no such folder: {args.src!r}", file=sys.stderr)
+        return 1
+    try:
+        result = convert_image_folder(args.src, args.out, args.name, args.split, format=args.format,
+                                      quality=95 if args.quality is None else args.quality,
+                                      shard_size=args.shard_size, compression=args.compression,
+                                      workers=args.workers, on_error=args.on_error, check=not args.no_check,
+                                      resume=not args.restart, progress=not args.quiet, engine=args.engine,
+                                      address=args.address, tfds=args.tfds, version=args.tfds_version,
+                                      mode=args.mode, allow_empty=args.allow_empty)
+    except ImportError as err:  # --engine ray without Ray installed
+        print(f"tfr-torch convert: {err}", file=sys.stderr)
+        return 1
+    except (TFRecordError, OSError, ValueError) as err:
+        print(f"tfr-torch convert: {_problem(err)}", file=sys.stderr)
+        return 1
+    for path in result.paths:
+        print(path)
+    return 0
+
+
+def _cmd_reshard(args: argparse.Namespace) -> int:
+    from tfr_torch.tools.reshard import check_output, reshard, reshard_names
+
+    paths = _files(args)
+    name, split = reshard_names(paths, args.name, args.split)
+    try:
+        check_output(paths, args.out, name, split)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    try:
+        paths = reshard(paths, args.out, shard_size=args.shard_size, compression=args.out_compression,
+                        name=name, split=split, progress=not args.quiet, tfds=args.tfds, version=args.tfds_version)
+    except (TFRecordError, OSError, ValueError) as err:
+        print(f"tfr-torch reshard: {_problem(err)}", file=sys.stderr)
+        return 1
+    for path in paths:
+        print(path)
+    return 0
+
