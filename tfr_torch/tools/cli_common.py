@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 from tfr_torch.errors import TFRecordError
 from tfr_torch.format.framing import OVERHEAD
@@ -56,16 +56,6 @@ def _meter(args: argparse.Namespace, paths: Sequence[str], label: str, unit: str
         except OSError:  # a missing file is reported when it is read
             total = None
     return Progress(label=label, enabled=shown, total_bytes=total, unit=unit)
-
-
-def _read(reader: RecordReader, meter: Progress) -> Iterator[bytes]:
-    """The records of `reader`, counted on `meter` (its total dropped for compressed files)."""
-    if reader.compression != "none":
-        meter.unknown_total()
-    update = meter.update
-    for record in reader:
-        update(1, len(record) + OVERHEAD)
-        yield record
 
 
 def _count(reader: RecordReader, meter: Progress) -> int:
