@@ -153,8 +153,8 @@ def _parse(data: bytes | bytearray | memoryview, what: str) -> tuple[Any, tuple[
     """The TensorProto message and its shape, with its dtype and shape checked."""
     try:
         proto = tensor_pb2.TensorProto.FromString(bytes(data))
-    except _ProtoDecodeError as exc:
-        raise DecodeError(f"cannot parse {len(data)} bytes as a {what}: {exc}") from None
+    except _ProtoDecodeError:  # (protobuf's own text differs between its releases: "Error parsing message" ...)
+        raise DecodeError(f"cannot parse {len(data)} bytes as a {what}: its protobuf wire format is corrupt") from None
     code = proto.dtype
     if code not in DTYPES:
         name = types_pb2.DataType.Name(code) if code in types_pb2.DataType.values() else str(code)
