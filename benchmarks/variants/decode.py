@@ -82,8 +82,15 @@ def _threads_line(row: Row, rows: list[Row]) -> str:
         text += (f"; the 2 threads pinned to a CPU each (os.sched_setaffinity), in the same rounds: best "
                  f"{metrics['pinned_best']:.2f}x, median {metrics['pinned_median']:.2f}x, worst "
                  f"{metrics['pinned_worst']:.2f}x")
-    if row.key == "threads":
-        met = "met" if scaling >= THREADS_TARGET else "not met"
+    if row.key == "threads":  # judged on the median round: a best pass alone can be a lucky window
+        pinned = metrics.get("pinned_median") or 0.0
+        if median >= THREADS_TARGET:
+            met = "met (median round)"
+        elif pinned >= THREADS_TARGET:
+            met = (f"met with the threads pinned (median {pinned:.2f}x), not in the typical unpinned round "
+                   f"(median {median:.2f}x)")
+        else:
+            met = "not met (median round)"
         text += f"; target (issue 26): >= {THREADS_TARGET}x one thread, {met}"
         if control and control < THREADS_TARGET:
             text += " (GIL-free code itself got less here: the 2 cores were not both free, compare with the control)"
@@ -161,7 +168,7 @@ def _interleaved(batches: list[list[bytes]], decode_on_two: Callable[[], Any], d
 def _pinned_pairs() -> list[set[int]] | None:
     """Two CPUs of this process's, one for each thread, or None where threads cannot be pinned (not Linux, one
     CPU). Pinning shows what the scheduler costs: on a VM with few vCPUs, a thread woken by the other's release
-    of the GIL is often placed on the waker's vCPU (the kernel takes a halted vCPU for a busy one), and the two
+    of the GIL is often placed on the waker's vCPU, and the two
     then share one CPU until the load balancer parts them."""
     import os
 
