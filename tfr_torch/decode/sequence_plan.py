@@ -4,7 +4,7 @@ when they can, else by the pure-Python reference. It shares ExamplePlan's spec c
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -88,16 +88,22 @@ class SequenceExamplePlan:
             lists.append(record_lists)
         context_units = Units(contexts, locator, what="context feature")
         context = {key: decoder(context_units, single) for key, decoder in self.context.items()}
+        return (context, *self._feature_lists(lambda key, decoder: self._steps(key, decoder, lists, locator), single))
+
+    def _feature_lists(self, steps_of: Callable[[str, Any], tuple[Units, np.ndarray]],
+                       single: bool) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+        """(feature lists, lengths) from each sequence feature's steps and steps per example (`steps_of(key,
+        decoder)`: by the reference or from the kernel's columns)."""
         feature_lists: dict[str, Any] = {}
         lengths: dict[str, torch.Tensor] = {}
         for key, decoder in self.sequence.items():
-            steps, per_example = self._steps(key, decoder, lists, locator)
+            steps, per_example = steps_of(key, decoder)
             if isinstance(decoder, StepSequenceDecoder):
                 feature_lists[key] = decoder(steps, per_example, single)
                 lengths[key] = torch.from_numpy(per_example)
             else:
                 feature_lists[key] = decoder(steps, single, steps_per_example=per_example)
-        return context, feature_lists, lengths
+        return feature_lists, lengths
 
     def _native_parse(self, core: Any, records: Sequence[bytes], locator: Locator,
                       single: bool) -> tuple[dict[str, Any], dict[str, Any], dict[str, torch.Tensor]] | None:
@@ -122,16 +128,9 @@ class SequenceExamplePlan:
         # no context decoders without context kinds: context_units is None only when there is nothing to decode
         context = ({key: decoder(context_units, single) for key, decoder in self.context.items()}
                    if context_units is not None else {})
-        feature_lists: dict[str, Any] = {}
-        lengths: dict[str, torch.Tensor] = {}
-        for key, decoder in self.sequence.items():
-            steps, per_example = self._native_steps(key, decoder, lists, len(records), locator, core)
-            if isinstance(decoder, StepSequenceDecoder):
-                feature_lists[key] = decoder(steps, per_example, single)
-                lengths[key] = torch.from_numpy(per_example)
-            else:
-                feature_lists[key] = decoder(steps, single, steps_per_example=per_example)
-        return context, feature_lists, lengths
+        n = len(records)
+        return (context, *self._feature_lists(
+            lambda key, decoder: self._native_steps(key, decoder, lists, n, locator, core), single))
 
     def _native_steps(self, key: str, decoder: Any, lists: dict[str, Any], n: int, locator: Locator,
                       core: Any) -> tuple[Units, np.ndarray]:
