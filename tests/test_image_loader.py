@@ -4,6 +4,8 @@ the loader, len / set_epoch passthrough, errors naming the image, and DecodeImag
 
 from __future__ import annotations
 
+import ctypes
+import gc
 import io
 import os
 
@@ -17,6 +19,7 @@ from torch.utils.data import DataLoader
 from cuda_standin import pretend_cuda
 
 import tfr_torch
+from tfr_torch.data import transport
 from tfr_torch.errors import DecodeError
 from tfr_torch.images import DecodeImages, DeviceLoader, ImageTransform
 from tfr_torch.images import loader as loader_module
@@ -262,6 +265,46 @@ def test_decode_images_in_dataloader_workers(shard):
             assert torch.equal(image, here[int(label)])
     with pytest.raises(ValueError, match=r"^DecodeImages with a training transform needs index="):
         DecodeImages(TRAIN)
+
+
+def _in_a_slab(tensor: torch.Tensor) -> bool:
+    """Whether the tensor's memory lies in a worker's slab as this process maps it (see transport.slab_tensor)."""
+    address = tensor.untyped_storage().data_ptr()
+    for mapping in list(transport._MAPS.values()):
+        if mapping.closed:
+            continue
+        start = ctypes.addressof(ctypes.c_char.from_buffer(mapping))
+        if start <= address < start + len(mapping):
+            return True
+    return False
+
+
+@pytest.mark.skipif(not transport.shared_memory_available(), reason="no memfd_create or /proc here")
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_worker_batches_of_images_arrive_without_a_copy_and_stay_intact_while_kept(shard, channels_last):
+    """DecodeImages in a worker writes the batch into a slab of the worker's transport; the main process gets a view
+    of it, and the slab is not written again while any batch (or a view of one) is kept: an epoch's batches kept to
+    the end (more than a worker's slabs, so later ones are made in new shared memory) equal the in-process ones."""
+    transform = DecodeImages(ImageTransform(16, train=False, dtype=torch.uint8, channels_last=channels_last))
+    data = tfr_torch.TFRecordDataset(shard, SPEC, index="auto", batch_size=2, transform=transform)
+    here = {int(label): image for b in DataLoader(dataset(shard), batch_size=None)
+            for label, image in zip(b["label"], transform(b)["image/encoded"])}
+    for workers in (1, 2):
+        kept = list(DataLoader(data, batch_size=None, num_workers=workers))
+        assert len(kept) == 12 > transport._MAX_SLABS
+        assert _in_a_slab(kept[0]["image/encoded"])
+        rows = [(int(label), image) for b in kept for label, image in zip(b["label"], b["image/encoded"])]
+        assert sorted(label for label, _ in rows) == list(range(23))
+        for label, image in rows:
+            assert torch.equal(image, here[int(label)]), (workers, label)
+        assert all(b["image/encoded"].is_contiguous(
+            memory_format=torch.channels_last if channels_last else torch.contiguous_format) for b in kept)
+    del kept, rows, image
+    gc.collect()
+    data = tfr_torch.TFRecordDataset(shard, SPEC, index="auto", batch_size=2, transform=transform,
+                                     shared_memory=False)
+    batch = next(iter(DataLoader(data, batch_size=None, num_workers=1)))  # no transport: torch's shared memory
+    assert not _in_a_slab(batch["image/encoded"]) and batch["image/encoded"].is_shared()
 
 
 def png(k: int) -> bytes:

@@ -1,7 +1,8 @@
 """Batches from DataLoader workers through reused shared memory (tfr_torch.data.transport).
 
 What must hold: a batch that crosses from a worker arrives equal to what the worker yielded, as plain dicts,
-lists, bytes and tensors the main process owns (nothing points into memory a worker reuses); slabs are reused,
+lists, bytes and tensors the main process owns, or views of a lent slab that the worker does not reuse while any
+of them lives (nothing points into memory a worker reuses); slabs are reused,
 not made per batch; values the slabs do not carry travel the usual way; plain pickle and copy are untouched;
 without shared memory the DataLoader's pipe still delivers everything.
 """
@@ -9,6 +10,7 @@ without shared memory the DataLoader's pipe still delivers everything.
 from __future__ import annotations
 
 import copy
+import gc
 import os
 import pickle
 from multiprocessing.reduction import ForkingPickler
@@ -542,3 +544,140 @@ def test_indexed_dataloader_batches_are_plain_tensors_equal_to_the_rows(tmp_path
     assert torch.cat([b["id"] for b in batches]).tolist() == list(range(10))
     assert torch.cat([b["v"] for b in batches]).tolist() == [[i, i + 1] for i in range(10)]
     assert [s for b in batches for s in b["s"]] == [b"s%d" % i for i in range(10)]
+
+
+# ----- tensors made in lent slabs (slab_tensor): sent without a copy, the slab reused only once nobody holds them
+
+
+def _lent(shape, dtype=torch.float32):
+    with transport.lending_slabs():
+        tensor = transport.slab_tensor(shape, dtype)
+    assert tensor is not None
+    return tensor, transport._pool().lent[tensor.untyped_storage().data_ptr()][0]
+
+
+def test_slab_tensor_only_while_lending():
+    assert transport.slab_tensor((4, 4), torch.uint8) is None  # anywhere else a lent tensor would be copied
+    with transport.lending_slabs():
+        with transport.lending_slabs():
+            pass
+        assert transport.slab_tensor((0, 4), torch.uint8) is None  # nothing to hold
+        assert transport.slab_tensor((2, 4), torch.uint8) is not None  # still lending after the inner block
+    assert transport.slab_tensor((4, 4), torch.uint8) is None
+
+
+@needs_shm
+def test_a_lent_tensor_arrives_as_a_view_of_its_slab_and_the_slab_waits_for_every_view():
+    tensor, slab = _lent((6, 5))
+    tensor.copy_(torch.arange(30, dtype=torch.float32).reshape(6, 5))
+    got = _send(Batch({"x": tensor, "y": torch.arange(3), "s": [b"ab"]}))
+    assert torch.equal(got["x"], torch.arange(30, dtype=torch.float32).reshape(6, 5))
+    assert torch.equal(got["y"], torch.arange(3)) and got["s"] == [b"ab"]
+    tensor[0, 0] = 99.0  # the same memory: no copy was made
+    assert got["x"][0, 0] == 99.0
+    del tensor
+    gc.collect()
+    assert not slab.free()  # the receiver's tensor still lies in it
+    row = got["x"][2]
+    del got
+    gc.collect()
+    assert not slab.free()  # and a view of it
+    assert torch.equal(row, torch.arange(10, 15, dtype=torch.float32))
+    del row
+    gc.collect()
+    assert slab.free()
+    again, same = _lent((6, 5))
+    assert same is slab  # reused
+
+
+@needs_shm
+def test_a_slab_is_never_reused_while_a_received_batch_is_kept():
+    kept = []
+    for i in range(2 * transport._MAX_SLABS):  # more than a worker may have: later batches are made elsewhere
+        with transport.lending_slabs():
+            tensor = transport.slab_tensor((64, 64), torch.int32)
+        if tensor is None:
+            tensor = torch.empty((64, 64), dtype=torch.int32)
+        tensor.fill_(i)
+        kept.append(_send(Batch({"x": tensor})))
+        del tensor
+        gc.collect()
+    for i, batch in enumerate(kept):
+        assert torch.equal(batch["x"], torch.full((64, 64), i, dtype=torch.int32)), i
+
+
+@needs_shm
+def test_a_lent_tensor_dropped_unsent_frees_its_slab():
+    tensor, slab = _lent((100,))
+    assert not slab.free()
+    smaller = tensor[:10].clone()  # what a transform that replaces the tensor leaves
+    del tensor
+    gc.collect()
+    assert slab.free() and smaller.shape == (10,)
+
+
+@needs_shm
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.float32, torch.bfloat16, torch.bool])
+def test_views_of_lent_tensors_keep_their_layout(dtype):
+    memory, slab = _lent((2, 5, 4, 3), dtype)  # [N, H, W, C] memory seen as channels_last [N, C, H, W]
+    memory.copy_(torch.arange(120).reshape(2, 5, 4, 3).to(dtype))
+    images = memory.permute(0, 3, 1, 2)
+    got = _send(Batch({"images": images, "first": images[1, :, 1:3]}))
+    for key, want in (("images", images), ("first", images[1, :, 1:3])):
+        assert got[key].dtype == dtype and got[key].shape == want.shape and got[key].stride() == want.stride()
+        assert torch.equal(got[key], want)
+    assert got["images"].is_contiguous(memory_format=torch.channels_last)
+    del memory, images, got, want
+    gc.collect()
+    assert slab.free()
+
+
+@needs_shm
+def test_a_lent_tensor_in_a_nested_batch_is_copied_and_a_view_in_another_dtype_is_not():
+    tensor, slab = _lent((8,), torch.int64)
+    tensor.copy_(torch.arange(8))
+    nested = _send(Batch({"steps": {"x": tensor}}))
+    other = _send(Batch({"x": tensor.view(torch.int32)}))
+    assert torch.equal(other["x"], torch.arange(8).view(torch.int32))
+    tensor.fill_(0)
+    assert torch.equal(nested["steps"]["x"], torch.arange(8))  # a copy
+    assert not other["x"].any()  # a view of the slab
+    del tensor, other
+    gc.collect()
+    assert slab.free()  # the nested batch's copy holds nothing of the slab
+
+
+@needs_shm
+def test_the_mapping_of_a_gone_worker_is_kept_while_its_views_are():
+    tensor, slab = _lent((16,), torch.int64)
+    tensor.copy_(torch.arange(16))
+    got = _send(Batch({"x": tensor}))
+    key = (os.getpid(), slab.serial)
+    mapping = transport._MAPS[key]
+    transport._close(mapping)  # what unmapping a gone worker's slabs does: not while a view remains
+    assert not mapping.closed and torch.equal(got["x"], torch.arange(16))
+    del got
+    gc.collect()
+    transport._close(mapping)
+    assert mapping.closed
+    del transport._MAPS[key]
+
+
+@needs_shm
+def test_a_forked_process_dropping_its_copy_of_a_view_releases_nothing():
+    tensor, slab = _lent((16,), torch.int64)
+    got = _send(Batch({"x": tensor}))
+    del tensor
+    gc.collect()
+    pid = os.fork()
+    if pid == 0:  # the child's copy of `got` goes, as a DataLoader worker's copies of the main process's may
+        try:
+            del got["x"]
+            gc.collect()
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    assert not slab.free()  # the parent still holds its view
+    del got
+    gc.collect()
+    assert slab.free()

@@ -49,7 +49,7 @@ from tfr_torch.data.reading import (
     regroup,
     shuffle_buffer,
 )
-from tfr_torch.data.transport import shared_memory_available, wrap_for_transport
+from tfr_torch.data.transport import lending_slabs, shared_memory_available, wrap_for_transport
 from tfr_torch.data.sharding import (
     Run,
     epoch_rng,
@@ -451,7 +451,11 @@ class TFRecordDataset(IterableDataset[Any]):
             items = self._batches(drop(blocks, skip * self.batch_size), plan, spans)
         for item in items:
             if transform is not None:
-                item = transform(item)
+                if wrap:  # a dict it returns travels as a Batch: its slab tensors (slab_tensor) go without a copy
+                    with lending_slabs():
+                        item = transform(item)
+                else:
+                    item = transform(item)
             if wrap:
                 item = wrap_for_transport(item, parcel)
             self._position += 1

@@ -11,6 +11,11 @@ written into a shared-memory slab that the worker reuses; the main process copie
 and tensors it owns) while it unpickles the batch, then marks the slab free. One copy on each side, no page
 faults once the slabs are warm, and nothing the user holds ever points into memory that is reused.
 
+A batch's large tensors can skip both copies: a transform that runs in the worker (DecodeImages) makes its output
+with slab_tensor, in a slab of its own, and the main process gets a view of that slab. Such a slab is reused only
+when the main process holds no view of it any more (and the worker none either): the user may keep a batch as long
+as they like, its slab simply stays taken; with every slab taken, the next batches are made the usual way.
+
 A batch of nested results (an RLDS episode: {"steps": {"observation": {"image": ...}, ...}, ...}, dicts and lists as
 deep as they go) travels the same way: its skeleton (the dicts and lists, with None where a slab value goes) in the
 pickle, each dense tensor and list of bytes in the slab with its path, put back in place in the main process.
@@ -24,11 +29,14 @@ be made, batches travel the usual way (with one warning in the second case).
 from __future__ import annotations
 
 import itertools
+import math
 import mmap
 import os
 import struct
 import threading
 import warnings
+import weakref
+from collections.abc import Sequence
 from multiprocessing.reduction import ForkingPickler
 from typing import Any, Callable, Literal, Union
 
@@ -38,7 +46,8 @@ import torch
 from tfr_torch import _native
 from tfr_torch.decode.spans import RecordSpans
 
-__all__ = ["Batch", "RecordBatch", "Parcel", "shared_memory_available", "wrap_for_transport"]
+__all__ = ["Batch", "RecordBatch", "Parcel", "lending_slabs", "shared_memory_available", "slab_tensor",
+           "wrap_for_transport"]
 
 _HEADER = 64  # bytes before the data: a uint64 count of the batches the receiver has copied out
 _ALIGN = 64
@@ -64,10 +73,15 @@ Container = Literal["dict", "list"]  # what a batch is: a Batch (dict) or a Reco
 #   `nbytes` in all, one per `lengths`.
 # SlabRef: where the receiver finds a slab: (pid, fd, serial, size): worker `pid`'s memfd `fd` (through /proc),
 #   slab `serial`, `size` bytes.
+# LentEntry: a tensor made in a slab of its own (slab_tensor), sent without a copy: (key, dtype, shape, stride,
+#   storage offset) of a view of the slab's first bytes.
+# Lent: a lent slab and the tensors a batch sends in it: (slab, nbytes lent, entries).
 TensorEntry = tuple[Literal["t"], Any, int, int, str, tuple[int, ...]]
 BytesEntry = tuple[Literal["b"], Any, int, int, list[int]]
 Entry = Union[TensorEntry, BytesEntry]
 SlabRef = tuple[int, int, int, int]
+LentEntry = tuple[Any, str, tuple[int, ...], tuple[int, ...], int]
+Lent = tuple[SlabRef, int, list[LentEntry]]
 
 
 class Batch(dict[Any, Any]):
@@ -156,8 +170,9 @@ def wrap_for_transport(item: Any, parcel: bool = False) -> Any:
 class _Slab:
     """One anonymous shared-memory file (memfd), mapped, reused batch after batch. The receiver maps it through
     /proc/<pid>/fd/<fd>; it vanishes when both sides have closed it (no name, so nothing can leak). Free when the
-    receiver has copied out every batch written into it (its released count, which only the receiver writes,
-    equals `sent`)."""
+    receiver is done with every batch sent in it (its released count, which only the receiver writes, equals
+    `sent`: it has copied them out, or the tensors it got as views of a lent slab are gone) and no tensor of this
+    worker's lies in it (`lent`: slab_tensor's, alive)."""
 
     def __init__(self, size: int, serial: int) -> None:
         fd = os.memfd_create(f"tfr_torch-{serial}", getattr(os, "MFD_CLOEXEC", 0))
@@ -168,11 +183,11 @@ class _Slab:
         except BaseException:
             os.close(fd)
             raise
-        self.fd, self.size, self.serial, self.sent = fd, size, serial, 0
+        self.fd, self.size, self.serial, self.sent, self.lent = fd, size, serial, 0, 0
 
     def free(self) -> bool:
         released: int = _RELEASED.unpack_from(self.mm, 0)[0]
-        return released == self.sent
+        return released == self.sent and not self.lent
 
     def close(self) -> None:
         self.mm.close()
@@ -186,7 +201,10 @@ class _Pool:
         self.serials = itertools.count()
         self.retired: list[int] = []  # serials of closed slabs, for the receiver to unmap
         self.disabled: str | None = None
-        self.lock = threading.Lock()  # DataLoader pickles in the queue's feeder thread
+        # DataLoader pickles in the queue's feeder thread; reentrant: a lent tensor's finalizer (_unlend) may run
+        # in a garbage collection that starts while the lock is held
+        self.lock = threading.RLock()
+        self.lent: dict[int, tuple[_Slab, int]] = {}  # data address of a lent slab's tensors -> (slab, nbytes)
 
     def take(self, size: int) -> _Slab | None:
         """A free slab of at least `size` bytes (reused, or made), or None: send inline."""
@@ -231,9 +249,76 @@ def _pool() -> _Pool:
     return _POOL
 
 
+_LENDING = threading.local()
+
+
+class lending_slabs:
+    """While active (in this thread), slab_tensor makes its tensors in slabs: what TFRecordDataset sets around its
+    `transform` in a DataLoader worker whose batches go through the transport, where a dict the transform returns is
+    sent as a Batch. Anywhere else a lent tensor would reach the main process the usual way: moved to new shared
+    memory by a copy."""
+
+    __slots__ = ("before",)
+
+    def __enter__(self) -> None:
+        self.before = getattr(_LENDING, "on", False)
+        _LENDING.on = True
+
+    def __exit__(self, *exc: object) -> None:
+        _LENDING.on = self.before
+
+
+def slab_tensor(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor | None:
+    """An uninitialized contiguous CPU tensor in a slab of its own, or None (not inside lending_slabs, no shared
+    memory, no free slab, or nothing to hold). For a batch's large values (DecodeImages' images): written in place
+    by the worker and sent without a copy; the main process gets a view of the slab, and the slab is reused only
+    once that view and every view of it are gone (and the worker's tensor too), so nothing anyone holds is ever
+    overwritten. A slab stays taken as long as the main process keeps the batch: where every slab is taken, the
+    next batches are made the usual way."""
+    if not getattr(_LENDING, "on", False) or not _SUPPORTED:
+        return None
+    count = math.prod(shape)
+    nbytes = count * dtype.itemsize
+    if nbytes <= 0:
+        return None
+    pool = _pool()
+    with pool.lock:
+        slab = pool.take(nbytes)
+        if slab is None:
+            return None
+        slab.lent += 1
+    view = memoryview(slab.mm)[_HEADER : _HEADER + nbytes]
+    tensor = torch.frombuffer(view, dtype=dtype, count=count).view(shape)
+    address = tensor.untyped_storage().data_ptr()
+    weakref.finalize(view, _unlend, pool, slab, address).atexit = False  # torch holds `view` while the storage lives
+    with pool.lock:
+        pool.lent[address] = (slab, nbytes)
+    return tensor
+
+
+def _unlend(pool: _Pool, slab: _Slab, address: int) -> None:
+    with pool.lock:
+        slab.lent -= 1
+        if pool.lent.get(address, (None,))[0] is slab:
+            del pool.lent[address]
+
+
 def _slab_tensor(value: Any) -> bool:
     return (type(value) is torch.Tensor and value.layout == torch.strided and value.device.type == "cpu"
             and not value.requires_grad and not value.is_quantized and not value.is_conj() and not value.is_neg())
+
+
+def _lent_entry(pool: _Pool, key: Any, value: Any) -> tuple[_Slab, int, LentEntry] | None:
+    """Where `value` (a _slab_tensor) is a view of a lent slab: the slab, the bytes lent, and its entry."""
+    storage = value.untyped_storage()
+    lent = pool.lent.get(storage.data_ptr())
+    if lent is None:
+        return None
+    slab, nbytes = lent
+    if storage.nbytes() != nbytes or nbytes % value.element_size():
+        return None
+    dtype = str(value.dtype).rpartition(".")[2]
+    return slab, nbytes, (key, dtype, tuple(value.shape), tuple(value.stride()), value.storage_offset())
 
 
 def _bytes_total(value: Any) -> int:
@@ -336,34 +421,50 @@ def _write(plan: list[tuple[Any, str, Any]], mm: mmap.mmap) -> list[Entry]:
 
 def _reduce(batch: Any, items: list[tuple[Any, Any]],
             container: Container) -> tuple[Callable[..., Any], tuple[Any, ...]]:
-    """What ForkingPickler calls for Batch and RecordBatch: the values written into a slab plus what is left. A
-    dict with nested values (an RLDS episode: {"steps": {"observation": {...}, ...}, ...}) travels as its skeleton
-    (the dicts and lists, with None where a slab value goes) and the path of each slab value."""
+    """What ForkingPickler calls for Batch and RecordBatch: the values written into a slab, the tensors made in
+    lent slabs (slab_tensor) as where they lie, plus what is left. A dict with nested values (an RLDS episode:
+    {"steps": {"observation": {...}, ...}, ...}) travels as its skeleton (the dicts and lists, with None where a
+    slab value goes) and the path of each slab value."""
     if container == "dict" and any(_nested(value) for _, value in items):
         return _reduce_nested(batch, items)
     plan: list[tuple[Any, str, Any]] = []  # (key, "t" tensor or "b" bytes list, value)
     inline: list[tuple[Any, Any]] = []
+    lent: dict[int, tuple[_Slab, int, list[LentEntry]]] = {}  # by slab serial
     size = 0
-    for key, value in items:
-        if _slab_tensor(value):
-            plan.append((key, "t", value))
-            size += _pad(value.numel() * value.element_size())
-        elif (total := _bytes_total(value)) >= 0:
-            plan.append((key, "b", value))
-            size += _pad(total)
-        else:
-            inline.append((key, value))
     pool = _pool()
     with pool.lock:
+        for key, value in items:
+            if _slab_tensor(value):
+                found = _lent_entry(pool, key, value) if pool.lent else None
+                if found is not None:
+                    lent.setdefault(found[0].serial, (found[0], found[1], []))[2].append(found[2])
+                elif value.is_shared():  # already in shared memory (made there): sent as it is, the usual way
+                    inline.append((key, value))
+                else:
+                    plan.append((key, "t", value))
+                    size += _pad(value.numel() * value.element_size())
+            elif (total := _bytes_total(value)) >= 0:
+                plan.append((key, "b", value))
+                size += _pad(total)
+            else:
+                inline.append((key, value))
         slab = pool.take(size) if plan else None
-        if slab is None:
+        if slab is None and not lent:
             return _rebuild_inline, (container, list(items))
-        entries = _write(plan, slab.mm)
-        slab.sent += 1
+        ref, entries = None, []
+        if slab is not None:
+            entries = _write(plan, slab.mm)
+            slab.sent += 1
+            ref = (pool.pid, slab.fd, slab.serial, _HEADER + slab.size)
+        else:
+            inline += [(key, value) for key, _, value in plan]
+        views: list[Lent] = []
+        for held, nbytes, at in lent.values():
+            held.sent += 1  # released by the receiver when its views of the slab are gone
+            views.append(((pool.pid, held.fd, held.serial, _HEADER + held.size), nbytes, at))
         retired, pool.retired = pool.retired, []
     keys = [key for key, _ in items]
-    return _rebuild, (container, (pool.pid, slab.fd, slab.serial, _HEADER + slab.size), keys, entries, inline,
-                      retired)
+    return _rebuild, (container, ref, keys, entries, inline, retired, views)
 
 
 def _reduce_nested(batch: Any, items: list[tuple[Any, Any]]) -> tuple[Callable[..., Any], tuple[Any, ...]]:
@@ -422,13 +523,13 @@ def _mapping(slab: SlabRef, retired: list[int]) -> mmap.mmap:
         for old in retired:
             gone = _MAPS.pop((pid, old), None)
             if gone is not None:
-                gone.close()
+                _close(gone)
         mm = _MAPS.get((pid, serial))
         if mm is not None:
             return mm
         dead = {p for p, _ in _MAPS if p != pid and not _alive(p)}  # unmap what workers that are gone left
         for key in [key for key in _MAPS if key[0] in dead]:
-            _MAPS.pop(key).close()
+            _close(_MAPS.pop(key))
         path = f"/proc/{pid}/fd/{fd}"
         try:
             own = os.open(path, os.O_RDWR)
@@ -442,6 +543,15 @@ def _mapping(slab: SlabRef, retired: list[int]) -> mmap.mmap:
             os.close(own)
         _MAPS[(pid, serial)] = mm
         return mm
+
+
+def _close(mm: mmap.mmap) -> None:
+    """Unmap a slab now, or, where tensors still view it (a lent slab's batch the user keeps, after its worker has
+    exited), when the last of them is gone (the mapping is freed with them)."""
+    try:
+        mm.close()
+    except BufferError:
+        pass
 
 
 def _read(mm: mmap.mmap, entry: Entry) -> Any:
@@ -460,14 +570,42 @@ def _read(mm: mmap.mmap, entry: Entry) -> Any:
     return _unpack_bytes(mm, pos, entry[4])
 
 
-def _rebuild(container: Container, slab: SlabRef, keys: list[Any], entries: list[Entry],
-             inline: list[tuple[Any, Any]], retired: list[int]) -> Any:
-    mm = _mapping(slab, retired)
+def _rebuild(container: Container, slab: SlabRef | None, keys: list[Any], entries: list[Entry],
+             inline: list[tuple[Any, Any]], retired: list[int], lent: Sequence[Lent] = ()) -> Any:
     values: dict[Any, Any] = dict(inline)
-    for entry in entries:
-        values[entry[1]] = _read(mm, entry)
-    _RELEASED.pack_into(mm, 0, _RELEASED.unpack_from(mm, 0)[0] + 1)  # the worker may reuse the slab now
+    if slab is not None:
+        mm = _mapping(slab, retired)
+        retired = []
+        for entry in entries:
+            values[entry[1]] = _read(mm, entry)
+        _RELEASED.pack_into(mm, 0, _RELEASED.unpack_from(mm, 0)[0] + 1)  # the worker may reuse the slab now
+    for ref, nbytes, at in lent:
+        _views(_mapping(ref, retired), nbytes, at, values)
+        retired = []
     return _rebuild_inline(container, [(key, values[key]) for key in keys])
+
+
+def _views(mm: mmap.mmap, nbytes: int, at: list[LentEntry], values: dict[Any, Any]) -> None:
+    """The tensors a worker made in a lent slab, as views of the slab's first `nbytes` (no copy). The slab's
+    released count goes up when the last of them (and of any view of them) is gone: only then may the worker
+    write into the slab again."""
+    region = memoryview(mm)[_HEADER : _HEADER + nbytes]
+    base = torch.frombuffer(region, dtype=torch.uint8)
+    # torch holds `region` as long as the storage lives; not at exit (nothing to release then), and never in a
+    # process forked from this one, which would release what this one still holds
+    weakref.finalize(region, _release, mm, os.getpid()).atexit = False
+    del region
+    for key, dtype_name, shape, stride, offset in at:
+        values[key] = base.view(getattr(torch, dtype_name)).as_strided(shape, stride, offset)
+
+
+def _release(mm: mmap.mmap, pid: int) -> None:
+    if os.getpid() != pid:
+        return
+    try:
+        _RELEASED.pack_into(mm, 0, _RELEASED.unpack_from(mm, 0)[0] + 1)
+    except ValueError:  # unmapped: its worker is gone
+        pass
 
 
 def _rebuild_nested(slab: SlabRef, skeleton: dict[Any, Any], entries: list[Entry], retired: list[int]) -> Any:

@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from tfr_torch import _native
+from tfr_torch.data.transport import slab_tensor as _slab_tensor
 
 __all__ = ["ImageTransform", "IMAGENET_MEAN", "IMAGENET_STD", "uniforms"]
 
@@ -182,9 +183,9 @@ def _resize_each(crops: Iterable[tuple[torch.Tensor, np.ndarray, bool]], count: 
     copied to channels_last rows first: torch's uint8 antialiased resize reads 3 or 4 channels_last-contiguous
     channels as they are and gives channels_last pixels, where any other layout costs it an unpacking copy of the
     crop and a [C, H, W] result (measured on a 328-pixel crop of 500 x 375 to 224: 7 us for the copy, 55 us less
-    resizing, 58 us less writing into a channels_last batch). `shared`: the batch is made in shared memory (as
-    DataLoader's collate makes a worker's batches), so handing it to the main process copies nothing (a private
-    batch of 256 x 3 x 224 x 224 uint8 costs a 38 MB copy there, about 25 ms)."""
+    resizing, 58 us less writing into a channels_last batch). `shared`: the batch is made in shared memory (see
+    _batch_buffer), so handing it to the main process copies nothing (a private batch of 256 x 3 x 224 x 224 uint8
+    costs a 38 MB copy there, about 25 ms)."""
     with _one_thread():
         return _resize_into(crops, count, transform, shared)
 
@@ -274,11 +275,16 @@ def _with_padding(crop: torch.Tensor) -> torch.Tensor:
 
 def _batch_buffer(shape: tuple[int, int, int, int], dtype: torch.dtype, device: torch.device, channels_last: bool,
                   shared: bool) -> torch.Tensor:
-    """An uninitialized [N, C, H, W] tensor (channels_last memory or contiguous); in shared memory when `shared`
-    (on the CPU), as torch's default_collate makes a DataLoader worker's batches."""
+    """An uninitialized [N, C, H, W] tensor (channels_last memory or contiguous). When `shared` (on the CPU, in a
+    DataLoader worker): in a slab of the worker's transport where the batch will travel through it (see
+    transport.slab_tensor: sent without a copy, the slab reused), else in new shared memory, as torch's
+    default_collate makes a worker's batches."""
     n, c, h, w = shape
     order = (n, h, w, c) if channels_last else shape
-    if shared and device.type == "cpu":
+    lent = _slab_tensor(order, dtype) if shared and device.type == "cpu" else None
+    if lent is not None:  # in a TFRecordDataset's worker: in a slab its transport sends without a copy
+        memory = lent
+    elif shared and device.type == "cpu":
         storage = torch.UntypedStorage._new_shared(math.prod(order) * dtype.itemsize)
         memory = torch.empty(0, dtype=dtype).set_(storage).view(order)
     else:
