@@ -680,3 +680,15 @@ def test_a_forked_process_dropping_its_copy_of_a_view_releases_nothing():
     del got
     gc.collect()
     assert slab.free()
+
+
+@needs_shm
+def test_a_worker_with_the_pid_of_a_gone_one_is_not_taken_for_it():
+    """The receiver keys its mappings by worker pid and slab number; a new worker can get the pid of one that has
+    exited (pids wrap), and its first slab must not be read through the old worker's mapping."""
+    old = _send(Batch({"v": torch.full((1000,), 1)}))
+    old_keys = {key for key in transport._MAPS if key[0] == os.getpid()}
+    transport._POOL = None  # a new worker process with this pid: a new pool, numbering its slabs afresh
+    new = _send(Batch({"v": torch.full((1000,), 2)}))
+    assert torch.equal(new["v"], torch.full((1000,), 2)) and torch.equal(old["v"], torch.full((1000,), 1))
+    assert not old_keys & set(transport._MAPS)  # the earlier process's mappings are dropped

@@ -53,6 +53,7 @@ _HEADER = 64  # bytes before the data: a uint64 count of the batches the receive
 _ALIGN = 64
 _MIN_SLAB = 1 << 20
 _MAX_SLABS = 8  # per worker: more batches in flight means nobody releases them, so send the next ones inline
+_SERIAL_BITS = 24  # a slab's number within its pool (see _Pool.serials)
 _RELEASED = struct.Struct("<Q")
 # torch dtypes (by name) that numpy has too: their tensors go in and out of slabs through numpy, whose copies cost
 # a few µs less per tensor than torch's ops (a batch's label tensor is a good part of a small batch's trip)
@@ -198,7 +199,9 @@ class _Pool:
     def __init__(self) -> None:
         self.pid = os.getpid()
         self.slabs: list[_Slab] = []
-        self.serials = itertools.count()
+        # slab numbers: this pool's own random number above _SERIAL_BITS, so that a worker that gets the pid of
+        # one gone before it is never taken for it by the receiver (whose mappings are keyed by pid and number)
+        self.serials = itertools.count(int.from_bytes(os.urandom(5), "little") << _SERIAL_BITS)
         self.retired: list[int] = []  # serials of closed slabs, for the receiver to unmap
         self.disabled: str | None = None
         # DataLoader pickles in the queue's feeder thread; reentrant: a lent tensor's finalizer (_unlend) may run
@@ -528,7 +531,8 @@ def _mapping(slab: SlabRef, retired: list[int]) -> mmap.mmap:
         if mm is not None:
             return mm
         dead = {p for p, _ in _MAPS if p != pid and not _alive(p)}  # unmap what workers that are gone left
-        for key in [key for key in _MAPS if key[0] in dead]:
+        pool = serial >> _SERIAL_BITS  # and what an earlier process of this pid left
+        for key in [key for key in _MAPS if key[0] in dead or (key[0] == pid and key[1] >> _SERIAL_BITS != pool)]:
             _close(_MAPS.pop(key))
         path = f"/proc/{pid}/fd/{fd}"
         try:
