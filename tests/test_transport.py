@@ -10,6 +10,7 @@ without shared memory the DataLoader's pipe still delivers everything.
 from __future__ import annotations
 
 import copy
+import ctypes
 import gc
 import os
 import pickle
@@ -692,3 +693,49 @@ def test_a_worker_with_the_pid_of_a_gone_one_is_not_taken_for_it():
     new = _send(Batch({"v": torch.full((1000,), 2)}))
     assert torch.equal(new["v"], torch.full((1000,), 2)) and torch.equal(old["v"], torch.full((1000,), 1))
     assert not old_keys & set(transport._MAPS)  # the earlier process's mappings are dropped
+
+
+@needs_shm
+@pytest.mark.parametrize("in_worker", [True, False])
+def test_a_worker_stacks_large_row_tensors_into_a_lent_slab(monkeypatch, in_worker):
+    """default_collate of a worker's rows: a key whose stack is 1 MiB or more is stacked straight into a lent slab
+    (sent without a copy); smaller ones, and the main process's, are stacked as torch.stack does."""
+    rows = [Batch({"image": torch.full((3, 128, 128), float(i)), "label": torch.tensor(i)}) for i in range(6)]
+    got = _collated(rows, in_worker, monkeypatch)
+    assert torch.equal(got["image"], torch.stack([row["image"] for row in rows]))
+    assert torch.equal(got["label"], torch.arange(6))
+    lent = transport._pool().lent
+    assert (got["image"].untyped_storage().data_ptr() in lent) == in_worker
+    assert got["label"].untyped_storage().data_ptr() not in lent
+    if in_worker:
+        sent = _send(got)  # and the transport sends it as a view of that slab
+        assert torch.equal(sent["image"], torch.stack([row["image"] for row in rows]))
+    mixed = [Batch({"image": torch.zeros((3, 128, 128), dtype=torch.float64 if i else torch.float32)})
+             for i in range(6)]
+    assert _collated(mixed, in_worker, monkeypatch)["image"].dtype == torch.float64  # promoted, as torch.stack
+
+
+def _big_row(row):
+    """A per-record transform that makes a 48 KiB tensor from the record's id."""
+    return {"id": row["id"], "pixels": torch.full((3, 64, 64), float(row["id"]))}
+
+
+@needs_shm
+def test_dataloader_batches_of_large_rows_arrive_as_views_of_a_slab(tmp_path):
+    path = str(tmp_path / "rows.tfrecord")
+    with tfr_torch.TFRecordWriter(path) as writer:
+        for i in range(64):
+            writer.write(tfr_torch.encode_example({"id": i}))
+    spec = {"id": tfr_torch.FixedLenFeature([], torch.int64)}
+    dataset = tfr_torch.TFRecordDataset(path, spec, transform=_big_row)
+    batches = list(DataLoader(dataset, batch_size=32, num_workers=1))  # 32 x 48 KiB = 1.5 MiB a batch: lent
+    assert [b["id"].tolist() for b in batches] == [list(range(32)), list(range(32, 64))]
+    for b in batches:
+        assert torch.equal(b["pixels"], b["id"].float()[:, None, None, None].expand(32, 3, 64, 64))
+    mapped = []
+    for mapping in transport._MAPS.values():
+        if not mapping.closed:
+            start = ctypes.addressof(ctypes.c_char.from_buffer(mapping))
+            mapped.append((start, start + len(mapping)))
+    address = batches[0]["pixels"].untyped_storage().data_ptr()
+    assert any(start <= address < end for start, end in mapped)

@@ -108,10 +108,29 @@ def _collate_rows(batch: list[Any], *, collate_fn_map: dict[Any, Callable[..., A
         values = [row[key] for row in batch]
         first = values[0]
         if type(first) is torch.Tensor and first.layout == torch.strided and not first.is_nested:
-            out[key] = torch.stack(values)  # raises what default_collate's stack raises for unequal shapes
+            out[key] = _stack(values)  # raises what default_collate's stack raises for unequal shapes
         else:
             out[key] = collate(values, collate_fn_map=collate_fn_map)
     return out
+
+
+_LEND_FROM = 1 << 20  # a stacked tensor of at least this many bytes is made in a slab of its own (slab_tensor)
+
+
+def _stack(values: list[torch.Tensor]) -> torch.Tensor:
+    """torch.stack(values); in a DataLoader worker, a large result (images, say) straight into a lent slab, which
+    the transport then sends without copying it (see slab_tensor)."""
+    first = values[0]
+    if (len(values) * first.numel() * first.element_size() >= _LEND_FROM and first.device.type == "cpu"
+            and all(type(v) is torch.Tensor and v.dtype == first.dtype and v.device == first.device
+                    and v.shape == first.shape and not v.requires_grad
+                    for v in values)
+            and torch.utils.data.get_worker_info() is not None):
+        with lending_slabs():
+            target = slab_tensor((len(values), *first.shape), first.dtype)
+        if target is not None:
+            return torch.stack(values, out=target)
+    return torch.stack(values)
 
 
 # default_collate looks a batch's element type up in this map first (torch's documented way to extend it, though
