@@ -9,7 +9,7 @@ import torch
 import tfr_torch
 
 pytest.importorskip("torchdata.nodes")
-from torchdata.nodes import Batcher, Loader, ParallelMapper, Prefetcher  # noqa: E402
+from torchdata.nodes import Batcher, Loader, ParallelMapper, Prefetcher, Unbatcher  # noqa: E402
 
 from tfr_torch.nodes import ExampleDecoder, TFRecordNode  # noqa: E402
 
@@ -138,8 +138,21 @@ def test_decoder_single_records_batches_and_pickling(files):
     with pytest.raises(TypeError) as info:
         ExampleDecoder(None)
     assert str(info.value).startswith("ExampleDecoder needs a feature spec")
-    with pytest.raises(TypeError, match="decodes a record .bytes. or a list of records, got int"):
+    with pytest.raises(TypeError, match="decodes a record .bytes., a list of records or a list of batches, got int"):
         decode(3)
+    run = decode([records[:3], records[3:5]])  # a run of batches: their dicts
+    assert [b["id"].tolist() for b in run] == [[0, 1, 2], [3, 4]] and run[1]["text"] == [b"record 3", b"record 4"]
+    with pytest.raises(TypeError):
+        decode([records[:3], "not records"])
+
+
+def test_runs_of_batches_through_a_thread_mapper_and_unbatcher(files):
+    node = TFRecordNode(files, index="auto")
+    runs = ParallelMapper(Batcher(Batcher(node, 4, drop_last=False), 3, drop_last=False), ExampleDecoder(SPEC),
+                          num_workers=2, method="thread")
+    batches = list(Loader(Unbatcher(runs)))
+    assert [len(b["id"]) for b in batches] == [4] * 8 + [1]
+    assert [int(i) for b in batches for i in b["id"]] == list(range(33))
 
 
 def test_node_decodes_and_batches_through_the_dataset(files):

@@ -10,7 +10,10 @@ __all__ = ["ExampleDecoder"]
 
 class ExampleDecoder:
     """Decodes what `TFRecordNode` (raw records) or a `Batcher` over it yields: one record (`bytes`) gives what
-    `parse_single_example` gives, a list of records (a batch) what `parse_example` gives, dicts of tensors.
+    `parse_single_example` gives, a list of records (a batch) what `parse_example` gives, dicts of tensors; a list
+    of batches (a `Batcher` over a `Batcher`) gives the list of their dicts, for thread mappers: each task is then
+    a run of batches, and torchdata's own work per task (its queues and threads, under the GIL) is paid once a run
+    (`Unbatcher` after the mapper gives the batches one by one again).
 
     `features` is a spec (see `parse_example`) or a `tfr_torch.tfds.TFDSDecoder`; it is checked here, in the
     process that builds the pipeline, and compiled once per process (the decoder pickles for
@@ -42,10 +45,13 @@ class ExampleDecoder:
     def __repr__(self) -> str:
         return f"ExampleDecoder({self.features!r})"
 
-    def __call__(self, records: bytes | Sequence[bytes]) -> Any:
+    def __call__(self, records: bytes | Sequence[bytes] | Sequence[Sequence[bytes]]) -> Any:
         if isinstance(records, (bytes, bytearray, memoryview)):
             return self._plan.parse([bytes(records)], None, single=True)
         if isinstance(records, str) or not isinstance(records, Sequence):
-            raise TypeError(f"ExampleDecoder decodes a record (bytes) or a list of records, got "
+            raise TypeError(f"ExampleDecoder decodes a record (bytes), a list of records or a list of batches, got "
                             f"{type(records).__name__}")
+        if records and isinstance(records[0], list):  # a run of batches
+            parse = self._plan.parse
+            return [parse(batch) for batch in records]
         return self._plan.parse(list(records))
