@@ -350,6 +350,63 @@ done:
     return result;
 }
 
+/* normalize_pixels(out, bf16, interleaved, pixels, height, width, channels, step, row, flip, sub, mul): the pixels
+ * (laid out as for planes_from_pixels) as ((v - sub[k]) * mul[k]) floats into `out` (float32, or bfloat16 when
+ * `bf16`; planes, or pixels when `interleaved`); sub and mul: `channels` float32 values each (buffers). */
+static PyObject *py_normalize_pixels(PyObject *self, PyObject *args) {
+    PyObject *target, *source, *sub_arg, *mul_arg;
+    Py_ssize_t h, w, c, step, row;
+    int bf16, interleaved, flip;
+    if (!PyArg_ParseTuple(args, "OppOnnnnnpOO:normalize_pixels", &target, &bf16, &interleaved, &source, &h, &w, &c,
+                          &step, &row, &flip, &sub_arg, &mul_arg))
+        return NULL;
+    if (h < 0 || w < 0 || c <= 0 || step < c || row < 0) {
+        PyErr_Format(PyExc_ValueError, "normalize_pixels: %zd x %zd pixels of %zd channels, %zd bytes apart, rows "
+                     "%zd bytes apart, is not a layout", h, w, c, step, row);
+        return NULL;
+    }
+    Py_buffer out = {0}, in = {0}, sub = {0}, mul = {0};
+    PyObject *result = NULL;
+    if (PyObject_GetBuffer(target, &out, PyBUF_WRITABLE) < 0) return NULL;
+    if (PyObject_GetBuffer(source, &in, PyBUF_SIMPLE) < 0 || PyObject_GetBuffer(sub_arg, &sub, PyBUF_SIMPLE) < 0 ||
+        PyObject_GetBuffer(mul_arg, &mul, PyBUF_SIMPLE) < 0)
+        goto done;
+    size_t values = (size_t)c * (size_t)h, size = bf16 ? 2 : 4,
+           need = tfr_pixels_extent((size_t)h, (size_t)w, (size_t)c, (size_t)step, (size_t)row);
+    int fits = (!h || values / (size_t)h == (size_t)c) && (!w || values <= SIZE_MAX / size / (size_t)w) &&
+               values * (size_t)w * size == (size_t)out.len;
+    if (!fits || need == SIZE_MAX || need > (size_t)in.len) {
+        PyErr_Format(PyExc_ValueError, "normalize_pixels: %zd x %zd pixels of %zd channels need %zd bytes of "
+                     "output (got %zd) and pixels within %zd bytes (the layout needs %s)", h, w, c,
+                     c * h * w * (Py_ssize_t)size, out.len, in.len, need == SIZE_MAX ? "more than memory" : "more");
+        goto done;
+    }
+    if (sub.len != c * (Py_ssize_t)sizeof(float) || mul.len != c * (Py_ssize_t)sizeof(float)) {
+        PyErr_Format(PyExc_ValueError, "normalize_pixels: sub and mul need %zd float32 values each (got %zd and %zd "
+                     "bytes)", c, sub.len, mul.len);
+        goto done;
+    }
+    float subs[16], muls[16];
+    if (c > 16) {
+        PyErr_Format(PyExc_ValueError, "normalize_pixels: at most 16 channels, got %zd", c);
+        goto done;
+    }
+    memcpy(subs, sub.buf, (size_t)sub.len);
+    memcpy(muls, mul.buf, (size_t)mul.len);
+    Py_BEGIN_ALLOW_THREADS
+    tfr_normalize_pixels(out.buf, bf16, interleaved, in.buf, (size_t)h, (size_t)w, (size_t)c, (size_t)step,
+                         (size_t)row, flip, subs, muls);
+    Py_END_ALLOW_THREADS
+    Py_INCREF(Py_None);
+    result = Py_None;
+done:
+    if (mul.obj) PyBuffer_Release(&mul);
+    if (sub.obj) PyBuffer_Release(&sub);
+    if (in.obj) PyBuffer_Release(&in);
+    PyBuffer_Release(&out);
+    return result;
+}
+
 /* frame_records(records) -> bytes: every record framed, back to back */
 static PyObject *py_frame_records(PyObject *self, PyObject *arg) {
     PyObject *seq = PySequence_Fast(arg, "frame_records expects a sequence of bytes-like records");
@@ -1300,6 +1357,9 @@ static PyMethodDef module_methods[] = {
     {"find_header", py_find_header, METH_VARARGS, "find_header(buffer, lo, hi) -> offset or -1"},
     {"planes_from_pixels", py_planes_from_pixels, METH_VARARGS,
      "planes_from_pixels(out, pixels, height, width, channels, step, row, flip): interleaved pixels into planes"},
+    {"normalize_pixels", py_normalize_pixels, METH_VARARGS,
+     "normalize_pixels(out, bf16, interleaved, pixels, height, width, channels, step, row, flip, sub, mul): "
+     "interleaved uint8 pixels as (v - sub) * mul floats (float32 or bfloat16), planes or interleaved"},
     {"jpeg_next_marker", py_jpeg_next_marker, METH_VARARGS,
      "jpeg_next_marker(buffer, start) -> offset of the next marker's 0xFF after JPEG entropy-coded data, or -1"},
 #ifndef _WIN32
