@@ -19,7 +19,7 @@ from torch.utils.data import DataLoader
 from cuda_standin import pretend_cuda
 
 import tfr_torch
-from tfr_torch.data import transport
+from tfr_torch.data import receive, slabs, transport
 from tfr_torch.errors import DecodeError
 from tfr_torch.images import DecodeImages, DeviceLoader, ImageTransform
 from tfr_torch.images import loader as loader_module
@@ -270,7 +270,7 @@ def test_decode_images_in_dataloader_workers(shard):
 def _in_a_slab(tensor: torch.Tensor) -> bool:
     """Whether the tensor's memory lies in a worker's slab as this process maps it (see transport.slab_tensor)."""
     address = tensor.untyped_storage().data_ptr()
-    for mapping in list(transport._MAPS.values()):
+    for mapping in list(receive._MAPS.values()):
         if mapping.closed:
             continue
         start = ctypes.addressof(ctypes.c_char.from_buffer(mapping))
@@ -291,7 +291,7 @@ def test_worker_batches_of_images_arrive_without_a_copy_and_stay_intact_while_ke
             for label, image in zip(b["label"], transform(b)["image/encoded"])}
     for workers in (1, 2):
         kept = list(DataLoader(data, batch_size=None, num_workers=workers))
-        assert len(kept) == 12 > transport._MAX_SLABS
+        assert len(kept) == 12 > slabs._MAX_SLABS
         assert _in_a_slab(kept[0]["image/encoded"])
         rows = [(int(label), image) for b in kept for label, image in zip(b["label"], b["image/encoded"])]
         assert sorted(label for label, _ in rows) == list(range(23))

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from torch.utils.data import DataLoader
 
 import tfr_torch
-from tfr_torch.data import transport
+from tfr_torch.data import receive, slabs, transport
 from tfr_torch.data.transport import Batch, RecordBatch
 
 pytestmark = pytest.mark.usefixtures("backend")  # the slab's byte lists: the compiled loops and the reference
@@ -86,7 +86,7 @@ def test_record_batches_arrive_as_lists_of_bytes():
 
 @needs_shm
 def test_slabs_are_reused_and_grow_when_a_batch_is_larger():
-    pool = transport._pool()
+    pool = slabs._pool()
     before = list(pool.slabs)
     for _ in range(20):
         _send(Batch({"data": [b"x" * 1000] * 100}))
@@ -113,7 +113,7 @@ def test_plain_pickle_and_copy_keep_the_types():
 
 @pytest.mark.filterwarnings("ignore:Sparse invariant checks:UserWarning")
 def test_without_shared_memory_batches_go_inline(monkeypatch):
-    monkeypatch.setattr(transport._pool(), "disabled", "test: no shared memory")
+    monkeypatch.setattr(slabs._pool(), "disabled", "test: no shared memory")
     want = _sample_batch()
     _assert_same(_send(Batch(want)), want)
     assert _send(RecordBatch([b"a", b"bc"])) == [b"a", b"bc"]
@@ -189,7 +189,7 @@ def test_nested_record_spans_and_only_nested_values():
 
 @pytest.mark.filterwarnings("ignore:Sparse invariant checks:UserWarning")
 def test_nested_results_without_shared_memory_go_inline(monkeypatch):
-    monkeypatch.setattr(transport._pool(), "disabled", "test: no shared memory")
+    monkeypatch.setattr(slabs._pool(), "disabled", "test: no shared memory")
     want = _episode()
     message = bytes(ForkingPickler.dumps(Batch(copy.deepcopy(want))))
     assert b"_rebuild_nested" not in message
@@ -294,7 +294,7 @@ def test_spawned_workers_and_mappings_of_finished_workers_are_dropped(tmp_path, 
     fork_loader = DataLoader(dataset, batch_size=None, num_workers=2)
     for _ in range(3):  # new workers every epoch: the main process keeps the mappings of the last ones only
         assert sorted(i for batch in fork_loader for i in batch["id"].tolist()) == list(range(64))
-    workers = {pid for pid, _ in transport._MAPS} - {os.getpid()}  # (this process's own slabs: earlier tests)
+    workers = {pid for pid, _ in receive._MAPS} - {os.getpid()}  # (this process's own slabs: earlier tests)
     assert len(workers) <= 2
 
 
@@ -421,7 +421,7 @@ def test_worker_batches_keep_strings_in_their_records_until_the_slab(tmp_path, w
     spans = [type(p.item["data"]) is RecordSpans for p in parcels]
     assert spans == [backend == "native"] * 3
     if not slab:
-        monkeypatch.setattr(transport._pool(), "disabled", "test: no shared memory")
+        monkeypatch.setattr(slabs._pool(), "disabled", "test: no shared memory")
     for parcel, expected in zip(parcels, want):
         got = _send(parcel)
         assert type(got["data"]) is list and got["data"] == expected["data"]
@@ -554,7 +554,7 @@ def _lent(shape, dtype=torch.float32):
     with transport.lending_slabs():
         tensor = transport.slab_tensor(shape, dtype)
     assert tensor is not None
-    return tensor, transport._pool().lent[tensor.untyped_storage().data_ptr()][0]
+    return tensor, slabs._pool().lent[tensor.untyped_storage().data_ptr()][0]
 
 
 def test_slab_tensor_only_while_lending():
@@ -594,7 +594,7 @@ def test_a_lent_tensor_arrives_as_a_view_of_its_slab_and_the_slab_waits_for_ever
 @needs_shm
 def test_a_slab_is_never_reused_while_a_received_batch_is_kept():
     kept = []
-    for i in range(2 * transport._MAX_SLABS):  # more than a worker may have: later batches are made elsewhere
+    for i in range(2 * slabs._MAX_SLABS):  # more than a worker may have: later batches are made elsewhere
         with transport.lending_slabs():
             tensor = transport.slab_tensor((64, 64), torch.int32)
         if tensor is None:
@@ -653,14 +653,14 @@ def test_the_mapping_of_a_gone_worker_is_kept_while_its_views_are():
     tensor.copy_(torch.arange(16))
     got = _send(Batch({"x": tensor}))
     key = (os.getpid(), slab.serial)
-    mapping = transport._MAPS[key]
-    transport._close(mapping)  # what unmapping a gone worker's slabs does: not while a view remains
+    mapping = receive._MAPS[key]
+    receive._close(mapping)  # what unmapping a gone worker's slabs does: not while a view remains
     assert not mapping.closed and torch.equal(got["x"], torch.arange(16))
     del got
     gc.collect()
-    transport._close(mapping)
+    receive._close(mapping)
     assert mapping.closed
-    del transport._MAPS[key]
+    del receive._MAPS[key]
 
 
 @needs_shm
@@ -688,11 +688,11 @@ def test_a_worker_with_the_pid_of_a_gone_one_is_not_taken_for_it():
     """The receiver keys its mappings by worker pid and slab number; a new worker can get the pid of one that has
     exited (pids wrap), and its first slab must not be read through the old worker's mapping."""
     old = _send(Batch({"v": torch.full((1000,), 1)}))
-    old_keys = {key for key in transport._MAPS if key[0] == os.getpid()}
-    transport._POOL = None  # a new worker process with this pid: a new pool, numbering its slabs afresh
+    old_keys = {key for key in receive._MAPS if key[0] == os.getpid()}
+    slabs._POOL = None  # a new worker process with this pid: a new pool, numbering its slabs afresh
     new = _send(Batch({"v": torch.full((1000,), 2)}))
     assert torch.equal(new["v"], torch.full((1000,), 2)) and torch.equal(old["v"], torch.full((1000,), 1))
-    assert not old_keys & set(transport._MAPS)  # the earlier process's mappings are dropped
+    assert not old_keys & set(receive._MAPS)  # the earlier process's mappings are dropped
 
 
 @needs_shm
@@ -704,7 +704,7 @@ def test_a_worker_stacks_large_row_tensors_into_a_lent_slab(monkeypatch, in_work
     got = _collated(rows, in_worker, monkeypatch)
     assert torch.equal(got["image"], torch.stack([row["image"] for row in rows]))
     assert torch.equal(got["label"], torch.arange(6))
-    lent = transport._pool().lent
+    lent = slabs._pool().lent
     assert (got["image"].untyped_storage().data_ptr() in lent) == in_worker
     assert got["label"].untyped_storage().data_ptr() not in lent
     if in_worker:
@@ -733,7 +733,7 @@ def test_dataloader_batches_of_large_rows_arrive_as_views_of_a_slab(tmp_path):
     for b in batches:
         assert torch.equal(b["pixels"], b["id"].float()[:, None, None, None].expand(32, 3, 64, 64))
     mapped = []
-    for mapping in transport._MAPS.values():
+    for mapping in receive._MAPS.values():
         if not mapping.closed:
             start = ctypes.addressof(ctypes.c_char.from_buffer(mapping))
             mapped.append((start, start + len(mapping)))

@@ -25,65 +25,30 @@ RaggedTensor) travel the usual way. Slabs are anonymous memory files (memfd_crea
 /proc/<worker pid>/fd/<fd>: they have no name, so a killed worker leaks nothing, and they do not count against
 /dev/shm (64 MB in a default Docker container). Without memfd and /proc (macOS, Windows), or when a slab cannot
 be made, batches travel the usual way (with one warning in the second case).
+
+Here: the batch types and how a worker writes a batch (the pickler's reductions). The worker's slabs and the lending
+of them: data/slabs.py; the main process's mappings and the rebuilding of batches: data/receive.py.
 """
 
 from __future__ import annotations
 
-import itertools
-import math
 import mmap
-import os
-import struct
-import threading
-import warnings
-import weakref
-from collections.abc import Sequence
 from multiprocessing.reduction import ForkingPickler
-from typing import Any, Callable, Literal, Union
+from typing import Any, Callable
 
 import numpy as np
 import torch
 
 from tfr_torch import _native
+from tfr_torch.data.receive import (_NUMPY_DTYPES, Container, Entry, Lent, LentEntry, _rebuild, _rebuild_inline,
+                                    _rebuild_nested)
+from tfr_torch.data.slabs import _HEADER, _Pool, _pool, _Slab, lending_slabs, shared_memory_available, slab_tensor
 from tfr_torch.decode.spans import RecordSpans
 
 __all__ = ["Batch", "RecordBatch", "Parcel", "lending_slabs", "shared_memory_available", "slab_tensor",
            "wrap_for_transport"]
 
-_HEADER = 64  # bytes before the data: a uint64 count of the batches the receiver has copied out
 _ALIGN = 64
-_MIN_SLAB = 1 << 20
-_MAX_SLABS = 8  # per worker: more batches in flight means nobody releases them, so send the next ones inline
-_SERIAL_BITS = 24  # a slab's number within its pool (see _Pool.serials)
-_RELEASED = struct.Struct("<Q")
-# torch dtypes (by name) that numpy has too: their tensors go in and out of slabs through numpy, whose copies cost
-# a few µs less per tensor than torch's ops (a batch's label tensor is a good part of a small batch's trip)
-_NUMPY_DTYPES = {name: np.dtype(name) for name in ("float64", "float32", "float16", "int64", "int32", "int16", "int8",
-                                                    "uint8", "bool", "complex64", "complex128")}
-
-
-Container = Literal["dict", "list"]  # what a batch is: a Batch (dict) or a RecordBatch (list of bytes)
-
-
-# What travels in the pickle beside a slab is plain tuples: a NamedTuple pickles and unpickles through a Python call
-# per object, a good part of a small batch's trip.
-#
-# TensorEntry: a dense CPU tensor written into a slab: ("t", key, pos, nbytes, dtype, shape): `nbytes` bytes at
-#   `pos`, rebuilt as torch dtype `dtype` (its name, e.g. "float32") and `shape`; `key` is its key in the batch
-#   (None for a RecordBatch).
-# BytesEntry: a list of byte strings written end to end into a slab: ("b", key, pos, nbytes, lengths): from `pos`,
-#   `nbytes` in all, one per `lengths`.
-# SlabRef: where the receiver finds a slab: (pid, fd, serial, size): worker `pid`'s memfd `fd` (through /proc),
-#   slab `serial`, `size` bytes.
-# LentEntry: a tensor made in a slab of its own (slab_tensor), sent without a copy: (key, dtype, shape, stride,
-#   storage offset) of a view of the slab's first bytes.
-# Lent: a lent slab and the tensors a batch sends in it: (slab, nbytes lent, entries).
-TensorEntry = tuple[Literal["t"], Any, int, int, str, tuple[int, ...]]
-BytesEntry = tuple[Literal["b"], Any, int, int, list[int]]
-Entry = Union[TensorEntry, BytesEntry]
-SlabRef = tuple[int, int, int, int]
-LentEntry = tuple[Any, str, tuple[int, ...], tuple[int, ...], int]
-Lent = tuple[SlabRef, int, list[LentEntry]]
 
 
 class Batch(dict[Any, Any]):
@@ -133,7 +98,6 @@ def _stack(values: list[torch.Tensor]) -> torch.Tensor:
             return torch.stack(values, out=target)
     return torch.stack(values)
 
-
 # default_collate looks a batch's element type up in this map first (torch's documented way to extend it, though
 # the map lives in a private module: where a torch release moves it, rows collate the default way); only Batch,
 # tfr_torch's own type, is added
@@ -143,15 +107,6 @@ except ImportError:  # pragma: no cover - every torch from 2.0 to this day has i
     pass
 else:
     default_collate_fn_map[Batch] = _collate_rows
-
-
-_SUPPORTED = hasattr(os, "memfd_create") and os.path.isdir("/proc/self/fd")  # Linux
-
-
-def shared_memory_available() -> bool:
-    """Whether slabs can be made here (Linux: memfd_create and /proc/<pid>/fd) and have not failed in this
-    process."""
-    return _SUPPORTED and _pool().disabled is None
 
 
 class Parcel:
@@ -187,144 +142,6 @@ def wrap_for_transport(item: Any, parcel: bool = False) -> Any:
 
 
 # ----- the worker side --------------------------------------------------------------------------------------------
-
-class _Slab:
-    """One anonymous shared-memory file (memfd), mapped, reused batch after batch. The receiver maps it through
-    /proc/<pid>/fd/<fd>; it vanishes when both sides have closed it (no name, so nothing can leak). Free when the
-    receiver is done with every batch sent in it (its released count, which only the receiver writes, equals
-    `sent`: it has copied them out, or the tensors it got as views of a lent slab are gone) and no tensor of this
-    worker's lies in it (`lent`: slab_tensor's, alive)."""
-
-    def __init__(self, size: int, serial: int) -> None:
-        fd = os.memfd_create(f"tfr_torch-{serial}", getattr(os, "MFD_CLOEXEC", 0))
-        try:
-            # reserve the pages now: out of memory fails here with an error, not later with SIGBUS
-            os.posix_fallocate(fd, 0, _HEADER + size)
-            self.mm = mmap.mmap(fd, _HEADER + size)
-        except BaseException:
-            os.close(fd)
-            raise
-        self.fd, self.size, self.serial, self.sent, self.lent = fd, size, serial, 0, 0
-
-    def free(self) -> bool:
-        released: int = _RELEASED.unpack_from(self.mm, 0)[0]
-        return released == self.sent and not self.lent
-
-    def close(self) -> None:
-        self.mm.close()
-        os.close(self.fd)
-
-
-class _Pool:
-    def __init__(self) -> None:
-        self.pid = os.getpid()
-        self.slabs: list[_Slab] = []
-        # slab numbers: this pool's own random number above _SERIAL_BITS, so that a worker that gets the pid of
-        # one gone before it is never taken for it by the receiver (whose mappings are keyed by pid and number)
-        self.serials = itertools.count(int.from_bytes(os.urandom(5), "little") << _SERIAL_BITS)
-        self.retired: list[int] = []  # serials of closed slabs, for the receiver to unmap
-        self.disabled: str | None = None
-        # DataLoader pickles in the queue's feeder thread; reentrant: a lent tensor's finalizer (_unlend) may run
-        # in a garbage collection that starts while the lock is held
-        self.lock = threading.RLock()
-        self.lent: dict[int, tuple[_Slab, int]] = {}  # data address of a lent slab's tensors -> (slab, nbytes)
-
-    def take(self, size: int) -> _Slab | None:
-        """A free slab of at least `size` bytes (reused, or made), or None: send inline."""
-        if self.disabled is not None:
-            return None
-        free = [s for s in self.slabs if s.free()]
-        fitting = [s for s in free if s.size >= size]
-        if fitting:
-            return min(fitting, key=lambda s: s.size)
-        if len(self.slabs) >= _MAX_SLABS:
-            if not free:
-                return None
-            victim = min(free, key=lambda s: s.size)
-            self.slabs.remove(victim)
-            self.retired.append(victim.serial)
-            victim.close()
-        try:
-            slab = _Slab(_slab_size(size), next(self.serials))
-        except OSError as exc:
-            self.disabled = str(exc.strerror or exc)
-            warnings.warn(f"tfr_torch: cannot make shared memory for DataLoader batches ({self.disabled}); batches "
-                          "go through the DataLoader's pipe instead (slower for large records)", RuntimeWarning,
-                          stacklevel=2)
-            return None
-        self.slabs.append(slab)
-        return slab
-
-
-def _slab_size(size: int) -> int:
-    """Room for `size` bytes and 1/8 more (batches of variable-length records vary a little), in whole MB: every
-    byte of a slab is reserved up front, so a power of two would waste up to half."""
-    return max(_MIN_SLAB, -(-(size + size // 8) // _MIN_SLAB) * _MIN_SLAB)
-
-
-_POOL: _Pool | None = None
-
-
-def _pool() -> _Pool:
-    global _POOL
-    if _POOL is None or _POOL.pid != os.getpid():  # a forked child never reuses its parent's slabs
-        _POOL = _Pool()
-    return _POOL
-
-
-_LENDING = threading.local()
-
-
-class lending_slabs:
-    """While active (in this thread), slab_tensor makes its tensors in slabs: what TFRecordDataset sets around its
-    `transform` in a DataLoader worker whose batches go through the transport, where a dict the transform returns is
-    sent as a Batch. Anywhere else a lent tensor would reach the main process the usual way: moved to new shared
-    memory by a copy."""
-
-    __slots__ = ("before",)
-
-    def __enter__(self) -> None:
-        self.before = getattr(_LENDING, "on", False)
-        _LENDING.on = True
-
-    def __exit__(self, *exc: object) -> None:
-        _LENDING.on = self.before
-
-
-def slab_tensor(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor | None:
-    """An uninitialized contiguous CPU tensor in a slab of its own, or None (not inside lending_slabs, no shared
-    memory, no free slab, or nothing to hold). For a batch's large values (DecodeImages' images): written in place
-    by the worker and sent without a copy; the main process gets a view of the slab, and the slab is reused only
-    once that view and every view of it are gone (and the worker's tensor too), so nothing anyone holds is ever
-    overwritten. A slab stays taken as long as the main process keeps the batch: where every slab is taken, the
-    next batches are made the usual way."""
-    if not getattr(_LENDING, "on", False) or not _SUPPORTED:
-        return None
-    count = math.prod(shape)
-    nbytes = count * dtype.itemsize
-    if nbytes <= 0:
-        return None
-    pool = _pool()
-    with pool.lock:
-        slab = pool.take(nbytes)
-        if slab is None:
-            return None
-        slab.lent += 1
-    view = memoryview(slab.mm)[_HEADER : _HEADER + nbytes]
-    tensor = torch.frombuffer(view, dtype=dtype, count=count).view(shape)
-    address = tensor.untyped_storage().data_ptr()
-    weakref.finalize(view, _unlend, pool, slab, address).atexit = False  # torch holds `view` while the storage lives
-    with pool.lock:
-        pool.lent[address] = (slab, nbytes)
-    return tensor
-
-
-def _unlend(pool: _Pool, slab: _Slab, address: int) -> None:
-    with pool.lock:
-        slab.lent -= 1
-        if pool.lent.get(address, (None,))[0] is slab:
-            del pool.lent[address]
-
 
 def _slab_tensor(value: Any) -> bool:
     return (type(value) is torch.Tensor and value.layout == torch.strided and value.device.type == "cpu"
@@ -369,19 +186,6 @@ def _pack_bytes(value: list[bytes] | RecordSpans, mm: mmap.mmap, pos: int) -> li
         return lengths
     mm.seek(pos)
     return [mm.write(v) for v in value]
-
-
-def _unpack_bytes(mm: mmap.mmap, pos: int, lengths: list[int]) -> list[bytes]:
-    """New bytes objects copied out of the slab from `pos`, of the given lengths."""
-    core = _native.core
-    if core is not None:
-        copies: list[bytes] = core.unpack_bytes(mm, pos, lengths)
-        return copies
-    out = []
-    for length in lengths:
-        out.append(mm[pos : pos + length])
-        pos += length
-    return out
 
 
 def _pad(n: int) -> int:
@@ -522,129 +326,3 @@ def _reduce_parcel(parcel: Parcel) -> tuple[Callable[..., Any], tuple[Any, ...]]
 ForkingPickler.register(Batch, _reduce_batch)
 ForkingPickler.register(RecordBatch, _reduce_records)
 ForkingPickler.register(Parcel, _reduce_parcel)
-
-
-# ----- the receiving side (the main process) ----------------------------------------------------------------------
-
-_MAPS: dict[tuple[int, int], mmap.mmap] = {}  # (worker pid, slab serial) -> mapping
-_MAPS_LOCK = threading.Lock()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _mapping(slab: SlabRef, retired: list[int]) -> mmap.mmap:
-    pid, fd, serial, size = slab
-    with _MAPS_LOCK:
-        for old in retired:
-            gone = _MAPS.pop((pid, old), None)
-            if gone is not None:
-                _close(gone)
-        mm = _MAPS.get((pid, serial))
-        if mm is not None:
-            return mm
-        dead = {p for p, _ in _MAPS if p != pid and not _alive(p)}  # unmap what workers that are gone left
-        pool = serial >> _SERIAL_BITS  # and what an earlier process of this pid left
-        for key in [key for key in _MAPS if key[0] in dead or (key[0] == pid and key[1] >> _SERIAL_BITS != pool)]:
-            _close(_MAPS.pop(key))
-        path = f"/proc/{pid}/fd/{fd}"
-        try:
-            own = os.open(path, os.O_RDWR)
-        except OSError as exc:
-            raise RuntimeError(f"tfr_torch: cannot open the shared memory of DataLoader worker {pid} ({path}: "
-                               f"{exc.strerror}); the worker may have exited, or /proc is not readable here: pass "
-                               "shared_memory=False to the dataset to send batches through the pipe") from None
-        try:
-            mm = mmap.mmap(own, size)
-        finally:
-            os.close(own)
-        _MAPS[(pid, serial)] = mm
-        return mm
-
-
-def _close(mm: mmap.mmap) -> None:
-    """Unmap a slab now, or, where tensors still view it (a lent slab's batch the user keeps, after its worker has
-    exited), when the last of them is gone (the mapping is freed with them)."""
-    try:
-        mm.close()
-    except BufferError:
-        pass
-
-
-def _read(mm: mmap.mmap, entry: Entry) -> Any:
-    """A new tensor or list of bytes copied out of the slab, as `entry` says."""
-    pos, nbytes = entry[2], entry[3]
-    if entry[0] == "t":
-        dtype_name, shape = entry[4], entry[5]
-        as_numpy = _NUMPY_DTYPES.get(dtype_name)
-        if nbytes and as_numpy is not None:
-            return torch.from_numpy(np.frombuffer(mm, as_numpy, nbytes // as_numpy.itemsize, pos).reshape(shape)
-                                    .copy())
-        dtype = getattr(torch, dtype_name)
-        if nbytes:
-            return torch.frombuffer(mm, dtype=torch.uint8, count=nbytes, offset=pos).clone().view(dtype).reshape(shape)
-        return torch.empty(shape, dtype=dtype)
-    return _unpack_bytes(mm, pos, entry[4])
-
-
-def _rebuild(container: Container, slab: SlabRef | None, keys: list[Any], entries: list[Entry],
-             inline: list[tuple[Any, Any]], retired: list[int], lent: Sequence[Lent] = ()) -> Any:
-    values: dict[Any, Any] = dict(inline)
-    if slab is not None:
-        mm = _mapping(slab, retired)
-        retired = []
-        for entry in entries:
-            values[entry[1]] = _read(mm, entry)
-        _RELEASED.pack_into(mm, 0, _RELEASED.unpack_from(mm, 0)[0] + 1)  # the worker may reuse the slab now
-    for ref, nbytes, at in lent:
-        _views(_mapping(ref, retired), nbytes, at, values)
-        retired = []
-    return _rebuild_inline(container, [(key, values[key]) for key in keys])
-
-
-def _views(mm: mmap.mmap, nbytes: int, at: list[LentEntry], values: dict[Any, Any]) -> None:
-    """The tensors a worker made in a lent slab, as views of the slab's first `nbytes` (no copy). The slab's
-    released count goes up when the last of them (and of any view of them) is gone: only then may the worker
-    write into the slab again."""
-    region = memoryview(mm)[_HEADER : _HEADER + nbytes]
-    base = torch.frombuffer(region, dtype=torch.uint8)
-    # torch holds `region` as long as the storage lives; not at exit (nothing to release then), and never in a
-    # process forked from this one, which would release what this one still holds
-    weakref.finalize(region, _release, mm, os.getpid()).atexit = False
-    del region
-    for key, dtype_name, shape, stride, offset in at:
-        values[key] = base.view(getattr(torch, dtype_name)).as_strided(shape, stride, offset)
-
-
-def _release(mm: mmap.mmap, pid: int) -> None:
-    if os.getpid() != pid:
-        return
-    try:
-        _RELEASED.pack_into(mm, 0, _RELEASED.unpack_from(mm, 0)[0] + 1)
-    except ValueError:  # unmapped: its worker is gone
-        pass
-
-
-def _rebuild_nested(slab: SlabRef, skeleton: dict[Any, Any], entries: list[Entry], retired: list[int]) -> Any:
-    """The nested dict: each slab value copied out and put back at its path in the skeleton (fresh from the
-    pickle, so the receiver's own)."""
-    mm = _mapping(slab, retired)
-    for entry in entries:
-        path = entry[1]
-        node: Any = skeleton
-        for step in path[:-1]:
-            node = node[step]
-        node[path[-1]] = _read(mm, entry)
-    _RELEASED.pack_into(mm, 0, _RELEASED.unpack_from(mm, 0)[0] + 1)  # the worker may reuse the slab now
-    return skeleton
-
-
-def _rebuild_inline(container: Container, items: list[tuple[Any, Any]]) -> Any:
-    return items[0][1] if container == "list" else dict(items)

@@ -1,0 +1,184 @@
+"""The main process's side of the transport (data/transport.py): the workers' slabs mapped through /proc, and each
+batch rebuilt from its slab as it is unpickled: values copied out, or views of a lent slab whose release waits for
+the last of them. See the transport's module docstring for the whole design."""
+
+from __future__ import annotations
+
+import mmap
+import os
+import threading
+import weakref
+from collections.abc import Sequence
+from typing import Any, Literal, Union
+
+import numpy as np
+import torch
+
+from tfr_torch import _native
+from tfr_torch.data.slabs import _HEADER, _RELEASED, _SERIAL_BITS
+
+# torch dtypes (by name) that numpy has too: their tensors go in and out of slabs through numpy, whose copies cost
+# a few µs less per tensor than torch's ops (a batch's label tensor is a good part of a small batch's trip)
+_NUMPY_DTYPES = {name: np.dtype(name) for name in ("float64", "float32", "float16", "int64", "int32", "int16", "int8",
+                                                    "uint8", "bool", "complex64", "complex128")}
+
+
+Container = Literal["dict", "list"]  # what a batch is: a Batch (dict) or a RecordBatch (list of bytes)
+
+
+# What travels in the pickle beside a slab is plain tuples: a NamedTuple pickles and unpickles through a Python call
+# per object, a good part of a small batch's trip.
+#
+# TensorEntry: a dense CPU tensor written into a slab: ("t", key, pos, nbytes, dtype, shape): `nbytes` bytes at
+#   `pos`, rebuilt as torch dtype `dtype` (its name, e.g. "float32") and `shape`; `key` is its key in the batch
+#   (None for a RecordBatch).
+# BytesEntry: a list of byte strings written end to end into a slab: ("b", key, pos, nbytes, lengths): from `pos`,
+#   `nbytes` in all, one per `lengths`.
+# SlabRef: where the receiver finds a slab: (pid, fd, serial, size): worker `pid`'s memfd `fd` (through /proc),
+#   slab `serial`, `size` bytes.
+# LentEntry: a tensor made in a slab of its own (slab_tensor), sent without a copy: (key, dtype, shape, stride,
+#   storage offset) of a view of the slab's first bytes.
+# Lent: a lent slab and the tensors a batch sends in it: (slab, nbytes lent, entries).
+TensorEntry = tuple[Literal["t"], Any, int, int, str, tuple[int, ...]]
+BytesEntry = tuple[Literal["b"], Any, int, int, list[int]]
+Entry = Union[TensorEntry, BytesEntry]
+SlabRef = tuple[int, int, int, int]
+LentEntry = tuple[Any, str, tuple[int, ...], tuple[int, ...], int]
+Lent = tuple[SlabRef, int, list[LentEntry]]
+
+
+def _unpack_bytes(mm: mmap.mmap, pos: int, lengths: list[int]) -> list[bytes]:
+    """New bytes objects copied out of the slab from `pos`, of the given lengths."""
+    core = _native.core
+    if core is not None:
+        copies: list[bytes] = core.unpack_bytes(mm, pos, lengths)
+        return copies
+    out = []
+    for length in lengths:
+        out.append(mm[pos : pos + length])
+        pos += length
+    return out
+
+
+_MAPS: dict[tuple[int, int], mmap.mmap] = {}  # (worker pid, slab serial) -> mapping
+_MAPS_LOCK = threading.Lock()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _mapping(slab: SlabRef, retired: list[int]) -> mmap.mmap:
+    pid, fd, serial, size = slab
+    with _MAPS_LOCK:
+        for old in retired:
+            gone = _MAPS.pop((pid, old), None)
+            if gone is not None:
+                _close(gone)
+        mm = _MAPS.get((pid, serial))
+        if mm is not None:
+            return mm
+        dead = {p for p, _ in _MAPS if p != pid and not _alive(p)}  # unmap what workers that are gone left
+        pool = serial >> _SERIAL_BITS  # and what an earlier process of this pid left
+        for key in [key for key in _MAPS if key[0] in dead or (key[0] == pid and key[1] >> _SERIAL_BITS != pool)]:
+            _close(_MAPS.pop(key))
+        path = f"/proc/{pid}/fd/{fd}"
+        try:
+            own = os.open(path, os.O_RDWR)
+        except OSError as exc:
+            raise RuntimeError(f"tfr_torch: cannot open the shared memory of DataLoader worker {pid} ({path}: "
+                               f"{exc.strerror}); the worker may have exited, or /proc is not readable here: pass "
+                               "shared_memory=False to the dataset to send batches through the pipe") from None
+        try:
+            mm = mmap.mmap(own, size)
+        finally:
+            os.close(own)
+        _MAPS[(pid, serial)] = mm
+        return mm
+
+
+def _close(mm: mmap.mmap) -> None:
+    """Unmap a slab now, or, where tensors still view it (a lent slab's batch the user keeps, after its worker has
+    exited), when the last of them is gone (the mapping is freed with them)."""
+    try:
+        mm.close()
+    except BufferError:
+        pass
+
+
+def _read(mm: mmap.mmap, entry: Entry) -> Any:
+    """A new tensor or list of bytes copied out of the slab, as `entry` says."""
+    pos, nbytes = entry[2], entry[3]
+    if entry[0] == "t":
+        dtype_name, shape = entry[4], entry[5]
+        as_numpy = _NUMPY_DTYPES.get(dtype_name)
+        if nbytes and as_numpy is not None:
+            return torch.from_numpy(np.frombuffer(mm, as_numpy, nbytes // as_numpy.itemsize, pos).reshape(shape)
+                                    .copy())
+        dtype = getattr(torch, dtype_name)
+        if nbytes:
+            return torch.frombuffer(mm, dtype=torch.uint8, count=nbytes, offset=pos).clone().view(dtype).reshape(shape)
+        return torch.empty(shape, dtype=dtype)
+    return _unpack_bytes(mm, pos, entry[4])
+
+
+def _rebuild(container: Container, slab: SlabRef | None, keys: list[Any], entries: list[Entry],
+             inline: list[tuple[Any, Any]], retired: list[int], lent: Sequence[Lent] = ()) -> Any:
+    values: dict[Any, Any] = dict(inline)
+    if slab is not None:
+        mm = _mapping(slab, retired)
+        retired = []
+        for entry in entries:
+            values[entry[1]] = _read(mm, entry)
+        _RELEASED.pack_into(mm, 0, _RELEASED.unpack_from(mm, 0)[0] + 1)  # the worker may reuse the slab now
+    for ref, nbytes, at in lent:
+        _views(_mapping(ref, retired), nbytes, at, values)
+        retired = []
+    return _rebuild_inline(container, [(key, values[key]) for key in keys])
+
+
+def _views(mm: mmap.mmap, nbytes: int, at: list[LentEntry], values: dict[Any, Any]) -> None:
+    """The tensors a worker made in a lent slab, as views of the slab's first `nbytes` (no copy). The slab's
+    released count goes up when the last of them (and of any view of them) is gone: only then may the worker
+    write into the slab again."""
+    region = memoryview(mm)[_HEADER : _HEADER + nbytes]
+    base = torch.frombuffer(region, dtype=torch.uint8)
+    # torch holds `region` as long as the storage lives; not at exit (nothing to release then), and never in a
+    # process forked from this one, which would release what this one still holds
+    weakref.finalize(region, _release, mm, os.getpid()).atexit = False
+    del region
+    for key, dtype_name, shape, stride, offset in at:
+        values[key] = base.view(getattr(torch, dtype_name)).as_strided(shape, stride, offset)
+
+
+def _release(mm: mmap.mmap, pid: int) -> None:
+    if os.getpid() != pid:
+        return
+    try:
+        _RELEASED.pack_into(mm, 0, _RELEASED.unpack_from(mm, 0)[0] + 1)
+    except ValueError:  # unmapped: its worker is gone
+        pass
+
+
+def _rebuild_nested(slab: SlabRef, skeleton: dict[Any, Any], entries: list[Entry], retired: list[int]) -> Any:
+    """The nested dict: each slab value copied out and put back at its path in the skeleton (fresh from the
+    pickle, so the receiver's own)."""
+    mm = _mapping(slab, retired)
+    for entry in entries:
+        path = entry[1]
+        node: Any = skeleton
+        for step in path[:-1]:
+            node = node[step]
+        node[path[-1]] = _read(mm, entry)
+    _RELEASED.pack_into(mm, 0, _RELEASED.unpack_from(mm, 0)[0] + 1)  # the worker may reuse the slab now
+    return skeleton
+
+
+def _rebuild_inline(container: Container, items: list[tuple[Any, Any]]) -> Any:
+    return items[0][1] if container == "list" else dict(items)
