@@ -5,6 +5,7 @@ exactly-once sharding across ranks x DataLoader workers; on small synthetic epis
 from __future__ import annotations
 
 import collections
+import ctypes
 import io
 import itertools
 import math
@@ -17,6 +18,7 @@ from PIL import Image
 from torch.utils.data import DataLoader, get_worker_info
 
 import tfr_torch
+from tfr_torch.data import receive, transport
 from tfr_torch.rlds import FrameDataset, Source, Window, frame_index, gather_frames, shuffled, window_episode
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*have no index:UserWarning")
@@ -322,3 +324,41 @@ def test_resize_images():
     out = resize(frame)
     assert out["observation"]["image"].shape == (2, 3, 2, 3) and (out["observation"]["image"] == 7).all()
     assert out["observation"]["state"] is frame["observation"]["state"] and out["action"] is frame["action"]
+
+
+def _leaves(value, path=()):
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from _leaves(v, (*path, k))
+    else:
+        yield path, value
+
+
+@pytest.mark.skipif(not transport.shared_memory_available(), reason="no memfd_create or /proc here")
+def test_worker_frame_batches_equal_the_in_process_ones_and_arrive_as_views_of_a_slab(folders):
+    """A worker's frame batches are made in a slab of their own (Packer(lend=True)) and sent as views of it."""
+    small, _ = folders
+
+    def batches(workers):
+        ds = FrameDataset(Source(str(small), standardize=with_ids), Window(history=2, future=2), seed=3,
+                          batch_size=4)
+        return list(DataLoader(ds, batch_size=None, num_workers=workers))
+
+    here, there = batches(0), batches(1)
+    assert len(here) == len(there) > 1
+    for a, b in zip(here, there):
+        got, want = dict(_leaves(b)), dict(_leaves(a))
+        assert list(got) == list(want)
+        for path, value in want.items():
+            if isinstance(value, torch.Tensor):
+                assert got[path].dtype == value.dtype and torch.equal(got[path], value), path
+            else:
+                assert got[path] == value, path
+    mapped = []
+    for mapping in receive._MAPS.values():
+        if not mapping.closed:
+            start = ctypes.addressof(ctypes.c_char.from_buffer(mapping))
+            mapped.append((start, start + len(mapping)))
+    tensors = [v for _, v in _leaves(there[0]) if isinstance(v, torch.Tensor) and v.numel()]
+    inside = [any(s <= t.untyped_storage().data_ptr() < e for s, e in mapped) for t in tensors]
+    assert all(inside) and len({t.untyped_storage().data_ptr() for t in tensors}) == 1  # one slab, views of it

@@ -633,18 +633,25 @@ def test_views_of_lent_tensors_keep_their_layout(dtype):
 
 
 @needs_shm
-def test_a_lent_tensor_in_a_nested_batch_is_copied_and_a_view_in_another_dtype_is_not():
+def test_lent_tensors_in_a_nested_batch_and_views_in_another_dtype_arrive_as_views():
     tensor, slab = _lent((8,), torch.int64)
     tensor.copy_(torch.arange(8))
-    nested = _send(Batch({"steps": {"x": tensor}}))
+    nested = _send(Batch({"steps": {"x": tensor, "first": [tensor[:2], torch.ones(2)], "s": [b"a", b"bc"]},
+                          "n": 3}))
     other = _send(Batch({"x": tensor.view(torch.int32)}))
-    assert torch.equal(other["x"], torch.arange(8).view(torch.int32))
+    only = _send(Batch({"steps": {"x": tensor}}))  # nothing to copy: no slab of the usual kind is taken
+    assert torch.equal(other["x"], torch.arange(8).view(torch.int32)) and torch.equal(only["steps"]["x"], tensor)
+    assert torch.equal(nested["steps"]["x"], torch.arange(8)) and nested["steps"]["s"] == [b"a", b"bc"]
+    assert torch.equal(nested["steps"]["first"][0], torch.arange(2)) and nested["n"] == 3
+    assert torch.equal(nested["steps"]["first"][1], torch.ones(2))  # copied through the slab, as any tensor
     tensor.fill_(0)
-    assert torch.equal(nested["steps"]["x"], torch.arange(8))  # a copy
-    assert not other["x"].any()  # a view of the slab
-    del tensor, other
+    assert not other["x"].any() and not nested["steps"]["x"].any() and not only["steps"]["x"].any()  # views
+    del tensor, other, only
     gc.collect()
-    assert slab.free()  # the nested batch's copy holds nothing of the slab
+    assert not slab.free()  # the nested batch's views still hold it
+    del nested
+    gc.collect()
+    assert slab.free()
 
 
 @needs_shm

@@ -166,17 +166,25 @@ def _release(mm: mmap.mmap, pid: int) -> None:
         pass
 
 
-def _rebuild_nested(slab: SlabRef, skeleton: dict[Any, Any], entries: list[Entry], retired: list[int]) -> Any:
-    """The nested dict: each slab value copied out and put back at its path in the skeleton (fresh from the
-    pickle, so the receiver's own)."""
-    mm = _mapping(slab, retired)
-    for entry in entries:
-        path = entry[1]
+def _rebuild_nested(slab: SlabRef | None, skeleton: dict[Any, Any], entries: list[Entry], retired: list[int],
+                    lent: Sequence[Lent] = ()) -> Any:
+    """The nested dict: each slab value copied out (or, made in a lent slab, viewed there) and put back at its path
+    in the skeleton (fresh from the pickle, so the receiver's own)."""
+    values: dict[Any, Any] = {}
+    if slab is not None:
+        mm = _mapping(slab, retired)
+        retired = []
+        for entry in entries:
+            values[entry[1]] = _read(mm, entry)
+        _RELEASED.pack_into(mm, 0, _RELEASED.unpack_from(mm, 0)[0] + 1)  # the worker may reuse the slab now
+    for ref, nbytes, at in lent:
+        _views(_mapping(ref, retired), nbytes, at, values)
+        retired = []
+    for path, value in values.items():
         node: Any = skeleton
         for step in path[:-1]:
             node = node[step]
-        node[path[-1]] = _read(mm, entry)
-    _RELEASED.pack_into(mm, 0, _RELEASED.unpack_from(mm, 0)[0] + 1)  # the worker may reuse the slab now
+        node[path[-1]] = value
     return skeleton
 
 

@@ -299,13 +299,30 @@ def _reduce_nested(batch: Any, items: list[tuple[Any, Any]]) -> tuple[Callable[.
     skeleton = {key: _flatten(value, (key,), plan) for key, value in items}
     pool = _pool()
     with pool.lock:
+        lent: dict[int, tuple[_Slab, int, list[LentEntry]]] = {}  # by slab serial: tensors made in lent slabs
+        if pool.lent:
+            copied = []
+            for path, what, value in plan:
+                found = _lent_entry(pool, path, value) if what == "t" else None
+                if found is None:
+                    copied.append((path, what, value))
+                else:
+                    lent.setdefault(found[0].serial, (found[0], found[1], []))[2].append(found[2])
+            plan = copied
         slab = pool.take(_plan_size(plan)) if plan else None
-        if slab is None:
+        if slab is None and (plan or not lent):
             return _rebuild_inline, ("dict", list(items))
-        entries = _write(plan, slab.mm)
-        slab.sent += 1
+        ref, entries = None, []
+        if slab is not None:
+            entries = _write(plan, slab.mm)
+            slab.sent += 1
+            ref = (pool.pid, slab.fd, slab.serial, _HEADER + slab.size)
+        views: list[Lent] = []
+        for held, nbytes, at in lent.values():
+            held.sent += 1  # released by the receiver when its views of the slab are gone
+            views.append(((pool.pid, held.fd, held.serial, _HEADER + held.size), nbytes, at))
         retired, pool.retired = pool.retired, []
-    return _rebuild_nested, ((pool.pid, slab.fd, slab.serial, _HEADER + slab.size), skeleton, entries, retired)
+    return _rebuild_nested, (ref, skeleton, entries, retired, views)
 
 
 def _reduce_batch(batch: Batch) -> tuple[Callable[..., Any], tuple[Any, ...]]:

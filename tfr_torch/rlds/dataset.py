@@ -206,13 +206,13 @@ class FrameDataset(IterableDataset[Any]):
             multiple = self.batch_size or 1
             quota = split_sizes(rank_quota(self.samples_per_epoch, self.world_size, False), workers,
                                 multiple)[worker]
-        packer = Packer()
+        wrap = info is not None and self.shared_memory and shared_memory_available()
+        packer = Packer(lend=wrap)  # batches sent through the transport: made in slabs it sends without a copy
         frames = self._mixed(epoch, worker, workers, quota, packer)
         if self.shuffle:
             frames = shuffled(frames, self.shuffle_buffer, reader_rng(self.seed, epoch, self.rank, worker, workers,
                                                                       _SHUFFLE))
         items = frames if self.batch_size is None else self._batches(frames, packer)
-        wrap = info is not None and self.shared_memory and shared_memory_available()
         for n, item in enumerate(items):
             if n < skip:
                 continue

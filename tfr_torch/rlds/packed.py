@@ -114,7 +114,8 @@ class Packer:
     them by identity) and the memory it reuses: an episode's matrix of frames, a batch's stacked rows, and the batch
     allocations it hands out again once nothing else holds them."""
 
-    def __init__(self) -> None:
+    def __init__(self, lend: bool = False) -> None:
+        self.lend = lend  # batches in slabs of their own (transport.slab_tensor): a worker whose batches it sends
         self.layouts: dict[Layout, Layout] = {}
         self._matrix = np.empty(0, dtype=np.uint8)
         self._scratch = np.empty(0, dtype=np.uint8)
@@ -181,7 +182,8 @@ class Packer:
         for column in layout.columns:
             regions.append(total)
             total += -(-(count * column.nbytes) // _KEY_ALIGN) * _KEY_ALIGN
-        memory = self._memory(total)
+        lent = self._lent(total)
+        memory = self._memory(total) if lent is None else lent.numpy()
         tensors = []
         for column, start in zip(layout.columns, regions):
             if not column.nbytes:
@@ -189,8 +191,20 @@ class Packer:
                 continue
             region = memory[start : start + count * column.nbytes]
             np.copyto(region.reshape(count, column.nbytes), stack[:, column.offset : column.offset + column.nbytes])
-            tensors.append(torch.from_numpy(region).view(column.dtype).reshape(count, *column.shape))
+            # in a lent slab: views of its one tensor, which the transport sends as views (no copy either side)
+            flat = torch.from_numpy(region) if lent is None else lent[start : start + count * column.nbytes]
+            tensors.append(flat.view(column.dtype).reshape(count, *column.shape))
         return _build(layout.tree, tensors.__getitem__, lambda j: collate_frames([f.extras[j] for f in frames]))
+
+    def _lent(self, nbytes: int) -> torch.Tensor | None:
+        """A batch's memory in a slab of its own, where this packer lends (a DataLoader worker whose batches go
+        through the transport) and a slab is free; else None."""
+        if not self.lend or nbytes <= 0:
+            return None
+        from tfr_torch.data.transport import lending_slabs, slab_tensor
+
+        with lending_slabs():
+            return slab_tensor((nbytes,), torch.uint8)
 
     def _memory(self, nbytes: int) -> np.ndarray:
         """A batch's memory: a kept allocation that nothing else refers to any more (no key of an earlier batch
