@@ -12,8 +12,8 @@ and tensors it owns) while it unpickles the batch, then marks the slab free. One
 faults once the slabs are warm, and nothing the user holds ever points into memory that is reused.
 
 A batch's large tensors can skip both copies: a transform that runs in the worker (DecodeImages) makes its output
-with slab_tensor, in a slab of its own, as does the worker's default_collate for a stack of rows of 1 MiB or more,
-and the main process gets a view of that slab. Such a slab is reused only
+with slab_tensor, in a slab of its own, as do the worker's default_collate for a stack of rows of 1 MiB or more and
+an RLDS FrameDataset's batches, and the main process gets a view of that slab. Such a slab is reused only
 when the main process holds no view of it any more (and the worker none either): the user may keep a batch as long
 as they like, its slab simply stays taken; with every slab taken, the next batches are made the usual way.
 
