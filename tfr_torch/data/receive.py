@@ -128,9 +128,10 @@ def _read(mm: mmap.mmap, entry: Entry) -> Any:
     return _unpack_bytes(mm, pos, entry[4])
 
 
-def _rebuild(container: Container, slab: SlabRef | None, keys: list[Any], entries: list[Entry],
-             inline: list[tuple[Any, Any]], retired: list[int], lent: Sequence[Lent] = ()) -> Any:
-    values: dict[Any, Any] = dict(inline)
+def _received(slab: SlabRef | None, entries: list[Entry], retired: list[int], lent: Sequence[Lent],
+              values: dict[Any, Any]) -> None:
+    """Into `values`, by key (or path): each value of `slab` copied out (then the slab released to its worker), and
+    each tensor made in a lent slab as a view of it."""
     if slab is not None:
         mm = _mapping(slab, retired)
         retired = []
@@ -140,6 +141,12 @@ def _rebuild(container: Container, slab: SlabRef | None, keys: list[Any], entrie
     for ref, nbytes, at in lent:
         _views(_mapping(ref, retired), nbytes, at, values)
         retired = []
+
+
+def _rebuild(container: Container, slab: SlabRef | None, keys: list[Any], entries: list[Entry],
+             inline: list[tuple[Any, Any]], retired: list[int], lent: Sequence[Lent] = ()) -> Any:
+    values: dict[Any, Any] = dict(inline)
+    _received(slab, entries, retired, lent, values)
     return _rebuild_inline(container, [(key, values[key]) for key in keys])
 
 
@@ -171,15 +178,7 @@ def _rebuild_nested(slab: SlabRef | None, skeleton: dict[Any, Any], entries: lis
     """The nested dict: each slab value copied out (or, made in a lent slab, viewed there) and put back at its path
     in the skeleton (fresh from the pickle, so the receiver's own)."""
     values: dict[Any, Any] = {}
-    if slab is not None:
-        mm = _mapping(slab, retired)
-        retired = []
-        for entry in entries:
-            values[entry[1]] = _read(mm, entry)
-        _RELEASED.pack_into(mm, 0, _RELEASED.unpack_from(mm, 0)[0] + 1)  # the worker may reuse the slab now
-    for ref, nbytes, at in lent:
-        _views(_mapping(ref, retired), nbytes, at, values)
-        retired = []
+    _received(slab, entries, retired, lent, values)
     for path, value in values.items():
         node: Any = skeleton
         for step in path[:-1]:

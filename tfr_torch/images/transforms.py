@@ -271,15 +271,26 @@ def _planes_into(target: torch.Tensor, pixels: torch.Tensor, flip: bool) -> bool
             or target.shape != pixels.shape or pixels.stride(0) != 1):
         return False
     c, h, w = pixels.shape
+    source = _pixel_bytes(pixels)
+    if source is None:
+        return False
+    core.planes_from_pixels(target.numpy(), source, h, w, c, pixels.stride(2), pixels.stride(1), flip)
+    return True
+
+
+def _pixel_bytes(pixels: torch.Tensor) -> Optional[np.ndarray]:
+    """The bytes uint8 `pixels` [C, H, W] (channels innermost: stride 1 between channels) lie in, from the first,
+    as the pixel kernels take them (rows `stride(1)` apart, pixels `stride(2)`); None where the layout is not one
+    they take (pixels closer than their channels, rows backwards) or runs past the storage."""
+    c, h, w = pixels.shape
     row, step = pixels.stride(1), pixels.stride(2)
     if step < c or row < 0:
-        return False
+        return None
     extent = (h - 1) * row + (w - 1) * step + c if h and w else 0
     if pixels.storage_offset() + extent > pixels.untyped_storage().nbytes():
-        return False
-    source = pixels.as_strided((extent,), (1,)).numpy()  # the bytes the pixels lie in, from the first
-    core.planes_from_pixels(target.numpy(), source, h, w, c, step, row, flip)
-    return True
+        return None
+    source: np.ndarray = pixels.as_strided((extent,), (1,)).numpy()
+    return source
 
 
 def _normalized_into(target: torch.Tensor, pixels: torch.Tensor, flip: bool, transform: ImageTransform) -> bool:
@@ -302,19 +313,13 @@ def _normalized_into(target: torch.Tensor, pixels: torch.Tensor, flip: bool, tra
     else:
         return False
     factors = transform._factors(c)
-    if factors is None:
+    source = _pixel_bytes(pixels)
+    if factors is None or source is None:
         return False
-    row, step = pixels.stride(1), pixels.stride(2)
-    if step < c or row < 0:
-        return False
-    extent = (h - 1) * row + (w - 1) * step + c if h and w else 0
-    if pixels.storage_offset() + extent > pixels.untyped_storage().nbytes():
-        return False
-    source = pixels.as_strided((extent,), (1,)).numpy()
     memory = target if not interleaved else target.permute(1, 2, 0)
     out = memory.view(torch.int16).numpy() if target.dtype == torch.bfloat16 else memory.numpy()
-    core.normalize_pixels(out, target.dtype == torch.bfloat16, interleaved, source, h, w, c, step, row, flip,
-                          *factors)
+    core.normalize_pixels(out, target.dtype == torch.bfloat16, interleaved, source, h, w, c, pixels.stride(2),
+                          pixels.stride(1), flip, *factors)
     return True
 
 
