@@ -73,13 +73,13 @@ def test_record_kind():
     assert record_kind(b"\xff\xff\xff") == "raw"
 
 
-def test_sequence_example_files_are_named_with_what_to_do(tmp_path, write_records):
+def test_sequence_example_files_get_a_sequence_spec(tmp_path, write_records):
+    """SequenceExamples get a SequenceFeatures (tests/test_sequence_features.py has the rules); it was an error."""
     path = write_records(tmp_path / "s.tfrecord", [tfr_torch.encode_sequence_example({"id": 1}, {"tok": [[1], [2]]})])
-    with pytest.raises(DecodeError) as raised:
-        tfr_torch.infer_features(path)
-    assert str(raised.value) == (f"{path}:0: record 0 is a tf.train.SequenceExample (feature lists 'tok'): "
-                                 "infer_features proposes specs for tf.train.Example records only; write the "
-                                 "context and sequence specs for parse_sequence_example by hand")
+    spec = tfr_torch.infer_features(path)
+    assert spec == tfr_torch.SequenceFeatures({"id": FixedLenFeature([], torch.int64)},
+                                              {"tok": tfr_torch.FixedLenSequenceFeature([], torch.int64)})
+    assert (spec.records_read, spec.files_total, spec.present, spec.list_present) == (1, 1, {"id": 1}, {"tok": 1})
 
 
 def test_reshard_sidecar_spec_sees_keys_of_later_files(tmp_path, write_records):

@@ -54,6 +54,7 @@ _EXPORTS = {
     "RowStarts": "tfr_torch.decode.specs",
     "RowLimits": "tfr_torch.decode.specs",
     "ValueRowIds": "tfr_torch.decode.specs",
+    "SequenceFeatures": "tfr_torch.decode.sequence_features",
     "UniformRowLength": "tfr_torch.decode.specs",
     "parse_example": "tfr_torch.decode.parse",
     "parse_single_example": "tfr_torch.decode.parse",
@@ -84,7 +85,8 @@ _EXPORTS = {
 __all__ = ["__version__", "CachedDataset", "CorruptRecordError", "DecodeError", "ElasticDistributedSampler",
     "ExamplePlan", "FixedLenFeature",
     "FixedLenSequenceFeature", "IndexMismatchError", "IndexedTFRecordDataset", "RaggedFeature", "RaggedTensor",
-    "RecordLocation", "RecordReader", "RowLengths", "RowLimits", "RowSplits", "RowStarts", "ShardedWriter",
+    "RecordLocation", "RecordReader", "RowLengths", "RowLimits", "RowSplits", "RowStarts", "SequenceFeatures",
+    "ShardedWriter",
     "SkippedRecordWarning",
     "SparseBytes", "SparseFeature", "TFRecordDataset", "TFRecordError", "TFRecordWriter", "TruncatedRecordError",
     "UniformRowLength", "ValueRowIds", "VarLenFeature", "backend", "build_index", "check_index", "compile_features",
@@ -133,6 +135,7 @@ if TYPE_CHECKING:  # pragma: no cover
     )
     from tfr_torch.decode.plan import ExamplePlan, compile_features
     from tfr_torch.decode.results import RaggedTensor, SparseBytes, to_padded
+    from tfr_torch.decode.sequence_features import SequenceFeatures
     from tfr_torch.decode.specs import (
         FixedLenFeature,
         FixedLenSequenceFeature,

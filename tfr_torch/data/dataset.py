@@ -63,7 +63,8 @@ from tfr_torch.data.sharding import (
 )
 from tfr_torch.decode.plan import ExamplePlan, compile_features
 from tfr_torch.decode.hints import check_features_argument, check_spec
-from tfr_torch.decode.sidecar import spec_from_json
+from tfr_torch.decode.sequence_features import SequenceFeatures
+from tfr_torch.decode.sidecar import spec_of_sidecar
 from tfr_torch.format.compression import normalize_compression
 from tfr_torch.format.index import scan_index  # noqa: F401  (a test patches scan_index here)
 from tfr_torch.format.location import RecordLocation
@@ -123,7 +124,7 @@ class TFRecordDataset(IterableDataset[Any]):
     def __init__(
         self,
         paths: PathLike | Sequence[PathLike],
-        features: Mapping[str, Any] | Literal["auto"] | None = None,
+        features: Mapping[str, Any] | SequenceFeatures | Literal["auto"] | None = None,
         *,
         index: Any = None,
         compression: CompressionOrAuto = "auto",
@@ -581,13 +582,15 @@ class TFRecordDataset(IterableDataset[Any]):
                                         self.shuffle_buffer, rng))
 
 
-def auto_features(sidecar: Sidecar | None) -> dict[str, Any]:
-    """The spec of features="auto": the one in the sidecar ShardedWriter writes beside its shards."""
-    if sidecar is None or not sidecar.features:
+def auto_features(sidecar: Sidecar | None) -> dict[str, Any] | SequenceFeatures:
+    """The spec of features="auto": the one in the sidecar ShardedWriter writes beside its shards (a dict, or a
+    SequenceFeatures for SequenceExamples)."""
+    spec = spec_of_sidecar(sidecar) if sidecar is not None else None
+    if spec is None:
         raise ValueError("features='auto' needs the sidecar ShardedWriter writes beside its shards "
                          "(<name>-<split>.tfr_torch.json) and none describes these files; pass a spec "
                          "(tfr_torch.infer_features(paths) proposes one)")
-    return spec_from_json(sidecar.features)
+    return spec
 
 
 def existing_sizes(paths: Sequence[str]) -> list[int | None]:

@@ -13,6 +13,7 @@ from tfr_torch.data.counting import user_site
 from tfr_torch.data.dataset import _is_tfds, auto_features, existing_sizes, plan_of
 from tfr_torch.data.indexes import resolve_indexes
 from tfr_torch.decode.hints import check_features_argument
+from tfr_torch.decode.sequence_features import SequenceFeatures
 from tfr_torch.data.transport import Batch, shared_memory_available
 from tfr_torch.errors import TFRecordError
 from tfr_torch.format.index import scan_index
@@ -41,7 +42,7 @@ class IndexedTFRecordDataset(Dataset[Any]):
     """
 
     def __init__(self, paths: PathLike | Sequence[PathLike],
-                 features: Mapping[str, Any] | Literal["auto"] | None = None,
+                 features: Mapping[str, Any] | SequenceFeatures | Literal["auto"] | None = None,
                  index: Any = "auto", *, transform: Callable[[Any], Any] | None = None, verify: bool = True,
                  shared_memory: bool = True, split: str | None = None, as_supervised: bool = False) -> None:
         self.tfds = None  # a TFDS dataset folder and split (see TFRecordDataset)

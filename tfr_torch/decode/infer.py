@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Final
 
 import torch
 from google.protobuf.message import DecodeError as _ProtoDecodeError
 
 from tfr_torch.decode.dtypes import DType
-from tfr_torch.decode.specs import FixedLenFeature, VarLenFeature, string
+from tfr_torch.decode.sequence_features import SequenceFeatures
+from tfr_torch.decode.specs import FixedLenFeature, FixedLenSequenceFeature, VarLenFeature, string
 from tfr_torch.errors import DecodeError, TFRecordError
 from tfr_torch.format._proto import raw_example_pb2
 from tfr_torch.format.columns import decode_column, kind_of
@@ -21,7 +22,8 @@ from tfr_torch.format.paths import expand_paths
 from tfr_torch.format.reader import read_records
 from tfr_torch.format.tensor import DTYPES, TensorData, decode_tensor_proto
 
-__all__ = ["InferredFeatures", "infer_features", "format_features", "record_kind", "classify_record"]
+__all__ = ["InferredFeatures", "InferredSequenceFeatures", "infer_features", "format_features", "record_kind",
+           "classify_record"]
 
 _DTYPE: dict[FeatureKind, DType] = {"float": torch.float32, "int64": torch.int64, "bytes": string}
 _parse_raw_example = raw_example_pb2.RawExample.FromString
@@ -80,15 +82,8 @@ def record_kind(record: bytes) -> RecordKind:
     return classify_record(record)[0]
 
 
-class InferredFeatures(dict[str, Any]):
-    """The spec that `infer_features` proposes (a plain dict of feature specs, usable wherever one is) and what it
-    was proposed from:
-
-    - `records_read`: records looked at; `files_total` / `files_to_end`: files given and files read to their end
-      (both None for an iterable of records); `per_file`: the most records read from one file;
-    - `present`: for each key, how many of those records carry it with values (a key carried by fewer than
-      `records_read` records is proposed as a VarLenFeature); `empty_keys`: keys seen only without values.
-    """
+class _Provenance:
+    """What a proposal was based on (see InferredFeatures)."""
 
     records_read: int = 0
     files_total: int | None = None
@@ -108,7 +103,36 @@ class InferredFeatures(dict[str, Any]):
                 f"{self.files_to_end:,} read to the end)")
 
 
-def _from_files(paths: list[str], max_records: int, info: InferredFeatures,
+class _Info(_Provenance):
+    """The provenance gathered while reading, copied onto the proposal at the end."""
+
+    def fill(self, spec: _Provenance) -> None:
+        spec.records_read, spec.files_total = self.records_read, self.files_total
+        spec.files_to_end, spec.per_file = self.files_to_end, self.per_file
+        spec.present, spec.empty_keys = self.present, self.empty_keys
+
+
+class InferredFeatures(dict[str, Any], _Provenance):
+    """The spec that `infer_features` proposes for Examples (a plain dict of feature specs, usable wherever one
+    is) and what it was proposed from:
+
+    - `records_read`: records looked at; `files_total` / `files_to_end`: files given and files read to their end
+      (both None for an iterable of records); `per_file`: the most records read from one file;
+    - `present`: for each key, how many of those records carry it with values (a key carried by fewer than
+      `records_read` records is proposed as a VarLenFeature); `empty_keys`: keys seen only without values.
+    """
+
+
+class InferredSequenceFeatures(SequenceFeatures, _Provenance):
+    """The SequenceFeatures that `infer_features` proposes for SequenceExamples, and what it was proposed from:
+    as InferredFeatures, `present` and `empty_keys` for the context, and for the feature lists `list_present`
+    (records carrying each list) and `empty_lists` (lists whose steps never held values: no spec proposed)."""
+
+    list_present: dict[str, int]
+    empty_lists: list[str]
+
+
+def _from_files(paths: list[str], max_records: int, info: _Provenance,
                 compression: CompressionOrAuto) -> Iterator[tuple[bytes, str, int]]:
     """The first records of every file: the budget is shared out evenly, at least one record per file, and what
     a short file leaves over goes to the files after it."""
@@ -143,16 +167,23 @@ def _is_paths(items: Any) -> bool:
 
 
 def infer_features(paths_or_records: Any, max_records: int = 1000,
-                   compression: CompressionOrAuto = "auto") -> InferredFeatures:
+                   compression: CompressionOrAuto = "auto") -> InferredFeatures | InferredSequenceFeatures:
     """Propose a spec for tf.train.Example records: FixedLenFeature where every record read carries the key with
     the same number of values (shape [] for one value, [n] otherwise), VarLenFeature otherwise; the dtype comes
     from the wire (float32, int64, or tfr_torch.string).
 
+    For tf.train.SequenceExample records (any record read with feature lists) it proposes a `SequenceFeatures`:
+    the context as above, and for each feature list a FixedLenSequenceFeature where every step of every record
+    read holds the same number of values (`allow_missing=True` when some record lacks the list), else a
+    VarLenFeature. Records without feature lists are SequenceExamples without them there (an Example's bytes are
+    a SequenceExample's with that context).
+
     From files (paths, globs, URLs) it reads about `max_records` records spread over every file: the first
     `max_records // len(files)` of each (at least one per file; a shorter file's share goes to the next ones).
     `compression` is the files' ("auto": from the name, else the first bytes). From an iterable of serialized
-    records it reads the first `max_records`. The result is a dict of specs that
-    also says what it was based on (`InferredFeatures`: records and files read, records carrying each key).
+    records it reads the first `max_records`. The result is a dict of specs (a SequenceFeatures for
+    SequenceExamples) that also says what it was based on (`InferredFeatures`: records and files read, records
+    carrying each key).
 
     >>> import tfr_torch
     >>> records = [tfr_torch.encode_example({"id": i, "tokens": list(range(i + 1))}) for i in range(3)]
@@ -161,26 +192,29 @@ def infer_features(paths_or_records: Any, max_records: int = 1000,
     (FixedLenFeature(shape=(), dtype=torch.int64, default_value=None), VarLenFeature(dtype=torch.int64))
     >>> spec.records_read, spec.present["tokens"]
     (3, 3)
+    >>> sequences = [tfr_torch.encode_sequence_example({"id": i}, {"frame": [[0.5, 1.5]] * i}) for i in range(3)]
+    >>> tfr_torch.infer_features(sequences).sequence
+    {'frame': FixedLenSequenceFeature(shape=(2,), dtype=torch.float32, allow_missing=False, default_value=None)}
     """
     if not isinstance(max_records, int) or isinstance(max_records, bool) or max_records < 1:
         raise ValueError(f"max_records must be a positive int, got {max_records!r}")
     check_compression(compression, auto=True)
-    spec = InferredFeatures()
+    info = _Info()
     if _is_paths(paths_or_records):
         sample: Iterable[tuple[bytes, str | None, int | None]] = _from_files(
-            expand_paths(paths_or_records), max_records, spec, compression)
+            expand_paths(paths_or_records), max_records, info, compression)
     else:
         sample = itertools.islice(((record, None, None) for record in paths_or_records), max_records)
-    maps = []
+    contexts: list[dict[str, bytes]] = []
+    lists: list[dict[str, list[bytes]]] = []
     for i, (record, path, offset) in enumerate(sample):
         what, parsed = classify_record(record)
         if what == EXAMPLE:
-            maps.append(parsed)
+            contexts.append(parsed)
+            lists.append({})
         elif what == SEQUENCE_EXAMPLE:
-            raise DecodeError(f"record {i} is a tf.train.SequenceExample (feature lists "
-                              f"{', '.join(map(repr, sorted(parsed[1])))}): infer_features proposes specs for "
-                              "tf.train.Example records only; write the context and sequence specs for "
-                              "parse_sequence_example by hand", path, offset)
+            contexts.append(parsed[0])
+            lists.append(parsed[1])
         elif what == TENSOR:
             dtype = DTYPES[parsed.dtype][0]
             raise DecodeError(f"record {i} is a serialize_tensor payload ({dtype} {list(parsed.shape)}), not a "
@@ -193,54 +227,128 @@ def infer_features(paths_or_records: Any, max_records: int = 1000,
             except _ProtoDecodeError as exc:
                 why = str(exc)
             raise DecodeError(f"record {i} is not a tf.train.Example: {why}", path, offset)
-    if not maps:
+    if not contexts:
         raise ValueError("infer_features found no records to look at")
-    spec.records_read = len(maps)
-    spec.present, spec.empty_keys = {}, []
+    info.records_read = len(contexts)
+    context, info.present, info.empty_keys = _propose(contexts, "feature")
+    if not any(lists):
+        spec = InferredFeatures(context)
+        info.fill(spec)
+        return spec
+    sequence, present, empty = _propose_lists(lists)
+    sequence_spec = InferredSequenceFeatures(context, sequence)
+    info.fill(sequence_spec)
+    sequence_spec.list_present, sequence_spec.empty_lists = present, empty
+    return sequence_spec
+
+
+def _propose(maps: list[dict[str, bytes]], what: str) -> tuple[dict[str, Any], dict[str, int], list[str]]:
+    """(spec, records carrying each key with values, keys seen only without values) of Features maps."""
+    spec: dict[str, Any] = {}
+    present: dict[str, int] = {}
+    empty: list[str] = []
     for key in sorted({key for m in maps for key in m}):
         raws = [m.get(key) for m in maps]
-        kinds = {found for found in (kind_of(raw, key) for raw in raws) if found is not None}
-        if not kinds:
-            spec.empty_keys.append(key)  # only kind-less Features: nothing to propose
+        kind = _one_kind(raws, key, what)
+        if kind is None:
+            empty.append(key)  # only kind-less Features: nothing to propose
             continue
-        if len(kinds) > 1:
-            raise DecodeError(f"feature {key!r} holds {' and '.join(sorted(kinds))} values in different records; "
-                              "a spec needs one kind")
-        kind = kinds.pop()
         column = decode_column(raws, kind, key)
-        spec.present[key] = int(column.present.sum())
+        present[key] = int(column.present.sum())
         counts = set(column.counts[column.present].tolist())
         if column.present.all() and len(counts) == 1:
             n = counts.pop()
             spec[key] = FixedLenFeature([] if n == 1 else [n], _DTYPE[kind])
         else:
             spec[key] = VarLenFeature(_DTYPE[kind])
-    return spec
+    return spec, present, empty
 
 
-def format_features(spec: dict[str, Any], name: str = "features") -> str:
-    """Python code that rebuilds `spec` (what `tfr-torch schema` prints). For an `InferredFeatures`, comments
-    say what it was proposed from and mark the keys that not every record carries."""
-    def dtype(d: Any) -> str:
-        return "tfr_torch.string" if d == string else f"torch.{str(d).removeprefix('torch.')}"
+def _propose_lists(lists: list[dict[str, list[bytes]]]) -> tuple[dict[str, Any], dict[str, int], list[str]]:
+    """(sequence spec, records carrying each feature list, lists whose steps never hold values) of the records'
+    feature lists: a FixedLenSequenceFeature where every step holds the same number of values, else VarLen."""
+    spec: dict[str, Any] = {}
+    present: dict[str, int] = {}
+    empty: list[str] = []
+    for key in sorted({key for m in lists for key in m}):
+        carried = [m[key] for m in lists if key in m]
+        steps: list[bytes | None] = [step for steps_of_one in carried for step in steps_of_one]
+        present[key] = len(carried)
+        kind = _one_kind(steps, key, "feature list")
+        if kind is None:
+            empty.append(key)  # no step of any record read holds values: nothing to propose
+            continue
+        column = decode_column(steps, kind, key)
+        counts = set(column.counts[column.present].tolist())
+        # steps that all hold no values get a VarLenFeature: TensorFlow's parser divides by a step's size (a
+        # FixedLenSequenceFeature of shape [0] stops TensorFlow 2.21 with SIGFPE)
+        if column.present.all() and len(counts) == 1 and counts != {0}:
+            n = counts.pop()
+            spec[key] = FixedLenSequenceFeature([] if n == 1 else [n], _DTYPE[kind],
+                                                allow_missing=len(carried) < len(lists))
+        else:
+            spec[key] = VarLenFeature(_DTYPE[kind])
+    return spec, present, empty
 
+
+def _one_kind(raws: list[bytes | None], key: str, what: str) -> FeatureKind | None:
+    kinds = {found for found in (kind_of(raw, key) for raw in raws) if found is not None}
+    if len(kinds) > 1:
+        raise DecodeError(f"{what} {key!r} holds {' and '.join(sorted(kinds))} values in different records; "
+                          "a spec needs one kind")
+    return kinds.pop() if kinds else None
+
+
+def format_features(spec: Mapping[str, Any] | SequenceFeatures, name: str = "features") -> str:
+    """Python code that rebuilds `spec` (what `tfr-torch schema` prints): a dict of specs, or a SequenceFeatures.
+    For what `infer_features` proposed, comments say what it was proposed from and mark the keys that not every
+    record carries."""
+    info = spec if isinstance(spec, _Provenance) and spec.records_read > 0 else None
     lines = []
-    info = spec if isinstance(spec, InferredFeatures) and spec.records_read > 0 else None
     if info is not None:
         lines += [f"# {info.describe()}.",
                   "# VarLenFeature: the count of values varies, or some records lack the key (noted beside it)."]
-    lines += ["import torch", "", "import tfr_torch", "", f"{name} = {{"]
-    for key, s in spec.items():
-        if isinstance(s, FixedLenFeature):
-            shape = "[" + ", ".join(map(str, s.shape)) + "]"
-            line = f"    {key!r}: tfr_torch.FixedLenFeature({shape}, {dtype(s.dtype)}),"
-        else:
-            line = f"    {key!r}: tfr_torch.VarLenFeature({dtype(s.dtype)}),"
-        if info is not None and info.present.get(key, info.records_read) < info.records_read:
-            line += f"  # in {info.present[key]:,} of {info.records_read:,} records read"
-        lines.append(line)
-    if info is not None:
-        lines += [f"    # {key!r}: no values in any record read (a Feature without a kind): no spec proposed"
-                  for key in info.empty_keys]
-    lines.append("}")
+    lines += ["import torch", "", "import tfr_torch", ""]
+    if isinstance(spec, SequenceFeatures):
+        lists = spec if isinstance(spec, InferredSequenceFeatures) and info is not None else None
+        lines.append(f"{name} = tfr_torch.SequenceFeatures(")
+        lines += _entries(spec.context, "context", "    ", info, info.empty_keys if info is not None else [])
+        lines += _entries(spec.sequence, "sequence", "    ", None, lists.empty_lists if lists is not None else [],
+                          lists.list_present if lists is not None else None,
+                          lists.records_read if lists is not None else 0)
+        lines.append(")")
+    else:
+        lines += _entries(spec, f"{name} = ", "", info, info.empty_keys if info is not None else [])
     return "\n".join(lines) + "\n"
+
+
+def _entries(spec: Mapping[str, Any], argument: str, indent: str, info: _Provenance | None,
+             empty: list[str], carried: dict[str, int] | None = None, records: int = 0) -> list[str]:
+    """`argument={` (or `name = {`: `argument` ends in " = ") and a line per spec, then the keys no record read
+    carried with values."""
+    top = argument.endswith(" = ")
+    lines = [f"{indent}{argument}{{" if top else f"{indent}{argument}={{"]
+    for key, s in spec.items():
+        lines.append(f"{indent}    {key!r}: {_spec_code(s)},")
+        if info is not None and info.present.get(key, info.records_read) < info.records_read:
+            lines[-1] += f"  # in {info.present[key]:,} of {info.records_read:,} records read"
+        if carried is not None and carried.get(key, records) < records:
+            lines[-1] += f"  # in {carried[key]:,} of {records:,} records read"
+    why = ("no values in any record read (a Feature without a kind)" if argument != "sequence" else
+           "no step of any record read holds values (no steps, or Features without a kind)")
+    lines += [f"{indent}    # {key!r}: {why}: no spec proposed" for key in empty]
+    lines.append(f"{indent}}}" if top else f"{indent}}},")
+    return lines
+
+
+def _spec_code(spec: Any) -> str:
+    def dtype(d: Any) -> str:
+        return "tfr_torch.string" if d == string else f"torch.{str(d).removeprefix('torch.')}"
+
+    if isinstance(spec, (FixedLenFeature, FixedLenSequenceFeature)):
+        shape = "[" + ", ".join(map(str, spec.shape)) + "]"
+        extra = ", allow_missing=True" if isinstance(spec, FixedLenSequenceFeature) and spec.allow_missing else ""
+        return f"tfr_torch.{type(spec).__name__}({shape}, {dtype(spec.dtype)}{extra})"
+    if isinstance(spec, VarLenFeature):
+        return f"tfr_torch.VarLenFeature({dtype(spec.dtype)})"
+    return f"tfr_torch.{spec!r}"  # SparseFeature, RaggedFeature: their reprs are their constructor calls

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 
+from tfr_torch.decode.sequence_features import SequenceFeatures
 from tfr_torch.decode.specs import FixedLenFeature, FixedLenSequenceFeature, VarLenFeature, normalize_dtype, string
 from tfr_torch.format.shardset import (
     SIDECAR_FORMAT,
@@ -19,8 +20,8 @@ from tfr_torch.format.shardset import (
     trusted_counts,
 )
 
-__all__ = ["SIDECAR_FORMAT", "Sidecar", "sidecar_path", "spec_to_json", "spec_from_json", "sidecar_for", "read_sidecar",
-           "find_sidecar", "trusted_counts", "class_names"]
+__all__ = ["SIDECAR_FORMAT", "Sidecar", "sidecar_path", "spec_to_json", "spec_from_json", "specs_to_json",
+           "spec_of_sidecar", "sidecar_for", "read_sidecar", "find_sidecar", "trusted_counts", "class_names"]
 
 
 def _dtype_name(dtype: Any) -> str:
@@ -87,6 +88,35 @@ def spec_from_json(data: Mapping[str, Any]) -> dict[str, Any]:
         else:
             raise ValueError(f"sidecar feature {key!r}: unknown kind {kind!r}")
     return out
+
+
+def specs_to_json(features: Mapping[str, Any] | SequenceFeatures) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """What a sidecar stores of a dataset's spec: (its "features", its "sequence_features"): a dict spec's JSON form
+    and None, or a SequenceFeatures' context and feature lists in that form (a reader that knows no
+    "sequence_features" decodes the context alone: a SequenceExample's context is an Example's features)."""
+    if isinstance(features, SequenceFeatures):
+        return spec_to_json(features.context), spec_to_json(features.sequence)
+    return spec_to_json(features), None
+
+
+def spec_of_sidecar(sidecar: Sidecar) -> dict[str, Any] | SequenceFeatures | None:
+    """The spec a sidecar stores (see specs_to_json): a dict, a SequenceFeatures, or None when it stores none;
+    ValueError naming the sidecar file when what it stores is not a spec."""
+    features, lists = sidecar.features, sidecar.sequence_features
+    if features is None and lists is None:
+        return None
+    try:
+        for part in (features, lists):
+            if part is not None and not (isinstance(part, Mapping) and all(isinstance(e, Mapping)
+                                                                           for e in part.values())):
+                raise ValueError("not a dict of feature entries")
+        context = spec_from_json(features or {})
+        if lists is None:
+            return context
+        return SequenceFeatures(context, spec_from_json(lists))
+    except (KeyError, TypeError, ValueError) as err:
+        what = f"missing {err}" if isinstance(err, KeyError) else str(err)
+        raise ValueError(f"{sidecar.path}: the features spec it stores cannot be read ({what})") from None
 
 
 def sidecar_for(paths: Sequence[str]) -> tuple[dict[str, Any], dict[str, int]] | None:

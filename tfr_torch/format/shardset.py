@@ -80,15 +80,20 @@ def sidecar_path(out_dir: str, name: str, split: str) -> str:
 
 
 def sidecar_data(name: str, split: str, compression: str, shards: Sequence[Mapping[str, Any]],
-                 features: Mapping[str, Any] | None, image: Mapping[str, Any] | None) -> dict[str, Any]:
+                 features: Mapping[str, Any] | None, image: Mapping[str, Any] | None,
+                 sequence_features: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The sidecar's JSON content for finished `shards` (each `{"file", "records", "bytes"}`); `features` is the
-    spec's JSON form (tfr_torch.decode.sidecar.spec_to_json) or None, `compression` "none", "gzip" or "zlib"."""
+    spec's JSON form (tfr_torch.decode.sidecar.spec_to_json) or None (for SequenceExamples: the context's, with
+    `sequence_features` the feature lists' in that form), `compression` "none", "gzip" or "zlib"."""
     shards = [dict(shard) for shard in shards]
-    return {"format": SIDECAR_FORMAT, "name": name, "split": split,
+    data = {"format": SIDECAR_FORMAT, "name": name, "split": split,
             "compression": None if compression == "none" else compression,
             "records": sum(s["records"] for s in shards), "shards": shards,
             "features": dict(features) if features is not None else None,
             "image": dict(image) if image is not None else None, "tfr_torch_version": __version__}
+    if sequence_features is not None:
+        data["sequence_features"] = dict(sequence_features)
+    return data
 
 
 def read_sidecar(path: str) -> dict[str, Any]:
@@ -123,6 +128,11 @@ class Sidecar:
     def features(self) -> dict[str, Any] | None:
         """The features spec in its JSON form (tfr_torch.decode.sidecar.spec_from_json reads it), or None."""
         return self.data.get("features") or None
+
+    @property
+    def sequence_features(self) -> dict[str, Any] | None:
+        """For SequenceExamples: the feature lists' spec in that JSON form (`features` is the context's), or None."""
+        return self.data.get("sequence_features")
 
     @property
     def image(self) -> dict[str, Any] | None:

@@ -133,14 +133,21 @@ def _load_folder(folder: str, features: Any, split: Optional[str], utf8: Any, op
 def _load_files(paths: list[str], features: Any, split: str, utf8: Any, options: Mapping[str, Any],
                 make: Mapping[str, Any]) -> Any:
     from tfr_torch.data.dataset import auto_features
+    from tfr_torch.decode.sequence_features import SequenceFeatures
 
     if features is None:
         hf = datasets.Features({RAW_COLUMN: datasets.Value("binary")})
         return _make(paths, _Reader(hf, None, None, options), hf, split, paths, make)
     sidecar = find_sidecar(paths)
     stored = (sidecar.data.get(HF_KEY) or {}).get("features") if sidecar is not None else None
+    if isinstance(features, SequenceFeatures) or (sidecar is not None and isinstance(features, str)
+                                                  and sidecar.sequence_features is not None):
+        raise ValueError("these records are tf.train.SequenceExamples: a Hugging Face dataset is made of Example "
+                         "rows; pass features= a spec of their context, or read them with "
+                         "tfr_torch.TFRecordDataset(paths, features=tfr_torch.SequenceFeatures(...))")
     if isinstance(features, str):
         spec = auto_features(sidecar)  # the sidecar's spec, or the error that says there is none
+        assert not isinstance(spec, SequenceFeatures)  # refused above
         if stored is not None and utf8 is False:
             hf = datasets.Features.from_dict(stored)
         else:

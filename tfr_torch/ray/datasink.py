@@ -145,6 +145,9 @@ class TFRecordDatasink(Datasink[dict[str, Any]]):  # each write task returns a d
         self.compression = compression_name(compression)
         if isinstance(features, str) and features != "auto":
             raise ValueError(f'features must be "auto", a spec dict or None, got {features!r}')
+        if features is not None and not isinstance(features, (str, Mapping)):
+            raise TypeError(f"features must be \"auto\", a spec dict or None, got {type(features).__name__} "
+                            "(write_tfrecords writes rows as tf.train.Example records)")
         if isinstance(features, Mapping):
             from tfr_torch.decode.sidecar import spec_to_json
 

@@ -207,6 +207,9 @@ class TFRecordDatasource(Datasource):
         from tfr_torch.format.shardset import find_sidecar
 
         sidecar = find_sidecar(self.paths) if self.tfds is None else None
+        if features is not None and not isinstance(features, (str, Mapping)):
+            raise TypeError(f'features must be None, a spec dict or "auto", got {type(features).__name__} '
+                            "(read_tfrecords makes rows of tf.train.Example records)")
         if isinstance(features, str):
             if features != "auto":
                 raise ValueError(f'features must be None, a spec dict or "auto", got {features!r}')
@@ -216,6 +219,10 @@ class TFRecordDatasource(Datasource):
                 raise ValueError("features='auto' needs the sidecar that ShardedWriter / write_tfrecords write beside "
                                  "their shards (<name>-<split>.tfr_torch.json) and none describes these files; pass "
                                  "a spec (tfr_torch.infer_features(paths) proposes one)")
+            elif sidecar.sequence_features is not None:
+                raise ValueError(f"{sidecar.path} describes tf.train.SequenceExample records: read_tfrecords makes "
+                                 "rows of Examples; read these with tfr_torch.TFRecordDataset(paths, "
+                                 "features='auto'), or pass features= a spec of their context")
             else:
                 features = spec_from_json(sidecar.features)
         if features is not None:

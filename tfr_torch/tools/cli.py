@@ -160,7 +160,8 @@ def _parser() -> argparse.ArgumentParser:
                         "\"truncated\": true")
     p.set_defaults(run=_cmd_head)
 
-    p = command("schema", "Propose a feature spec for tf.train.Example files, printed as Python code to paste. "
+    p = command("schema", "Propose a feature spec for tf.train.Example (or SequenceExample) files, printed as "
+                          "Python code to paste. "
                           "Records are sampled from every file; comments say how many of how many files were "
                           "read and mark the keys that not every record carries.", progress=None)
     p.add_argument("--max-records", type=_at_least(1, "a number of records"), default=1000, metavar="N",

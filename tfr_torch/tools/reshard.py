@@ -8,7 +8,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from tfr_torch.decode.infer import infer_features
-from tfr_torch.decode.sidecar import spec_from_json
+from tfr_torch.decode.sequence_features import SequenceFeatures
+from tfr_torch.decode.sidecar import spec_of_sidecar
 from tfr_torch.errors import DecodeError
 from tfr_torch.format.framing import OVERHEAD
 from tfr_torch.format.options import Compression, check_compression
@@ -108,11 +109,13 @@ def reshard(paths: Sequence[str], out_dir: str, *, shard_size: Any = "128MB", co
     found = find_sidecar(paths)
     features, image = None, None
     if found is not None:
-        features = spec_from_json(found.features) if found.features else None
+        features = spec_of_sidecar(found)
         image = found.image
     if features is None:
         try:
-            features = dict(infer_features(paths, max_records=1000))
+            inferred = infer_features(paths, max_records=1000)
+            features = (SequenceFeatures(inferred.context, inferred.sequence)
+                        if isinstance(inferred, SequenceFeatures) else dict(inferred))
         except (DecodeError, ValueError):
             features = None  # not Examples (or no records): the records are copied all the same
     sizes = [file_size(p) for p in paths] if progress else []
@@ -120,6 +123,11 @@ def reshard(paths: Sequence[str], out_dir: str, *, shard_size: Any = "128MB", co
     tfds_options = None
     if tfds:
         from tfr_torch.tfds.write import reshard_options
+
+        if isinstance(features, SequenceFeatures):
+            raise ValueError("tfds=True: TensorFlow Datasets folders hold tf.train.Example records (features.json "
+                             "has no SequenceExample form) and these records are SequenceExamples; reshard them "
+                             "with the sidecar instead")
 
         out, tfds_options = reshard_options(paths, out, name, version, features, image)
     with ShardedWriter(out, name, split, shard_size, compression, features=features, image=image,

@@ -9,7 +9,8 @@ from collections.abc import Mapping
 from types import TracebackType
 from typing import Any
 
-from tfr_torch.decode.sidecar import spec_to_json
+from tfr_torch.decode.sequence_features import SequenceFeatures
+from tfr_torch.decode.sidecar import specs_to_json
 from tfr_torch.format.options import Compression, check_compression, compression_name
 from tfr_torch.format.framing import OVERHEAD
 from tfr_torch.format.paths import PathLike, as_path, atomic_output
@@ -56,7 +57,7 @@ class ShardedWriter:
 
     def __init__(self, out_dir: PathLike, name: str, split: str = "train", shard_size: int | str = "128MB",
                  compression: Compression = None, *, records_per_shard: int | None = None,
-                 features: Mapping[str, Any] | None = None, image: Mapping[str, Any] | None = None,
+                 features: Mapping[str, Any] | SequenceFeatures | None = None, image: Mapping[str, Any] | None = None,
                  resume: bool = False, settings: Mapping[str, Any] | None = None,
                  tfds: Mapping[str, Any] | None = None, seek_span: int | None = DEFAULT_SPAN) -> None:
         check_compression(compression)  # before the output folder is made
@@ -73,13 +74,17 @@ class ShardedWriter:
             raise ValueError(f"records_per_shard must be a positive int, got {records_per_shard!r}")
         self.records_per_shard = records_per_shard
         self.compression = compression_name(compression)
-        self.features = dict(features) if features is not None else None
+        self.features: dict[str, Any] | SequenceFeatures | None = (
+            features if isinstance(features, SequenceFeatures) or features is None else dict(features))
         self.image = dict(image) if image is not None else None
         # TFDS metadata (dataset_info.json, features.json) instead of the sidecar: tfr_torch.tfds.write
         self.tfds = None
         if tfds is not None:
             from tfr_torch.tfds.write import tfds_options
 
+            if isinstance(self.features, SequenceFeatures):
+                raise ValueError("tfds=: TensorFlow Datasets folders hold tf.train.Example records (features.json has "
+                                 "no SequenceExample form); write these SequenceExamples with the sidecar instead")
             self.tfds = tfds_options(tfds, self.features, self.compression)
         self._settings = {"name": name, "split": split, "shard_size": self.shard_size, "compression": self.compression,
                           "records_per_shard": records_per_shard, **(settings or {})}
@@ -188,8 +193,8 @@ class ShardedWriter:
         finals = [shard_name(self.name, self.split, i, count) for i in range(count)]
         shards = [{"file": final, "records": shard["records"], "bytes": shard["bytes"]}
                   for final, shard in zip(finals, self._done)]
-        sidecar = sidecar_data(self.name, self.split, self.compression, shards,
-                               spec_to_json(self.features) if self.features is not None else None, self.image)
+        spec, lists = specs_to_json(self.features) if self.features is not None else (None, None)
+        sidecar = sidecar_data(self.name, self.split, self.compression, shards, spec, self.image, lists)
         text = json.dumps(sidecar, indent=1)  # before renaming anything: a spec that cannot be stored fails here
         stale = stale_shards(self.out_dir, self.name, self.split, finals)
         for old in stale:  # shards of an earlier, differently sharded run of this name and split
