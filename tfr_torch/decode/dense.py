@@ -17,12 +17,6 @@ from tfr_torch.format.options import FeatureKind
 __all__ = ["DenseBlock", "FixedLenDecoder", "FixedLenSequenceDecoder", "StepSequenceDecoder"]
 
 
-def _starts(counts: np.ndarray) -> np.ndarray:
-    starts = np.zeros(len(counts), dtype=np.int64)
-    np.cumsum(counts[:-1], out=starts[1:])
-    return starts
-
-
 def _shape_text(shape: Sequence[int]) -> str:
     return "[" + ", ".join(map(str, shape)) + "]"
 
@@ -225,10 +219,8 @@ def _pad(values: Any, counts: np.ndarray, steps: np.ndarray, units: Units, decod
             rows.append(nest(flat, ((int(steps[i]) if single else longest), *spec.shape)))
         return rows[0] if single else rows
     array = np.full((b, longest * n), decoder.pad, dtype=NUMPY_OF_WIRE[decoder.kind])
-    if len(values):
-        row_ids = np.repeat(np.arange(b), counts)
-        cols = np.arange(len(values)) - np.repeat(_starts(counts), counts)
-        array[row_ids, cols] = values
+    if len(values):  # each row's first counts[i] places, in row-major order: the values as they come
+        array[np.arange(longest * n) < counts[:, None]] = values
     tensor = units.convert(array, spec.dtype, decoder.key, lambda pos: pos // max(longest * n, 1), by_example=True)
     tensor = tensor.reshape(b, longest, *spec.shape)
     if single:
