@@ -124,6 +124,30 @@ def gen_example_16k(records: int, chunk: int = 1000) -> Iterator[bytes]:
             yield encode_example({"data": payload[j * RECORD_16K : (j + 1) * RECORD_16K], "label": int(labels[j])})
 
 
+SEQUENCE_FRAME = 16  # floats per step of the "frames" feature list
+
+
+def gen_sequence(records: int, chunk: int = 1000) -> Iterator[bytes]:
+    """tf.train.SequenceExamples (video-clip-like): context int64 "id" and "label"; feature lists "frames" (16
+    floats a step) and "tokens" (one int64 a step), 5 to 40 steps (about 1.8 KB each). Deterministic."""
+    import numpy as np
+
+    from tfr_torch import encode_sequence_example
+
+    rng = np.random.default_rng(7)
+    for first in range(0, records, chunk):
+        k = min(chunk, records - first)
+        steps = rng.integers(5, 41, k)
+        labels = rng.integers(0, 100, k)
+        frames = rng.standard_normal((int(steps.sum()), SEQUENCE_FRAME), dtype=np.float32)
+        tokens = rng.integers(0, 30_000, int(steps.sum()))
+        ends = np.cumsum(steps)
+        for j in range(k):
+            a, b = int(ends[j] - steps[j]), int(ends[j])
+            yield encode_sequence_example({"id": first + j, "label": int(labels[j])},
+                                          {"frames": list(frames[a:b]), "tokens": [[int(t)] for t in tokens[a:b]]})
+
+
 DATASETS = {
     d.name: d
     for d in (
@@ -134,6 +158,8 @@ DATASETS = {
                 "tf.train.Examples: id, label, f1, f2, emb[32], 1-20 tokens, name; ~280 B"),
         Dataset("example-16k", 20_000, ".tfrecord", None, gen_example_16k,
                 "tf.train.Examples of a 16 KiB random bytes feature 'data' and an int64 'label'"),
+        Dataset("sequence", 50_000, ".tfrecord", None, gen_sequence,
+                "tf.train.SequenceExamples: context id, label; 5-40 steps of frames[16] and tokens; ~1.8 KB"),
     )
 }
 

@@ -13,7 +13,7 @@ import pytest
 
 RUN = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "run.py")
 WORKLOADS = ["read-16k", "write-16k", "read-small", "write-small", "read-16k-gzip", "decode-tabular",
-             "read-decode-tabular", "per-record-tabular", "loader-16k"]
+             "read-decode-tabular", "per-record-tabular", "read-decode-sequence", "per-record-sequence", "loader-16k"]
 
 
 def bench(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
@@ -45,7 +45,8 @@ def test_list_names_every_workload_and_the_pure_python_rows():
             python_rows.setdefault(workload, []).append(line.split()[1])
     assert python_rows == {"read-16k": ["crc", "nocrc"], "read-small": ["crc", "nocrc"],
                            "read-16k-gzip": ["crc", "nocrc"], "decode-tabular": ["parse"],
-                           "read-decode-tabular": ["dataset"], "per-record-tabular": ["dataset"]}
+                           "read-decode-tabular": ["dataset"], "per-record-tabular": ["dataset"],
+                           "read-decode-sequence": ["dataset"], "per-record-sequence": ["dataset"]}
 
 
 def test_unknown_workload_is_refused_by_name():
@@ -81,6 +82,17 @@ def test_loader_rows_report_cpu_and_peak_memory_per_process(tmp_path):
         assert r["metrics"]["main_peak_rss_mb"] > 0 and r["metrics"]["worker_peak_rss_mb"] > 0
     table = stdout.split("## Processes of the DataLoader workloads: CPU and peak memory")[1]
     assert table.count("| loader-16k | tfr_torch |") == 6
+
+
+def test_sequence_rows_on_both_backends(tmp_path):
+    """The SequenceExample workloads' tfr_torch rows run and report (the peers are not installed in the suite)."""
+    stdout, rows = run_rows(tmp_path, "read-decode-sequence", "per-record-sequence")
+    keys = [(r["workload"], r["library"], r["key"]) for r in rows]
+    assert keys == [("read-decode-sequence", "tfr_torch", "dataset"), ("read-decode-sequence", "tfr_torch-python",
+                                                                      "dataset"),
+                    ("per-record-sequence", "tfr_torch", "dataset"), ("per-record-sequence", "tfr_torch-python",
+                                                                     "dataset")]
+    assert all(r["records_per_s"] > 0 for r in rows)
 
 
 def test_decode_rows_include_parse_example_from_two_threads(tmp_path):

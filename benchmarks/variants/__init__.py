@@ -5,7 +5,8 @@ The order of `FAMILIES` is the order of the workloads in `--list`, in a default 
 
 import importlib
 
-FAMILIES = ("records", "decode", "loader")  # read / write; tabular Examples into tensors; DataLoaders
+# read / write; Examples into tensors; SequenceExamples into tensors; DataLoaders
+FAMILIES = ("records", "decode", "sequence", "loader")
 
 for _family in FAMILIES:
     importlib.import_module(f"{__name__}.{_family}")
