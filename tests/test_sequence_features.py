@@ -226,6 +226,18 @@ def test_indexed_dataset_and_nodes_decoder(tmp_path):
     same(decode(records[7]), expected_row(records[7], SPEC))
 
 
+def test_cached_dataset_replays_sequence_batches(tmp_path):
+    records = [record(i) for i in range(20)]
+    path = write(tmp_path / "s.tfrecord", records)
+    for directory in (None, tmp_path / "cache"):
+        cached = tfr_torch.CachedDataset(tfr_torch.TFRecordDataset(path, SPARSE_SPEC, batch_size=8), directory)
+        first, second = list(cached), list(cached)  # the second epoch is replayed
+        assert len(first) == len(second) == 3
+        for k, (a, b) in enumerate(zip(first, second)):
+            same(a, expected_batch(records[8 * k: 8 * k + 8], SPARSE_SPEC))
+            same(b, a)
+
+
 # ------------------------------------------------------------------------------------------------ infer_features
 
 
