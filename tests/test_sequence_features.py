@@ -335,6 +335,16 @@ def test_a_sidecar_spec_that_is_not_one_is_named(tmp_path):
         tfr_torch.TFRecordDataset(writer.paths, "auto")
 
 
+def test_writers_write_sequence_examples(tmp_path):
+    with tfr_torch.TFRecordWriter(tmp_path / "one.tfrecord") as w:
+        w.write_sequence_example({"id": 1}, {"token": [[4], [5]]})
+    with tfr_torch.ShardedWriter(tmp_path, "set", "train", features=SPEC) as sharded:
+        sharded.write_sequence_example({"id": 1}, {"token": [[4], [5]]})
+    expected = encode_sequence_example({"id": 1}, {"token": [[4], [5]]})
+    assert list(tfr_torch.read_records(tmp_path / "one.tfrecord")) == [expected]
+    assert list(tfr_torch.read_records(sharded.paths[0])) == [expected]
+
+
 def test_example_sidecars_are_unchanged(tmp_path):
     with tfr_torch.ShardedWriter(tmp_path, "ex", "train", features={"id": FixedLenFeature([], torch.int64)}) as w:
         w.write_example({"id": 1})

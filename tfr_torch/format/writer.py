@@ -111,6 +111,13 @@ class TFRecordWriter:
 
         self.write(encode_example(features))
 
+    def write_sequence_example(self, context: Mapping[str, Any], feature_lists: Mapping[str, Any]) -> None:
+        """Encode a tf.train.SequenceExample (see `encode_sequence_example`: context values, and per feature list
+        its steps' values) and write it."""
+        from tfr_torch.format.example import encode_sequence_example
+
+        self.write(encode_sequence_example(context, feature_lists))
+
     def flush(self) -> None:
         """Push buffered bytes to the temporary file. With compression this is a Z_PARTIAL_FLUSH, as in TensorFlow."""
         if self._closed:

@@ -168,6 +168,12 @@ class ShardedWriter:
 
         self.write(encode_example(features), **kwargs)
 
+    def write_sequence_example(self, context: Mapping[str, Any], feature_lists: Mapping[str, Any],
+                               **kwargs: Any) -> None:
+        from tfr_torch.format.example import encode_sequence_example
+
+        self.write(encode_sequence_example(context, feature_lists), **kwargs)
+
     def _finish_shard(self) -> None:
         writer, self._writer = self._writer, None
         assert writer is not None  # called only while a shard is open
