@@ -671,7 +671,10 @@ def test_the_mapping_of_a_gone_worker_is_kept_while_its_views_are():
 
 
 @needs_shm
-def test_a_forked_process_dropping_its_copy_of_a_view_releases_nothing():
+def test_a_slab_held_at_a_fork_is_never_released():
+    """A forked child inherits the parent's views of a lent slab (the worker's MAP_SHARED memory): neither its
+    dropping them nor, later, the parent's may release the slab to its worker, which would write later batches
+    under the child's eyes. A slab received after the fork is released as usual."""
     tensor, slab = _lent((16,), torch.int64)
     got = _send(Batch({"x": tensor}))
     del tensor
@@ -687,7 +690,13 @@ def test_a_forked_process_dropping_its_copy_of_a_view_releases_nothing():
     assert not slab.free()  # the parent still holds its view
     del got
     gc.collect()
-    assert slab.free()
+    assert not slab.free()  # held at the fork: kept from reuse for good
+    later, other = _lent((16,), torch.int64)
+    assert other is not slab
+    got = _send(Batch({"x": later}))
+    del later, got
+    gc.collect()
+    assert other.free()  # received after the fork: released when its views go
 
 
 @needs_shm

@@ -4,6 +4,7 @@ the last of them. See the transport's module docstring for the whole design."""
 
 from __future__ import annotations
 
+import itertools
 import mmap
 import os
 import threading
@@ -153,24 +154,47 @@ def _rebuild(container: Container, slab: SlabRef | None, keys: list[Any], entrie
 def _views(mm: mmap.mmap, nbytes: int, at: list[LentEntry], values: dict[Any, Any]) -> None:
     """The tensors a worker made in a lent slab, as views of the slab's first `nbytes` (no copy). The slab's
     released count goes up when the last of them (and of any view of them) is gone: only then may the worker
-    write into the slab again."""
+    write into the slab again (unless this process forked while holding them: see _keep_held_at_fork)."""
     region = memoryview(mm)[_HEADER : _HEADER + nbytes]
     base = torch.frombuffer(region, dtype=torch.uint8)
     # torch holds `region` as long as the storage lives; not at exit (nothing to release then), and never in a
     # process forked from this one, which would release what this one still holds
-    weakref.finalize(region, _release, mm, os.getpid()).atexit = False
+    key = next(_NUMBERS)
+    done = weakref.finalize(region, _release, mm, os.getpid(), key)
+    done.atexit = False
+    _HELD[key] = done
     del region
     for key, dtype_name, shape, stride, offset in at:
         values[key] = base.view(getattr(torch, dtype_name)).as_strided(shape, stride, offset)
 
 
-def _release(mm: mmap.mmap, pid: int) -> None:
+def _release(mm: mmap.mmap, pid: int, key: int) -> None:
+    _HELD.pop(key, None)
     if os.getpid() != pid:
         return
     try:
         _RELEASED.pack_into(mm, 0, _RELEASED.unpack_from(mm, 0)[0] + 1)
     except ValueError:  # unmapped: its worker is gone
         pass
+
+
+_HELD: dict[int, weakref.finalize] = {}  # the lent slabs this process holds views of, each by a number
+_NUMBERS = itertools.count()
+
+
+def _keep_held_at_fork() -> None:
+    """Run before this process forks. A forked child inherits the views this process holds of lent slabs, and
+    those are the worker's own memory (MAP_SHARED): were a slab released when this process's views die, the worker
+    would write its next batches into it under the child's eyes. So no slab held at a fork is ever released: it
+    stays its worker's until the worker exits (the worker makes others, up to 8, then batches the usual way). The
+    DataLoader's own forks (new workers) come when no batch is held, or after the old workers exited."""
+    for done in list(_HELD.values()):
+        done.detach()
+    _HELD.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_keep_held_at_fork)
 
 
 def _rebuild_nested(slab: SlabRef | None, skeleton: dict[Any, Any], entries: list[Entry], retired: list[int],
