@@ -25,6 +25,7 @@ from torch.utils.data import DataLoader
 
 import tfr_torch
 from tfr_torch.data import receive, slabs, transport
+from tfr_torch.data.slabs import _HEADER as _SLAB_HEADER
 from tfr_torch.data.transport import Batch, RecordBatch
 
 pytestmark = pytest.mark.usefixtures("backend")  # the slab's byte lists: the compiled loops and the reference
@@ -671,26 +672,49 @@ def test_the_mapping_of_a_gone_worker_is_kept_while_its_views_are():
 
 
 @needs_shm
-def test_a_slab_held_at_a_fork_is_never_released():
-    """A forked child inherits the parent's views of a lent slab (the worker's MAP_SHARED memory): neither its
-    dropping them nor, later, the parent's may release the slab to its worker, which would write later batches
-    under the child's eyes. A slab received after the fork is released as usual."""
+def test_a_forked_child_gets_its_own_copy_of_a_held_lent_slab():
+    """A forked child inherits the parent's views of a lent slab (the worker's MAP_SHARED memory): it copies them
+    at the fork, so the worker writing into the slab after the parent released it changes nothing the child sees;
+    the child dropping its views releases nothing; the parent releases as usual."""
+    tensor, slab = _lent((16,), torch.int64)
+    tensor.copy_(torch.arange(16))
+    got = _send(Batch({"x": tensor}))
+    del tensor
+    gc.collect()
+    go_r, go_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: waits until the worker wrote over the slab, then reads its inherited batch
+        code = 1
+        try:
+            os.read(go_r, 1)
+            code = 0 if torch.equal(got["x"], torch.arange(16)) else 2
+            del got["x"]
+            gc.collect()
+        finally:
+            os._exit(code)
+    assert not slab.free()  # the parent still holds its view
+    del got
+    gc.collect()
+    assert slab.free()  # the parent released it: the worker may write into it
+    slab.mm[_SLAB_HEADER : _SLAB_HEADER + 128] = b"\xff" * 128  # and does
+    os.write(go_w, b"x")
+    _, status = os.waitpid(pid, 0)
+    assert os.WEXITSTATUS(status) == 0  # the child still saw 0..15
+
+
+def test_a_forked_child_past_the_copy_limit_keeps_the_slabs_from_reuse(monkeypatch):
+    monkeypatch.setattr(receive, "COPY_AT_FORK", 0)  # a process holding more than the child would copy
     tensor, slab = _lent((16,), torch.int64)
     got = _send(Batch({"x": tensor}))
     del tensor
     gc.collect()
     pid = os.fork()
-    if pid == 0:  # the child's copy of `got` goes, as a DataLoader worker's copies of the main process's may
-        try:
-            del got["x"]
-            gc.collect()
-        finally:
-            os._exit(0)
+    if pid == 0:
+        os._exit(0)
     os.waitpid(pid, 0)
-    assert not slab.free()  # the parent still holds its view
     del got
     gc.collect()
-    assert not slab.free()  # held at the fork: kept from reuse for good
+    assert not slab.free()  # held at the fork: never released to its worker
     later, other = _lent((16,), torch.int64)
     assert other is not slab
     got = _send(Batch({"x": later}))
@@ -755,3 +779,28 @@ def test_dataloader_batches_of_large_rows_arrive_as_views_of_a_slab(tmp_path):
             mapped.append((start, start + len(mapping)))
     address = batches[0]["pixels"].untyped_storage().data_ptr()
     assert any(start <= address < end for start, end in mapped)
+
+
+@needs_shm
+def test_a_batch_the_slab_path_fails_on_goes_the_usual_way(monkeypatch):
+    """An exception while a batch is written into a slab would be raised in the worker's queue feeder thread,
+    which prints it and drops the batch: the DataLoader would wait for it forever. The batch goes the usual way
+    instead, with a warning, and the slab it had taken stays free."""
+    def broken(plan, mm):
+        raise RuntimeError("a value the slab path did not expect")
+
+    monkeypatch.setattr(transport, "_write", broken)
+    batch = _sample_batch()
+    with pytest.warns(RuntimeWarning, match="could not go through the shared-memory transport .RuntimeError: a value"):
+        got = _send(Batch(batch))
+    assert list(got) == list(batch) and torch.equal(got["label"], batch["label"]) and got["data"] == batch["data"]
+    with pytest.warns(RuntimeWarning):
+        assert _send(transport.RecordBatch([b"a", b"bc"])) == [b"a", b"bc"]
+    assert all(slab.free() for slab in slabs._pool().slabs)
+
+
+def test_nested_tensors_are_not_taken_for_slab_tensors():
+    nested = torch.nested.nested_tensor([torch.arange(3), torch.arange(5)])  # strided layout, but no plain memory
+    assert not transport._slab_tensor(nested)
+    got = _send(Batch({"n": nested, "x": torch.arange(4)}))
+    assert [t.tolist() for t in got["n"].unbind()] == [[0, 1, 2], [0, 1, 2, 3, 4]]

@@ -140,7 +140,7 @@ def _received(slab: SlabRef | None, entries: list[Entry], retired: list[int], le
             values[entry[1]] = _read(mm, entry)
         _RELEASED.pack_into(mm, 0, _RELEASED.unpack_from(mm, 0)[0] + 1)  # the worker may reuse the slab now
     for ref, nbytes, at in lent:
-        _views(_mapping(ref, retired), nbytes, at, values)
+        _views(_mapping(ref, retired), nbytes, at, values, (ref[0], ref[2]))
         retired = []
 
 
@@ -151,50 +151,115 @@ def _rebuild(container: Container, slab: SlabRef | None, keys: list[Any], entrie
     return _rebuild_inline(container, [(key, values[key]) for key in keys])
 
 
-def _views(mm: mmap.mmap, nbytes: int, at: list[LentEntry], values: dict[Any, Any]) -> None:
+def _views(mm: mmap.mmap, nbytes: int, at: list[LentEntry], values: dict[Any, Any],
+           slab: tuple[int, int] | None = None) -> None:
     """The tensors a worker made in a lent slab, as views of the slab's first `nbytes` (no copy). The slab's
     released count goes up when the last of them (and of any view of them) is gone: only then may the worker
-    write into the slab again (unless this process forked while holding them: see _keep_held_at_fork)."""
+    write into the slab again (see also _before_fork)."""
     region = memoryview(mm)[_HEADER : _HEADER + nbytes]
     base = torch.frombuffer(region, dtype=torch.uint8)
     # torch holds `region` as long as the storage lives; not at exit (nothing to release then), and never in a
     # process forked from this one, which would release what this one still holds
     key = next(_NUMBERS)
-    done = weakref.finalize(region, _release, mm, os.getpid(), key)
+    done = weakref.finalize(region, _release, mm, os.getpid(), key, slab)
     done.atexit = False
-    _HELD[key] = done
+    _HELD[key] = (done, mm)
     del region
     for key, dtype_name, shape, stride, offset in at:
         values[key] = base.view(getattr(torch, dtype_name)).as_strided(shape, stride, offset)
 
 
-def _release(mm: mmap.mmap, pid: int, key: int) -> None:
+def _release(mm: mmap.mmap, pid: int, key: int, slab: tuple[int, int] | None = None) -> None:
+    """The last view of a lent slab's batch is gone: the worker may reuse the slab. Where the worker has exited,
+    the mapping goes now (the slab's memory with it), not at the next sweep."""
     _HELD.pop(key, None)
     if os.getpid() != pid:
         return
     try:
         _RELEASED.pack_into(mm, 0, _RELEASED.unpack_from(mm, 0)[0] + 1)
-    except ValueError:  # unmapped: its worker is gone
-        pass
+    except ValueError:  # unmapped already
+        return
+    if slab is not None and not _alive(slab[0]):
+        with _MAPS_LOCK:
+            if _MAPS.get(slab) is mm:
+                del _MAPS[slab]
+                _close(mm)
 
 
-_HELD: dict[int, weakref.finalize] = {}  # the lent slabs this process holds views of, each by a number
+# the lent slabs this process holds views of, each by a number: (its finalizer, its mapping)
+_HELD: dict[int, tuple[weakref.finalize[Any, Any], mmap.mmap]] = {}
 _NUMBERS = itertools.count()
+COPY_AT_FORK = 256 << 20  # held lent slabs a forked child copies (bytes in all); beyond it they are kept instead
+_TO_COPY: list[mmap.mmap] = []  # set just before a fork: the mappings the child copies
 
 
-def _keep_held_at_fork() -> None:
-    """Run before this process forks. A forked child inherits the views this process holds of lent slabs, and
-    those are the worker's own memory (MAP_SHARED): were a slab released when this process's views die, the worker
-    would write its next batches into it under the child's eyes. So no slab held at a fork is ever released: it
-    stays its worker's until the worker exits (the worker makes others, up to 8, then batches the usual way). The
-    DataLoader's own forks (new workers) come when no batch is held, or after the old workers exited."""
-    for done in list(_HELD.values()):
+def _before_fork() -> None:
+    """Run before this process forks. A forked child inherits the views this process holds of lent slabs, and those
+    are the worker's own memory (MAP_SHARED): once this process's views die and release a slab, the worker writes
+    its next batches into it, under the child's eyes. So the child takes private copies of those mappings, at the
+    same addresses, before it runs anything (`_after_fork_in_child`); this process goes on as before. Where the
+    slabs held come to more than COPY_AT_FORK bytes (a process keeping many batches), or the copy cannot be made,
+    they are never released instead: each stays its worker's until the worker exits (the worker makes others, up
+    to 8, then sends its batches the usual way)."""
+    held = {id(mm): mm for _, mm in list(_HELD.values())}
+    if not held:
+        return
+    if sum(len(mm) for mm in held.values()) <= COPY_AT_FORK and _private_copy is not None:
+        _TO_COPY[:] = held.values()
+        return
+    for done, _ in list(_HELD.values()):
         done.detach()
     _HELD.clear()
 
 
+def _after_fork_in_parent() -> None:
+    _TO_COPY.clear()
+
+
+def _after_fork_in_child() -> None:
+    mappings, _TO_COPY[:] = list(_TO_COPY), []
+    for mm in mappings:
+        try:
+            _private_copy(mm)  # type: ignore[misc]
+        except (OSError, ValueError) as exc:  # the views stay the worker's memory: say so, nothing else to do
+            import warnings
+
+            warnings.warn(f"tfr_torch: a forked process could not copy a batch it inherits ({exc}); its values may "
+                          "change once the parent drops it", RuntimeWarning, stacklevel=1)
+
+
+def _libc_private_copy() -> Any:
+    """A function that replaces a mapping by a private copy of its bytes at the same address (mmap MAP_FIXED of
+    anonymous memory), or None where libc's mmap cannot be called."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        mmap_call = libc.mmap
+    except (OSError, AttributeError):
+        return None
+    mmap_call.restype = ctypes.c_void_p
+    mmap_call.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_FIXED", 0x10)
+
+    def copy(mm: mmap.mmap) -> None:
+        size = len(mm)
+        saved = mm[:]  # the bytes as they are now
+        anchor = ctypes.c_char.from_buffer(mm)
+        address = ctypes.addressof(anchor)
+        del anchor
+        got = mmap_call(address, size, mmap.PROT_READ | mmap.PROT_WRITE, flags, -1, 0)
+        if got != address:
+            raise OSError(ctypes.get_errno(), "mmap of a private copy failed")
+        ctypes.memmove(address, saved, size)
+
+    return copy
+
+
+_private_copy = _libc_private_copy() if hasattr(os, "register_at_fork") else None
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(before=_keep_held_at_fork)
+    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
+                        after_in_child=_after_fork_in_child)
 
 
 def _rebuild_nested(slab: SlabRef | None, skeleton: dict[Any, Any], entries: list[Entry], retired: list[int],

@@ -7,6 +7,8 @@ from __future__ import annotations
 import itertools
 import math
 import mmap
+import multiprocessing
+import multiprocessing.util
 import os
 import struct
 import threading
@@ -73,6 +75,8 @@ class _Pool:
         # in a garbage collection that starts while the lock is held
         self.lock = threading.RLock()
         self.lent: dict[int, tuple[_Slab, int]] = {}  # data address of a lent slab's tensors -> (slab, nbytes)
+        if multiprocessing.parent_process() is not None:  # a DataLoader worker: see _free_at_exit
+            multiprocessing.util.Finalize(self, _free_at_exit, args=(self.slabs,), exitpriority=10)
 
     def take(self, size: int) -> _Slab | None:
         """A free slab of at least `size` bytes (reused, or made), or None: send inline."""
@@ -99,6 +103,20 @@ class _Pool:
             return None
         self.slabs.append(slab)
         return slab
+
+
+def _free_at_exit(slabs: list[_Slab]) -> None:
+    """When a worker process exits (multiprocessing runs this before it ends): the memory of each slab the
+    receiver is done with is given back (the file cut to its header page), though the receiver keeps its mapping
+    of it until a later batch makes it sweep the mappings of workers that are gone (it reads no more of it: its
+    released count says so). Slabs whose batches the receiver still holds (lent views) or has not received keep
+    their memory."""
+    for slab in slabs:
+        try:  # the worker's own tensors in a lent slab do not count: it writes nothing more
+            if _RELEASED.unpack_from(slab.mm, 0)[0] == slab.sent:
+                os.ftruncate(slab.fd, _HEADER)
+        except (OSError, ValueError):
+            pass
 
 
 def _slab_size(size: int) -> int:

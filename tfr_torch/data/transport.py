@@ -33,6 +33,7 @@ of them: data/slabs.py; the main process's mappings and the rebuilding of batche
 from __future__ import annotations
 
 import mmap
+import warnings
 from multiprocessing.reduction import ForkingPickler
 from typing import Any, Callable
 
@@ -144,8 +145,9 @@ def wrap_for_transport(item: Any, parcel: bool = False) -> Any:
 # ----- the worker side --------------------------------------------------------------------------------------------
 
 def _slab_tensor(value: Any) -> bool:
-    return (type(value) is torch.Tensor and value.layout == torch.strided and value.device.type == "cpu"
-            and not value.requires_grad and not value.is_quantized and not value.is_conj() and not value.is_neg())
+    return (type(value) is torch.Tensor and value.layout == torch.strided and not value.is_nested
+            and value.device.type == "cpu" and not value.requires_grad and not value.is_quantized
+            and not value.is_conj() and not value.is_neg())
 
 
 def _lent_entry(pool: _Pool, key: Any, value: Any) -> tuple[_Slab, int, LentEntry] | None:
@@ -325,6 +327,24 @@ def _reduce_nested(batch: Any, items: list[tuple[Any, Any]]) -> tuple[Callable[.
     return _rebuild_nested, (ref, skeleton, entries, retired, views)
 
 
+def _safely(reduce: Callable[[Any], tuple[Callable[..., Any], tuple[Any, ...]]],
+            plain: Callable[[Any], tuple[Container, list[tuple[Any, Any]]]]
+            ) -> Callable[[Any], tuple[Callable[..., Any], tuple[Any, ...]]]:
+    """`reduce`, or, where it fails on a value it did not expect, the batch sent the usual way (pickled, tensors in
+    torch's shared memory), with a warning: an exception here is raised in the worker's queue feeder thread, which
+    prints it and drops the batch, and the DataLoader then waits for it forever. Nothing was sent from a slab that
+    failed (its `sent` count moves only once it is written)."""
+    def safe(batch: Any) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+        try:
+            return reduce(batch)
+        except Exception as exc:  # noqa: BLE001 - any failure must not lose the batch
+            warnings.warn(f"tfr_torch: a batch could not go through the shared-memory transport ({type(exc).__name__}: "
+                          f"{exc}); it was sent the usual way", RuntimeWarning, stacklevel=2)
+            return _rebuild_inline, plain(batch)
+
+    return safe
+
+
 def _reduce_batch(batch: Batch) -> tuple[Callable[..., Any], tuple[Any, ...]]:
     return _reduce(batch, list(batch.items()), "dict")
 
@@ -340,6 +360,19 @@ def _reduce_parcel(parcel: Parcel) -> tuple[Callable[..., Any], tuple[Any, ...]]
     return _reduce(item, [(None, item)], "list")
 
 
-ForkingPickler.register(Batch, _reduce_batch)
-ForkingPickler.register(RecordBatch, _reduce_records)
-ForkingPickler.register(Parcel, _reduce_parcel)
+def _plain_batch(batch: Batch) -> tuple[Container, list[tuple[Any, Any]]]:
+    return "dict", list(batch.items())
+
+
+def _plain_records(batch: RecordBatch) -> tuple[Container, list[tuple[Any, Any]]]:
+    return "list", [(None, list(batch))]
+
+
+def _plain_parcel(parcel: Parcel) -> tuple[Container, list[tuple[Any, Any]]]:
+    item = parcel.item
+    return ("dict", list(item.items())) if type(item) is dict else ("list", [(None, item)])
+
+
+ForkingPickler.register(Batch, _safely(_reduce_batch, _plain_batch))
+ForkingPickler.register(RecordBatch, _safely(_reduce_records, _plain_records))
+ForkingPickler.register(Parcel, _safely(_reduce_parcel, _plain_parcel))
