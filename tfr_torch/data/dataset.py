@@ -211,10 +211,15 @@ class TFRecordDataset(IterableDataset[Any]):
             _compressed(p, compression) and not has_seek_points(p) for p in self.paths)
         self._epoch = torch.zeros((), dtype=torch.int64).share_memory_()
         self._resume: dict[str, Any] | None = None
+        # which pass of DataLoader workers took the loaded state (its workers' base seed; 0: none yet): shared, so
+        # that the workers of a later pass, forked or pickled from this dataset that still holds it, do not
+        # resume it again (see _takes_resume)
+        self._resume_taken = torch.zeros((), dtype=torch.int64).share_memory_()
         self._position = 0
         self._worker = (0, 1)
         self._history: list[dict[str, Any]] = []  # the epoch's segments before the one being read (elastic.py)
         self._layout: dict[str, Any] | None = None  # the layout of the segment being read
+        self._progress_epoch: int | None = None  # the epoch the three above are of (None: no pass begun)
 
     # ----- counts and epochs -------------------------------------------------------------------------------------
 
@@ -315,13 +320,31 @@ class TFRecordDataset(IterableDataset[Any]):
         reader's part of it, so saving again right after restoring loses nothing."""
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else self._worker
-        if self._resume is not None:
-            if is_part(self._resume):  # as loaded (a worker's own part)
-                return dict(self._resume)
-            history, layout, skip = self._resume_point(self._resume, worker, workers)
+        resume = self._pending_resume()
+        if resume is not None:
+            if is_part(resume):  # as loaded (a worker's own part)
+                return dict(resume)
+            history, layout, skip = self._resume_point(resume, worker, workers)
             return self._part(history, layout, worker, skip)
+        if self._progress_epoch != self.epoch:  # set_epoch since the last pass began: nothing of it read yet
+            return self._part([], self._layout_for(workers), worker, 0)
         layout = self._layout if self._layout is not None else self._layout_for(workers)
         return self._part(self._history, layout, worker, self._position)
+
+    def _pending_resume(self) -> dict[str, Any] | None:
+        """The loaded state the next (or the just begun) pass of this reader resumes, or None: none loaded, or it
+        is of another epoch than the current one (set_epoch since), or DataLoader workers of an earlier pass took
+        it (see _takes_resume)."""
+        resume = self._resume
+        if resume is None or resume.get("epoch") != self.epoch:
+            return None
+        taken = int(self._resume_taken)
+        if taken == 0:
+            return resume
+        this_pass = _worker_pass()
+        if this_pass is None:
+            return None  # in this process: DataLoader workers resumed it, what this process holds is spent
+        return resume if taken == this_pass else None
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Resume: the next iteration of `state["epoch"]` yields what the state says is left. `state` is this
@@ -335,6 +358,7 @@ class TFRecordDataset(IterableDataset[Any]):
                     raise ValueError(f"cannot resume: the saved state has {key}={state.get(key)!r}, this dataset "
                                      f"has {value!r}")
             self._resume = dict(state)
+            self._resume_taken.fill_(0)
             self._epoch.fill_(int(state["epoch"]))
             return
         mine = self._order_info()
@@ -356,7 +380,23 @@ class TFRecordDataset(IterableDataset[Any]):
                                  f"this dataset is rank {self.rank} of {self.world_size}; to resume under another "
                                  "layout, merge every reader's part with tfr_torch.elastic_state(...) and load that")
         self._resume = dict(state)
+        self._resume_taken.fill_(0)
         self._epoch.fill_(int(state["epoch"]))
+
+    def _takes_resume(self) -> bool:
+        """Whether this iteration resumes the loaded state. In this process: yes (it is dropped once taken). In a
+        DataLoader worker: each worker of a pass gets its own copy of the state from the main process's dataset,
+        which keeps it, so it is taken only by the first pass of workers that iterates (all of its workers: they
+        share its base seed), never again by a later pass over the same epoch (a DataLoader without persistent
+        workers, where the user calls no set_epoch)."""
+        this_pass = _worker_pass()
+        if this_pass is None:
+            return True
+        taken = int(self._resume_taken)
+        if taken == 0:
+            self._resume_taken.fill_(this_pass)  # the pass's other workers write the same number
+            return True
+        return taken == this_pass
 
     def _order_info(self) -> dict[str, Any]:
         """What fixes an epoch's order besides the layout (ORDER_KEYS): a state resumes only a dataset that agrees."""
@@ -413,6 +453,10 @@ class TFRecordDataset(IterableDataset[Any]):
         if self.batch_size is not None:
             _refuse_rebatching(self, caller)
         check_rank_world(self._rank_world, "TFRecordDataset")
+        # a new pass: what state_dict() reports until its first item is this epoch's start (or the loaded state
+        # it resumes), not the last pass's progress (torchdata's StatefulDataLoader asks before the first item)
+        self._history, self._layout, self._position = [], None, 0
+        self._progress_epoch = self.epoch
         return self._iterate(_converts_only(self, caller))
 
     def __getstate__(self) -> dict[str, Any]:
@@ -427,6 +471,9 @@ class TFRecordDataset(IterableDataset[Any]):
         epoch = self.epoch
         skip = 0
         resume, self._resume = self._resume, None
+        self._progress_epoch = epoch
+        if resume is not None and not self._takes_resume():
+            resume = None  # an earlier pass of DataLoader workers resumed it: this one reads its epoch whole
         self._history, self._layout = [], None
         if resume is not None and resume["epoch"] == epoch and resume["version"] == 1:
             if (resume["worker"], resume["num_workers"]) == (worker, workers):
@@ -580,6 +627,16 @@ class TFRecordDataset(IterableDataset[Any]):
         rng = epoch_rng(self.seed, epoch, 3 + worker + workers * self.rank)
         return blocks_of(shuffle_buffer(interleave((located(s) for s in streams), self.interleave),
                                         self.shuffle_buffer, rng))
+
+
+def _worker_pass() -> int | None:
+    """In a DataLoader worker: a nonzero number of the loader's pass (iterator) this worker serves, the same in all
+    its workers (their base seed: torch gives worker i the seed base + i); None in the main process."""
+    info = get_worker_info()
+    seed = getattr(info, "seed", None)
+    if info is None or seed is None:
+        return None
+    return ((int(seed) - int(info.id)) & 0x7FFF_FFFF_FFFF_FFFF) or 1
 
 
 def auto_features(sidecar: Sidecar | None) -> dict[str, Any] | SequenceFeatures:
