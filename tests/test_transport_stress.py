@@ -545,11 +545,9 @@ def test_a_transform_returning_a_nested_tensor(records, shared_memory):
     path = records(12)
     dataset = tfr_torch.TFRecordDataset(path, SPEC, index="auto", batch_size=4, transform=_ragged_rows,
                                         shared_memory=shared_memory)
-    # BUG: with shared_memory=True the batch is a Batch, and transport._slab_tensor (transport.py, "def
-    # _slab_tensor") takes a strided nested tensor for a plain one (it checks layout == strided, not is_nested), so
-    # _write's value.numpy() raises "NestedTensorImpl doesn't support sizes" in the worker's queue feeder thread;
-    # multiprocessing prints the traceback in the worker and drops the batch, and the main process waits for it
-    # forever (here: DataLoader's timeout fires instead).
+    # Regression: with shared_memory=True, transport._slab_tensor took a strided nested tensor for a plain one, so
+    # writing it raised in the worker's queue feeder thread, which printed it and dropped the batch, and the main
+    # process waited for it forever (here DataLoader's timeout would fire instead).
     it = iter(DataLoader(dataset, batch_size=None, num_workers=1, timeout=5))
     try:
         got = list(it)
@@ -656,11 +654,10 @@ def test_a_validation_loader_forked_every_epoch_leaves_the_training_workers_thei
             assert sum(len(b["id"]) for b in DataLoader(val, batch_size=None, num_workers=1)) == 12
     finally:
         _shut_down(loader)
-    # BUG (since 48e8820, receive._keep_held_at_fork): every fork of the main process detaches the release of each
-    # lent slab it holds a view of, so the slab of the last training batch (still bound to `batch`) is never
-    # released to its persistent worker; one more each epoch, and once the worker's _MAX_SLABS slabs are spent most
-    # batches are made and sent the slow way, for good. Seen (batches of 20 that arrived as views, by epoch):
-    # [20, 20, 20, 20, 16, 12, 8, 3, 4, 4, 3, 4, 4, 4, 3, 3]. Passes before 48e8820.
+    # Regression: when every fork kept the slabs held at that moment from reuse (48e8820), the slab of the last
+    # training batch (still bound to `batch`) was never released to its persistent worker, one more each epoch,
+    # until most batches were sent the slow way: [20, 20, 20, 20, 16, 12, 8, 3, 4, 4, 3, ...] by epoch. The child
+    # now copies what it inherits (receive._before_fork).
     assert min(in_slabs[-4:]) >= 10, str(in_slabs)
 
 

@@ -484,6 +484,10 @@ class TFRecordDataset(IterableDataset[Any]):
         if self._history:
             blocks = self._resumed(epoch, self._history, self._layout, worker)
         else:
+            if self._layout is not None and self._layout["split"] == "ranges" and self._counts is None:
+                # the state's epoch was split by record ranges (its job had counted these files): read the same
+                # ranges, not whole files, or the items it says were yielded would be other records
+                self._ensure_counts("resuming an epoch that was split by record ranges")
             self._layout = self._layout_for(workers)
             blocks = self._records(epoch, worker, workers)
         plan = plan_of(self.features) if self.features is not None else None  # once per epoch
