@@ -5,8 +5,8 @@ fixed grids of test_sharding / test_resume / test_elastic / test_distributed do 
 Records are Examples whose int64 "id" names them (ids FIRST_ID, FIRST_ID + 1, ... file after file). Ranks are
 simulated with rank=/world_size= (one dataset per rank). DataLoader workers are simulated in this process, as a
 DataLoader's fork makes them: a shallow copy of the rank's dataset per worker (its shared-memory tensors, the epoch
-and the record-count table, stay shared, the rest is the worker's own) iterated while
-`tfr_torch.data.dataset.get_worker_info` answers (worker, num_workers); "0 workers" is the main process. A few tests
+and the record-count table, stay shared, the rest is the worker's own) iterated while `get_worker_info` of
+tfr_torch.data.dataset and .resumable answers (worker, num_workers); "0 workers" is the main process. A few tests
 check the same things with real DataLoader / StatefulDataLoader worker processes.
 
 What is promised (docs/guides/datasets.md, TFRecordDataset's and elastic.py's docstrings), and checked here:
@@ -43,6 +43,7 @@ from torch.utils.data import DataLoader
 
 import tfr_torch
 import tfr_torch.data.dataset as dataset_module
+import tfr_torch.data.resumable as resumable_module
 from tfr_torch import TFRecordDataset
 
 SPEC = {"id": tfr_torch.FixedLenFeature([], torch.int64)}
@@ -115,7 +116,8 @@ _BASE_SEEDS = iter(range(1000, 1 << 40, 1000))  # each pass of workers (each ite
 @contextmanager
 def as_worker(worker, workers, base_seed=1):
     info = None if workers == 0 else _Info(worker, workers, base_seed)
-    with mock.patch.object(dataset_module, "get_worker_info", lambda: info), warnings.catch_warnings():
+    with mock.patch.object(dataset_module, "get_worker_info", lambda: info), \
+            mock.patch.object(resumable_module, "get_worker_info", lambda: info), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # idle workers, counting
         yield
 

@@ -7,7 +7,6 @@ import bisect
 import itertools
 import os
 import sys
-import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Literal, overload
 
@@ -18,14 +17,8 @@ from torch.utils.data import IterableDataset, default_convert, get_worker_info
 
 from tfr_torch.data.counting import SharedCounts, user_site
 from tfr_torch.data.elastic import (
-    LAYOUT_KEYS,
-    ORDER_KEYS,
-    STATE_VERSION,
-    as_merged,
-    check_version,
     epoch_sequence,
     history_digest,
-    is_part,
     reader_order,
     reader_streams,
     remaining,
@@ -34,6 +27,7 @@ from tfr_torch.data.elastic import (
 )
 from tfr_torch.data.distributed import check_rank_world, rank_world
 from tfr_torch.data.indexes import resolve_indexes
+from tfr_torch.data.resumable import ResumableState
 from tfr_torch.data.reading import (
     GROUP_BYTES,
     Block,
@@ -87,7 +81,7 @@ def _compressed(path: str, compression: str | None) -> bool:
         return reader.compression != "none"
 
 
-class TFRecordDataset(IterableDataset[Any]):
+class TFRecordDataset(ResumableState, IterableDataset[Any]):
     """Records of TFRecord files for a DataLoader: raw bytes, decoded Examples, or decoded batches.
 
     - `paths`: a file, a list, a glob pattern, or fsspec URLs (s3://, gs://, ...).
@@ -310,142 +304,6 @@ class TFRecordDataset(IterableDataset[Any]):
             return quota
         return quota // self.batch_size if self.drop_last else -(-quota // self.batch_size)
 
-    # ----- resumable state -----------------------------------------------------------------------------------------
-
-    def state_dict(self) -> dict[str, Any]:
-        """Where this reader (this worker, in a DataLoader worker process) stands in the current epoch: the epoch,
-        what fixes its order, its layout (world size, workers, batch) and how many items it yielded. Every reader's
-        part together (`tfr_torch.elastic_state`) says which records the epoch has yielded, so the rest can be read
-        by another world size or number of workers. A state loaded but not yet iterated is returned as this
-        reader's part of it, so saving again right after restoring loses nothing."""
-        info = get_worker_info()
-        worker, workers = (info.id, info.num_workers) if info is not None else self._worker
-        resume = self._pending_resume()
-        if resume is not None:
-            if is_part(resume):  # as loaded (a worker's own part)
-                return dict(resume)
-            history, layout, skip = self._resume_point(resume, worker, workers)
-            return self._part(history, layout, worker, skip)
-        if self._progress_epoch != self.epoch:  # set_epoch since the last pass began: nothing of it read yet
-            return self._part([], self._layout_for(workers), worker, 0)
-        layout = self._layout if self._layout is not None else self._layout_for(workers)
-        return self._part(self._history, layout, worker, self._position)
-
-    def _pending_resume(self) -> dict[str, Any] | None:
-        """The loaded state the next (or the just begun) pass of this reader resumes, or None: none loaded, or it
-        is of another epoch than the current one (set_epoch since), or DataLoader workers of an earlier pass took
-        it (see _takes_resume)."""
-        resume = self._resume
-        if resume is None or resume.get("epoch") != self.epoch:
-            return None
-        taken = int(self._resume_taken)
-        if taken == 0:
-            return resume
-        this_pass = _worker_pass()
-        if this_pass is None:
-            return None  # in this process: DataLoader workers resumed it, what this process holds is spent
-        return resume if taken == this_pass else None
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Resume: the next iteration of `state["epoch"]` yields what the state says is left. `state` is this
-        reader's own part (what StatefulDataLoader gives each worker back: the same layout), or the merged state of
-        every reader (`tfr_torch.elastic_state`), which resumes under any world size and number of workers."""
-        if check_version(state) == 1:
-            expected = {"seed": self.seed, "rank": self.rank, "world_size": self.world_size,
-                        "files": len(self.paths)}
-            for key, value in expected.items():
-                if state.get(key) != value:
-                    raise ValueError(f"cannot resume: the saved state has {key}={state.get(key)!r}, this dataset "
-                                     f"has {value!r}")
-            self._resume = dict(state)
-            self._resume_taken.fill_(0)
-            self._epoch.fill_(int(state["epoch"]))
-            return
-        mine = self._order_info()
-        for key in ORDER_KEYS:
-            if key == "records" and (state.get(key) is None or mine[key] is None):
-                continue  # counted on one side only
-            if state.get(key) != mine[key]:
-                raise ValueError(f"cannot resume: the saved state has {key}={state.get(key)!r}, this dataset has "
-                                 f"{mine[key]!r}")
-        if is_part(state):
-            whole = as_merged(state)
-            if whole is not None:
-                state = whole
-            elif (state["rank"], state["world_size"]) != (self.rank, self.world_size):
-                key = "rank" if state["world_size"] == self.world_size else "world_size"
-                raise ValueError(f"cannot resume: the saved state has {key}={state[key]!r}, this dataset has "
-                                 f"{getattr(self, key)!r}: it is one reader's part (rank {state['rank']} of "
-                                 f"{state['world_size']}, worker {state['worker']} of {state['num_workers']}) and "
-                                 f"this dataset is rank {self.rank} of {self.world_size}; to resume under another "
-                                 "layout, merge every reader's part with tfr_torch.elastic_state(...) and load that")
-        self._resume = dict(state)
-        self._resume_taken.fill_(0)
-        self._epoch.fill_(int(state["epoch"]))
-
-    def _takes_resume(self) -> bool:
-        """Whether this iteration resumes the loaded state. In this process: yes (it is dropped once taken). In a
-        DataLoader worker: each worker of a pass gets its own copy of the state from the main process's dataset,
-        which keeps it, so it is taken only by the first pass of workers that iterates (all of its workers: they
-        share its base seed), never again by a later pass over the same epoch (a DataLoader without persistent
-        workers, where the user calls no set_epoch)."""
-        this_pass = _worker_pass()
-        if this_pass is None:
-            return True
-        taken = int(self._resume_taken)
-        if taken == 0:
-            self._resume_taken.fill_(this_pass)  # the pass's other workers write the same number
-            return True
-        return taken == this_pass
-
-    def _order_info(self) -> dict[str, Any]:
-        """What fixes an epoch's order besides the layout (ORDER_KEYS): a state resumes only a dataset that agrees."""
-        names = [os.path.basename(p) for p in self.paths]
-        counts = self._counts
-        buffered = self.shuffle and not self._global_shuffle
-        return {"seed": self.seed, "files": len(self.paths),
-                "fingerprint": f"{zlib.crc32(chr(10).join(names).encode()):08x}",
-                "records": None if counts is None else int(sum(counts)), "shuffle": self.shuffle,
-                "global_shuffle": self._global_shuffle, "pad": self.pad,
-                "interleave": self.interleave if buffered else None,
-                "shuffle_buffer": self.shuffle_buffer if buffered else None}
-
-    def _layout_for(self, workers: int, resumed: bool = False) -> dict[str, Any]:
-        """This reader's layout (see elastic.LAYOUT_KEYS); `resumed`: a later segment, always split by ranges."""
-        if self._global_shuffle:
-            split = "global"
-        elif not resumed and self._counts is None and len(self.paths) >= workers * self.world_size:
-            split = "files"
-        else:
-            split = "ranges"
-        return {"world_size": self.world_size, "num_workers": workers, "batch": self.batch_size or 1, "split": split}
-
-    def _part(self, history: list[dict[str, Any]], layout: Mapping[str, Any], worker: int,
-              yielded: int) -> dict[str, Any]:
-        return {"version": STATE_VERSION, "epoch": self.epoch, **self._order_info(), "segments": list(history),
-                **layout, "rank": self.rank, "worker": worker, "yielded": int(yielded)}
-
-    def _resume_point(self, state: Mapping[str, Any], worker: int,
-                      workers: int) -> tuple[list[dict[str, Any]], dict[str, Any], int]:
-        """(the segments before this reader's, this reader's layout, items of it already yielded) for a loaded v2
-        state: the state's last segment when this reader's layout is its layout, else a new segment."""
-        if is_part(state):
-            layout = {key: state[key] for key in LAYOUT_KEYS}
-            if (worker, workers) != (state["worker"], state["num_workers"]):
-                raise ValueError(f"cannot resume: the state is worker {state['worker']} of {state['num_workers']}'s "
-                                 f"part and is read by worker {worker} of {workers}: load each worker's own part "
-                                 "(StatefulDataLoader does), or merge every part with tfr_torch.elastic_state(...) "
-                                 "to resume under another number of workers")
-            return list(state["segments"]), layout, int(state["yielded"])
-        segments = list(state["segments"])
-        last = segments[-1]
-        # a later segment is always split by ranges; and whether counts are known can change while workers start
-        # (another worker counting), so it decides nothing here unless the last segment read whole files
-        here = self._layout_for(workers, resumed=last["split"] != "files")
-        if all(last[key] == here[key] for key in LAYOUT_KEYS):
-            return segments[:-1], here, int(last["yielded"][self.rank][worker])
-        return segments, self._layout_for(workers, resumed=True), 0
-
     # ----- iteration --------------------------------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[Any]:
@@ -631,16 +489,6 @@ class TFRecordDataset(IterableDataset[Any]):
         rng = epoch_rng(self.seed, epoch, 3 + worker + workers * self.rank)
         return blocks_of(shuffle_buffer(interleave((located(s) for s in streams), self.interleave),
                                         self.shuffle_buffer, rng))
-
-
-def _worker_pass() -> int | None:
-    """In a DataLoader worker: a nonzero number of the loader's pass (iterator) this worker serves, the same in all
-    its workers (their base seed: torch gives worker i the seed base + i); None in the main process."""
-    info = get_worker_info()
-    seed = getattr(info, "seed", None)
-    if info is None or seed is None:
-        return None
-    return ((int(seed) - int(info.id)) & 0x7FFF_FFFF_FFFF_FFFF) or 1
 
 
 def auto_features(sidecar: Sidecar | None) -> dict[str, Any] | SequenceFeatures:
