@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import bisect
 import itertools
-import os
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Literal, overload
@@ -15,6 +14,7 @@ import torch
 from torch.utils.data import IterableDataset, default_convert, get_worker_info
 
 
+from tfr_torch.data.arguments import _is_tfds, auto_features, existing_sizes, plan_of
 from tfr_torch.data.counting import SharedCounts, user_site
 from tfr_torch.data.elastic import (
     epoch_sequence,
@@ -55,19 +55,18 @@ from tfr_torch.data.sharding import (
     split_sizes,
     worker_block,
 )
-from tfr_torch.decode.plan import ExamplePlan, compile_features
-from tfr_torch.decode.hints import check_features_argument, check_spec
+from tfr_torch.decode.plan import ExamplePlan
+from tfr_torch.decode.hints import check_features_argument
 from tfr_torch.decode.sequence_features import SequenceFeatures
-from tfr_torch.decode.sidecar import spec_of_sidecar
 from tfr_torch.format.compression import normalize_compression
 from tfr_torch.format.index import scan_index  # noqa: F401  (a test patches scan_index here)
 from tfr_torch.format.location import RecordLocation
 from tfr_torch.format.options import CompressionOrAuto, OnError, check_compression, check_on_error, check_positive_int
-from tfr_torch.format.paths import PathLike, expand_paths, file_sizes
+from tfr_torch.format.paths import PathLike, expand_paths
 from tfr_torch.format.reader import RecordReader
 from tfr_torch.format.remote import RemoteOptions
 from tfr_torch.format.seek import has_seek_points
-from tfr_torch.format.shardset import Sidecar, class_names, find_sidecar, trusted_counts
+from tfr_torch.format.shardset import class_names, find_sidecar, trusted_counts
 
 __all__ = ["TFRecordDataset"]
 
@@ -489,47 +488,6 @@ class TFRecordDataset(ResumableState, IterableDataset[Any]):
         rng = epoch_rng(self.seed, epoch, 3 + worker + workers * self.rank)
         return blocks_of(shuffle_buffer(interleave((located(s) for s in streams), self.interleave),
                                         self.shuffle_buffer, rng))
-
-
-def auto_features(sidecar: Sidecar | None) -> dict[str, Any] | SequenceFeatures:
-    """The spec of features="auto": the one in the sidecar ShardedWriter writes beside its shards (a dict, or a
-    SequenceFeatures for SequenceExamples)."""
-    spec = spec_of_sidecar(sidecar) if sidecar is not None else None
-    if spec is None:
-        raise ValueError("features='auto' needs the sidecar ShardedWriter writes beside its shards "
-                         "(<name>-<split>.tfr_torch.json) and none describes these files; pass a spec "
-                         "(tfr_torch.infer_features(paths) proposes one)")
-    return spec
-
-
-def existing_sizes(paths: Sequence[str]) -> list[int | None]:
-    """Each file's size; FileNotFoundError now, in the main process, naming every missing file (a DataLoader
-    worker would find them only when it reaches them)."""
-    sizes = file_sizes(paths)
-    missing = [p for p, size in zip(paths, sizes) if size is None]
-    if missing:
-        shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
-        raise FileNotFoundError(f"{len(missing)} of the dataset's {len(paths)} file(s) do not exist (or are "
-                                f"folders): {shown}")
-    return sizes
-
-
-def _is_tfds(paths: Any) -> bool:
-    """A TFDS dataset folder (or a tfr_torch.tfds.TFDSInfo) rather than TFRecord files."""
-    if type(paths).__name__ == "TFDSInfo":
-        return True
-    return isinstance(paths, (str, os.PathLike)) and os.path.isdir(os.path.expanduser(os.fspath(paths)))
-
-
-def plan_of(features: Any) -> Any:
-    """The decoding plan of `features`: a spec dict compiled by tfr_torch, or an object that makes its own plan
-    (tfr_torch.tfds.TFDSDecoder). A spec spelled the way another library spells it gets a TypeError saying what
-    to write instead (decode/hints.py)."""
-    if hasattr(features, "plan"):
-        return features.plan()
-    if isinstance(features, Mapping):
-        check_spec(features)
-    return compile_features(features)
 
 
 def _refuse_rebatching(dataset: TFRecordDataset, caller: Any) -> None:

@@ -10,7 +10,7 @@ import numpy as np
 from torch.utils.data import Dataset, get_worker_info
 
 from tfr_torch.data.counting import user_site
-from tfr_torch.data.dataset import _is_tfds, auto_features, existing_sizes, plan_of
+from tfr_torch.data.arguments import _is_tfds, auto_features, existing_sizes, plan_of
 from tfr_torch.data.indexes import resolve_indexes
 from tfr_torch.decode.hints import check_features_argument
 from tfr_torch.decode.sequence_features import SequenceFeatures

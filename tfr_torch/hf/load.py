@@ -132,7 +132,7 @@ def _load_folder(folder: str, features: Any, split: Optional[str], utf8: Any, op
 
 def _load_files(paths: list[str], features: Any, split: str, utf8: Any, options: Mapping[str, Any],
                 make: Mapping[str, Any]) -> Any:
-    from tfr_torch.data.dataset import auto_features
+    from tfr_torch.data.arguments import auto_features
     from tfr_torch.decode.sequence_features import SequenceFeatures
 
     if features is None:

@@ -25,7 +25,7 @@ class ExampleDecoder:
     """
 
     def __init__(self, features: Mapping[str, Any] | Any) -> None:
-        from tfr_torch.data.dataset import plan_of
+        from tfr_torch.data.arguments import plan_of
 
         if features is None or isinstance(features, str):
             raise TypeError(f"ExampleDecoder needs a feature spec (a dict of FixedLenFeature, VarLenFeature, ...) or "
@@ -37,7 +37,7 @@ class ExampleDecoder:
         return {"features": self.features}  # the compiled plan stays behind; rebuilt where it is unpickled
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        from tfr_torch.data.dataset import plan_of
+        from tfr_torch.data.arguments import plan_of
 
         self.features = state["features"]
         self._plan = plan_of(self.features)

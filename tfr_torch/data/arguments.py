@@ -1,0 +1,59 @@
+"""What a dataset's arguments resolve to before any record is read, shared by TFRecordDataset and
+IndexedTFRecordDataset: `features` (a spec, "auto" from the sidecar, or an object with its own plan) as the
+decoding plan, the files' sizes (every missing file named at once), and whether `paths` is a TFDS folder."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from tfr_torch.decode.hints import check_spec
+from tfr_torch.decode.plan import compile_features
+from tfr_torch.decode.sequence_features import SequenceFeatures
+from tfr_torch.decode.sidecar import spec_of_sidecar
+from tfr_torch.format.paths import file_sizes
+from tfr_torch.format.shardset import Sidecar
+
+__all__ = ["auto_features", "existing_sizes", "plan_of"]
+
+
+def auto_features(sidecar: Sidecar | None) -> dict[str, Any] | SequenceFeatures:
+    """The spec of features="auto": the one in the sidecar ShardedWriter writes beside its shards (a dict, or a
+    SequenceFeatures for SequenceExamples)."""
+    spec = spec_of_sidecar(sidecar) if sidecar is not None else None
+    if spec is None:
+        raise ValueError("features='auto' needs the sidecar ShardedWriter writes beside its shards "
+                         "(<name>-<split>.tfr_torch.json) and none describes these files; pass a spec "
+                         "(tfr_torch.infer_features(paths) proposes one)")
+    return spec
+
+
+def existing_sizes(paths: Sequence[str]) -> list[int | None]:
+    """Each file's size; FileNotFoundError now, in the main process, naming every missing file (a DataLoader
+    worker would find them only when it reaches them)."""
+    sizes = file_sizes(paths)
+    missing = [p for p, size in zip(paths, sizes) if size is None]
+    if missing:
+        shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        raise FileNotFoundError(f"{len(missing)} of the dataset's {len(paths)} file(s) do not exist (or are "
+                                f"folders): {shown}")
+    return sizes
+
+
+def _is_tfds(paths: Any) -> bool:
+    """A TFDS dataset folder (or a tfr_torch.tfds.TFDSInfo) rather than TFRecord files."""
+    if type(paths).__name__ == "TFDSInfo":
+        return True
+    return isinstance(paths, (str, os.PathLike)) and os.path.isdir(os.path.expanduser(os.fspath(paths)))
+
+
+def plan_of(features: Any) -> Any:
+    """The decoding plan of `features`: a spec dict compiled by tfr_torch, or an object that makes its own plan
+    (tfr_torch.tfds.TFDSDecoder). A spec spelled the way another library spells it gets a TypeError saying what
+    to write instead (decode/hints.py)."""
+    if hasattr(features, "plan"):
+        return features.plan()
+    if isinstance(features, Mapping):
+        check_spec(features)
+    return compile_features(features)
