@@ -11,7 +11,7 @@ from torch.utils.data import Dataset, get_worker_info
 
 from tfr_torch.data.counting import user_site
 from tfr_torch.data.arguments import _is_tfds, auto_features, existing_sizes, plan_of
-from tfr_torch.data.indexes import resolve_indexes
+from tfr_torch.data.indexes import resolve_indexes, seek_points_beside
 from tfr_torch.decode.hints import check_features_argument
 from tfr_torch.decode.sequence_features import SequenceFeatures
 from tfr_torch.data.transport import Batch, shared_memory_available
@@ -64,6 +64,7 @@ class IndexedTFRecordDataset(Dataset[Any]):
         self.verify = verify
         self.shared_memory = bool(shared_memory)
         offsets = resolve_indexes(self.paths, index if index is not None else "auto", "auto")
+        self._seeks = seek_points_beside(self.paths, index)
         missing = [p for p, o in zip(self.paths, offsets) if o is None]
         if missing:
             user_site().warn(f"{len(missing)} file(s) have no index ({missing[0]}...): scanning them now; write "
@@ -75,8 +76,8 @@ class IndexedTFRecordDataset(Dataset[Any]):
         self._ends = np.cumsum([len(o) for o in self.offsets]).astype(np.int64)
         self._files: dict[int, RecordFile] = {}
         self._pid = os.getpid()
-        for path in self.paths:  # refuse compressed files now, not at the first access in a worker
-            RecordFile(path).close()
+        for path, seek in zip(self.paths, self._seeks):  # refuse compressed files now, not in a worker
+            RecordFile(path, seek=seek).close()
 
     def __len__(self) -> int:
         return int(self._ends[-1]) if len(self._ends) else 0
@@ -116,7 +117,7 @@ class IndexedTFRecordDataset(Dataset[Any]):
             self._files, self._pid = {}, os.getpid()
         handle = self._files.get(f)
         if handle is None:
-            handle = self._files[f] = RecordFile(self.paths[f], verify=self.verify)
+            handle = self._files[f] = RecordFile(self.paths[f], verify=self.verify, seek=self._seeks[f])
         return handle
 
     def _read_many(self, indices: list[int]) -> tuple[list[bytes], list[RecordLocation]]:
@@ -124,8 +125,11 @@ class IndexedTFRecordDataset(Dataset[Any]):
         Any index that is not a valid record number, or any record that does not read, sends the whole call to
         `_read` index by index, which raises what the first bad one gives alone."""
         n = len(self)
-        wanted = np.fromiter(indices, dtype=np.int64, count=len(indices)) if all(
-            type(i) is int or (isinstance(i, np.integer) and not isinstance(i, np.bool_)) for i in indices) else None
+        whole = all(type(i) is int or (isinstance(i, np.integer) and not isinstance(i, np.bool_)) for i in indices)
+        try:
+            wanted = np.fromiter(indices, dtype=np.int64, count=len(indices)) if whole else None
+        except OverflowError:  # an index past int64 (a numpy uint64): out of range, as `_read` says
+            wanted = None
         if wanted is None or not len(wanted) or wanted.min() < -n or wanted.max() >= n:
             read = [self._read(i) for i in indices]
             return [data for data, _ in read], [name for _, name in read]

@@ -13,10 +13,23 @@ import numpy as np
 from tfr_torch.format.index import index_path_for, read_index
 from tfr_torch.format.options import CompressionOrAuto
 from tfr_torch.format.paths import exists, is_url
+from tfr_torch.format.seek import seek_path_for
 
 __all__ = ["resolve_indexes"]
 
 _THREADS = 16  # indexes of remote files read at once
+
+
+def seek_points_beside(paths: Sequence[str], index: Any) -> list[str | None]:
+    """Per file, the seek points build_index wrote beside the index given for it (`<index>.seek`) when `index` is
+    a list of index paths and they exist; None: where RecordFile looks by default (`<file>.idx.seek`)."""
+    if index is None or isinstance(index, (str, os.PathLike)) or len(index) != len(paths):
+        return [None] * len(paths)
+    found: list[str | None] = []
+    for given in index:
+        seek = seek_path_for(os.fspath(given)) if given is not None else None
+        found.append(seek if seek is not None and exists(seek) else None)
+    return found
 
 
 def resolve_indexes(paths: Sequence[str], index: Any, compression: CompressionOrAuto) -> list[np.ndarray | None]:

@@ -17,10 +17,10 @@ from tfr_torch.errors import IndexMismatchError
 from tfr_torch.format.compression import NONE
 from tfr_torch.format.options import CompressionOrAuto, check_compression
 from tfr_torch.format.framing import HEADER_SIZE, OVERHEAD, parse_header
-from tfr_torch.format.paths import PathLike, as_path, atomic_output, file_size, is_url, open_input
+from tfr_torch.format.paths import PathLike, as_path, atomic_output, exists, file_size, is_url, open_input
 from tfr_torch.format.reader import RecordReader
 from tfr_torch.format.remote import RemoteOptions
-from tfr_torch.format.seek import DEFAULT_SPAN, build_seek_points, check_span, seek_path_for
+from tfr_torch.format.seek import DEFAULT_SPAN, build_seek_points, check_span, read_seek_points, seek_path_for
 
 _PROBE = RemoteOptions(block_size=1 << 16, readahead=0)  # checking a remote file's index: small requests only
 
@@ -170,6 +170,7 @@ def check_index(index: np.ndarray, path: PathLike, index_path: PathLike | None =
                 raise IndexMismatchError(
                     f"line 1 of the index says a record of {index[0, 1]} bytes starts at offset 0, but the file has "
                     f"{found} there (stale index, or made for another file?)", path, 0, index_path)
+            _check_decompressed_end(index, path, index_path, reader.compression)
             return
         raw = reader._raw  # not read from yet: its size, and the headers below, with no second open
         size = getattr(raw, "size", None)
@@ -186,6 +187,28 @@ def check_index(index: np.ndarray, path: PathLike, index_path: PathLike | None =
         for row in rows:
             raw.seek(int(index[row, 0]))
             _check_header(raw.read(HEADER_SIZE), index[row], row, path, index_path)
+
+
+def _check_decompressed_end(index: np.ndarray, path: str, index_path: str, compression: str) -> None:
+    """A compressed file with seek points beside its index (`<index>.seek`, which build_index writes): they record
+    the file's decompressed size, which the index's records must end at exactly, as an uncompressed file's size:
+    a truncated index, or one made for another file, would otherwise lose records silently. Seek points beside the
+    index that describe another file are refused too (build_index writes the two together). Without any, offsets
+    are checked as they are read."""
+    size = file_size(path)
+    points = None
+    for seek_path in dict.fromkeys((seek_path_for(index_path), seek_path_for(path + ".idx"))):
+        if exists(seek_path):  # beside the index (build_index writes them there), else the file's usual place
+            points = read_seek_points(seek_path, path, compression, size)  # refuses another file's
+            break
+    if points is None:
+        return
+    end = int(index[-1, 0]) + int(index[-1, 1]) if len(index) else 0
+    if end != points.total_out:
+        raise IndexMismatchError(
+            f"the index describes {len(index)} records ending at decompressed byte {end}, but the file decompresses "
+            f"to {points.total_out} bytes (its seek points say so; stale index, or made for another file?)", path,
+            None, index_path)
 
 
 def _check_header(header: bytes, row: np.ndarray, line: int, path: str, index_path: str) -> None:
