@@ -205,7 +205,8 @@ def test_docs_tf_data_examples_run(tmp_path, monkeypatch):
     assert torch.equal(pixels[:, 0, 0] * 255, labels.float())
     assert torch.equal(lengths, labels % 5 + 1)
     assert sorted(scope["odd_labels"]) == list(range(1, 40, 2))
-    assert sorted(os.listdir("cache")) == ["part-rank0of1-worker0of2.pt", "part-rank0of1-worker1of2.pt",
+    assert sorted(os.listdir("cache")) == ["check-rank0of1-worker0of2.json", "check-rank0of1-worker1of2.json",
+                                           "part-rank0of1-worker0of2.pt", "part-rank0of1-worker1of2.pt",
                                            "tfr_torch-cache.json"]
 
 

@@ -14,10 +14,13 @@ from other files or settings is rebuilt, with a warning, never replayed blindly.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import re
 import warnings
+import zlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -31,8 +34,9 @@ from tfr_torch.format.paths import atomic_output, is_url
 
 __all__ = ["CachedDataset", "CACHE_FORMAT"]
 
-CACHE_FORMAT = "tfr_torch.cache/1"
+CACHE_FORMAT = "tfr_torch.cache/2"  # 2: each part's CRC-32 and size beside it (`check-*.json`)
 _MANIFEST = "tfr_torch-cache.json"
+_MASK = 0xFFFF_FFFF_FFFF_FFFF  # seeds and epochs as numpy's generators take them (non-negative)
 
 
 class CachedDataset(IterableDataset[Any]):
@@ -101,7 +105,7 @@ class CachedDataset(IterableDataset[Any]):
         self._memory.clear()
         if self.directory is not None and os.path.isdir(self.directory):
             for name in os.listdir(self.directory):
-                if name.startswith("part-") and name.endswith(".pt"):
+                if _cache_file(name):
                     os.remove(os.path.join(self.directory, name))
 
     # ----- iteration ---------------------------------------------------------------------------------------------
@@ -124,13 +128,16 @@ class CachedDataset(IterableDataset[Any]):
         if self.directory is None:
             self._memory[key] = kept
         else:
-            with atomic_output(self._part_path(key)) as f:
+            path = self._part_path(key)
+            with atomic_output(path) as f:
                 torch.save(kept, f)
+            with atomic_output(self._check_path(key)) as f:  # after the part: a part without one is not replayed
+                f.write(json.dumps(_file_crc(path)).encode())
 
     def _replay(self, items: list[Any], fresh: bool) -> Iterator[Any]:
         order: Any = range(len(items))
         if self.shuffle:
-            order = np.random.default_rng([self.seed, int(self._epoch)]).permutation(len(items))
+            order = np.random.default_rng([self.seed & _MASK, int(self._epoch) & _MASK]).permutation(len(items))
         wrap = (get_worker_info() is not None and getattr(self.dataset, "shared_memory", False)
                 and shared_memory_available())
         for i in order:
@@ -153,6 +160,11 @@ class CachedDataset(IterableDataset[Any]):
         assert self.directory is not None
         return os.path.join(self.directory, f"part-{key}.pt")
 
+    def _check_path(self, key: str) -> str:
+        """Where a part's CRC-32 and size are kept (written after the part, read before it is replayed)."""
+        assert self.directory is not None
+        return os.path.join(self.directory, f"check-{key}.json")
+
     def _prepare_folder(self) -> None:
         """Write the manifest; a folder whose manifest describes another source is emptied first (with a
         warning saying what changed)."""
@@ -170,32 +182,80 @@ class CachedDataset(IterableDataset[Any]):
                     old = json.load(f)
             except (OSError, ValueError):
                 old = {}
-        parts = [n for n in os.listdir(folder) if n.startswith("part-") and n.endswith(".pt")]
-        if old is not None and old.get("fingerprint") == manifest["fingerprint"]:
+        kept = [n for n in os.listdir(folder) if _cache_file(n)]
+        if (old is not None and old.get("fingerprint") == manifest["fingerprint"]
+                and old.get("format") == CACHE_FORMAT):
             return
-        if parts:
+        if kept:
+            parts = sum(n.startswith("part-") for n in kept)
             changed = _differences(old.get("source") if isinstance(old, dict) else None, source)
-            warnings.warn(f"the cache in {folder} was made from another dataset ({changed}): its {len(parts)} part(s) "
+            warnings.warn(f"the cache in {folder} was made from another dataset ({changed}): its {parts} part(s) "
                           "are removed and the next epoch reads the dataset again", stacklevel=3)
-            for name in parts:
+            for name in kept:
                 os.remove(os.path.join(folder, name))
         with atomic_output(path) as f:
             f.write(json.dumps(manifest, indent=1, sort_keys=True).encode())
 
     def _load(self, key: str) -> list[Any] | None:
+        """This reader's kept part, or None: none kept, or one that is not what was written (its CRC-32 and size,
+        kept beside it, disagree, or it does not load: a full disk, an interrupted copy, a flipped bit), which is
+        removed with a warning naming it, and the epoch reads the dataset again."""
         path = self._part_path(key)
         if not os.path.exists(path):
             return None
         from tfr_torch.decode.results import RaggedTensor, SparseBytes
 
-        with torch.serialization.safe_globals([RaggedTensor, SparseBytes]):
-            items: list[Any] = torch.load(path, weights_only=True, mmap=True)
-            return items
+        try:
+            with open(self._check_path(key)) as f:
+                recorded = json.load(f)
+        except (OSError, ValueError):
+            recorded = None
+        problem = None
+        if recorded != _file_crc(path):
+            problem = "its CRC-32 or size is not the one recorded when it was written" if recorded is not None else \
+                "the CRC-32 recorded beside it is missing or unreadable"
+        else:
+            try:
+                with torch.serialization.safe_globals([RaggedTensor, SparseBytes]):
+                    items: list[Any] = torch.load(path, weights_only=True, mmap=True)
+                return items
+            except Exception as exc:  # noqa: BLE001 - whatever torch raises for a part that does not load
+                problem = f"it does not load ({type(exc).__name__}: {str(exc)[:120]})"
+        warnings.warn(f"the cached part {path} is damaged ({problem}): it is removed and this epoch reads the dataset "
+                      "again", stacklevel=3)
+        for stale in (path, self._check_path(key)):
+            with contextlib.suppress(OSError):
+                os.remove(stale)
+        return None
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_memory"] = {}  # each process keeps its own parts
         return state
+
+
+def _cache_file(name: str) -> bool:
+    """A part, or a part's check, in a cache folder."""
+    return (name.startswith("part-") and name.endswith(".pt")) or (name.startswith("check-") and name.endswith(".json"))
+
+
+def _file_crc(path: str) -> dict[str, int]:
+    """{"crc32": ..., "bytes": ...} of a file, read in 1 MiB pieces."""
+    crc, size = 0, 0
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            crc = zlib.crc32(chunk, crc)
+            size += len(chunk)
+    return {"crc32": crc, "bytes": size}
+
+
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
+def _stable_repr(value: Any) -> str:
+    """repr() without the object addresses a default repr holds (`<function f at 0x7f...>`): another run of the
+    same script gets other addresses, and its cache must still be replayed."""
+    return _ADDRESS.sub("", repr(value))
 
 
 def describe_source(dataset: Any) -> dict[str, Any]:
@@ -212,7 +272,7 @@ def describe_source(dataset: Any) -> dict[str, Any]:
     for name in ("features", "batch_size", "drop_last", "shuffle", "seed", "pad", "compression", "on_error",
                  "transform", "world_size"):  # not the rank: the ranks share a folder, each its own parts
         if hasattr(dataset, name):
-            settings[name] = repr(getattr(dataset, name))
+            settings[name] = _stable_repr(getattr(dataset, name))
     return {"type": f"{type(dataset).__module__}.{type(dataset).__qualname__}", "files": files, "settings": settings}
 
 

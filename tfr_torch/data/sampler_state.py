@@ -95,6 +95,27 @@ def check_sampler_version(state: Any) -> None:
             raise ValueError(f"the saved ElasticDistributedSampler state has version {version}, newer than this "
                              f"tfr_torch reads ({SAMPLER_VERSION}): upgrade tfr_torch to resume from it")
         raise ValueError(f"unknown ElasticDistributedSampler state version {version!r} (expected {SAMPLER_VERSION})")
+    _check_counts(state)
+
+
+def _check_counts(state: Mapping[str, Any]) -> None:
+    """The counts a state holds are what they must be (a negative one would slice "all but n" off the epoch):
+    ValueError naming the first that is not."""
+    def check(value: Any, what: str, least: int = 0) -> None:
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
+            raise ValueError(f"cannot resume: the saved ElasticDistributedSampler state has {what}={value!r}, "
+                             f"expected an int >= {least} (a damaged or edited state?)")
+
+    if "yielded" in state:
+        check(state["yielded"], "yielded")
+    segments = state.get("segments", [])
+    if not isinstance(segments, Sequence):
+        raise ValueError(f"cannot resume: the saved ElasticDistributedSampler state's segments are a "
+                         f"{type(segments).__name__}, expected a list")
+    for i, segment in enumerate(segments):
+        check(segment.get("world_size"), f"segments[{i}].world_size", 1)
+        for r, n in enumerate(segment.get("yielded", [])):
+            check(n, f"segments[{i}].yielded[{r}]")
 
 
 def check_sampler_state(state: Mapping[str, Any], mine: Mapping[str, Any]) -> None:
