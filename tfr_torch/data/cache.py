@@ -7,9 +7,10 @@ every later epoch replays that. Each reader (rank x DataLoader worker) keeps its
 holds exactly the items of the first one, each once, split the same way.
 
 A part is kept only when its reader finished the epoch: an epoch abandoned midway (`break`, an error) keeps
-nothing and the next epoch reads the source again. On disk, each part is written atomically and the folder holds
-a manifest describing the source (its files' names, sizes and modification times, and its settings); a folder made
-from other files or settings is rebuilt, with a warning, never replayed blindly.
+nothing and the next epoch reads the source again. On disk, each part is written atomically with its CRC-32 and
+size beside it (checked before it is replayed: a damaged part is removed, with a warning naming it, and read
+again), and the folder holds a manifest describing the source (its files' names, sizes and modification times, and
+its settings); a folder made from other files or settings is rebuilt, with a warning, never replayed blindly.
 """
 
 from __future__ import annotations
