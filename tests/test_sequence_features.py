@@ -404,3 +404,12 @@ def test_ray_refuses_sequence_examples_by_name(tmp_path):
         TFRecordDatasource(paths, SPEC)
     with pytest.raises(TypeError, match="writes rows as tf.train.Example records"):
         TFRecordDatasink(str(tmp_path / "out"), "x", "train", "1MB", None, features=SPEC)
+
+
+def test_printed_code_keeps_defaults():
+    spec = {"a": FixedLenFeature([2], torch.int64, default_value=[1, 2]),
+            "s": FixedLenFeature([], tfr_torch.string, default_value=b"x"),
+            "q": FixedLenSequenceFeature([], torch.float32, allow_missing=True, default_value=0.5)}
+    namespace: dict = {}
+    exec(format_features(spec), namespace)
+    assert namespace["features"] == spec

@@ -65,6 +65,11 @@ def wire_default(default: Any, dtype: DType, count: int, key: str, what: str) ->
             flat = np.asarray(default, dtype=NUMPY_OF_WIRE[wire_kind(dtype)]).ravel()
         except (TypeError, ValueError, OverflowError):
             raise TypeError(f"{what} {key!r}: default_value {default!r} is not a {wire_kind(dtype)} value") from None
+        if wire_kind(dtype) == "int64":  # as TensorFlow: 1.5 is no int64 ("Cannot convert 1.5 to ... int64")
+            given = np.asarray(default).ravel()
+            if given.dtype.kind in "fc" and not np.array_equal(given, flat):
+                raise TypeError(f"{what} {key!r}: default_value {default!r} holds values that are not whole numbers, "
+                                f"for a {str(dtype).removeprefix('torch.')} feature")
     if len(flat) != count:
         raise ValueError(f"{what} {key!r}: default_value has {len(flat)} values, expected {count} (the number of "
                          "elements of its shape)")

@@ -198,17 +198,22 @@ class StepSequenceDecoder:
                       f"holds {int(col.counts[u])} {self.kind} values, expected {n} per step (shape "
                       f"{_shape_text(spec.shape)})")
             raise steps.error(key, u, detail)
-        return _pad(col.values, steps_per_example * n, steps_per_example, steps, self, single)
+        return _pad(col.values, steps_per_example * n, steps_per_example, steps, self, single, by_step=True)
 
 
-def _pad(values: Any, counts: np.ndarray, steps: np.ndarray, units: Units, decoder: Any, single: bool) -> Any:
-    """Lay out each example's values as `[T_i, *shape]`, padded to the longest T in the batch."""
+def _pad(values: Any, counts: np.ndarray, steps: np.ndarray, units: Units, decoder: Any, single: bool,
+         by_step: bool = False) -> Any:
+    """Lay out each example's values as `[T_i, *shape]`, padded to the longest T in the batch. `by_step`: the
+    units are the steps (feature lists), so a value that does not convert is named by its example and step."""
     spec, n = decoder.spec, decoder.count
     b = len(counts)
     if single and b == 1 and spec.dtype != string:  # one example: its values are the result, nothing to pad
         count = int(counts[0])
         array = np.array(values[:count], dtype=NUMPY_OF_WIRE[decoder.kind])  # a copy of its own
-        tensor = units.convert(array, spec.dtype, decoder.key, lambda pos: 0, by_example=True)
+        if by_step:
+            tensor = units.convert(array, spec.dtype, decoder.key, lambda pos: pos // max(n, 1))
+        else:
+            tensor = units.convert(array, spec.dtype, decoder.key, lambda pos: 0, by_example=True)
         return tensor.reshape(int(steps[0]), *spec.shape)
     longest = int(steps.max()) if b else 0
     if spec.dtype == string:
@@ -221,7 +226,13 @@ def _pad(values: Any, counts: np.ndarray, steps: np.ndarray, units: Units, decod
     array = np.full((b, longest * n), decoder.pad, dtype=NUMPY_OF_WIRE[decoder.kind])
     if len(values):  # each row's first counts[i] places, in row-major order: the values as they come
         array[np.arange(longest * n) < counts[:, None]] = values
-    tensor = units.convert(array, spec.dtype, decoder.key, lambda pos: pos // max(longest * n, 1), by_example=True)
+    row = max(longest * n, 1)
+    if by_step:  # position -> the step's unit: the example's first step, plus the step within the row
+        first = np.concatenate([[0], np.cumsum(steps)[:-1]]).astype(np.int64) if b else np.zeros(0, np.int64)
+        tensor = units.convert(array, spec.dtype, decoder.key,
+                               lambda pos: int(first[pos // row]) + (pos % row) // max(n, 1))
+    else:
+        tensor = units.convert(array, spec.dtype, decoder.key, lambda pos: pos // row, by_example=True)
     tensor = tensor.reshape(b, longest, *spec.shape)
     if single:
         return tensor[0, : int(steps[0])]

@@ -61,6 +61,10 @@ def classify_record(record: bytes) -> tuple[RecordKind, Any]:
     tensor = _tensor(record)
     if tensor is not None:
         return TENSOR, tensor
+    if message is not None and message.HasField("feature_lists"):
+        # an empty feature_lists field (what SequenceExample(feature_lists=FeatureLists()) serializes to); a
+        # TensorProto's shape parses as one too, hence after the tensor
+        return SEQUENCE_EXAMPLE, (dict(message.context.feature), {})
     try:
         example = _parse_raw_example(record)
     except _ProtoDecodeError:
@@ -69,8 +73,9 @@ def classify_record(record: bytes) -> tuple[RecordKind, Any]:
 
 
 def record_kind(record: bytes) -> RecordKind:
-    """What a serialized record holds: "example" (a tf.train.Example, also the empty record), "sequence_example"
-    (a SequenceExample with feature lists), "tensor" (a `tf.io.serialize_tensor` payload) or "raw" (none of them).
+    """What a serialized record holds: "example" (a tf.train.Example, also the empty record),
+    "sequence_example" (a SequenceExample with feature lists, or an empty feature_lists field), "tensor" (a
+    `tf.io.serialize_tensor` payload) or "raw" (none of them).
 
     A TensorProto parses as an empty Example (its fields have other wire types), so a non-empty record without
     an Example's `features` field is tried as a tensor before it is called an Example.
@@ -80,6 +85,10 @@ def record_kind(record: bytes) -> RecordKind:
     ('example', 'tensor')
     """
     return classify_record(record)[0]
+
+
+class NoRecordsError(ValueError):
+    """infer_features was given no records (empty files, or an empty iterable)."""
 
 
 class _Provenance:
@@ -228,7 +237,7 @@ def infer_features(paths_or_records: Any, max_records: int = 1000,
                 why = str(exc)
             raise DecodeError(f"record {i} is not a tf.train.Example: {why}", path, offset)
     if not contexts:
-        raise ValueError("infer_features found no records to look at")
+        raise NoRecordsError("infer_features found no records to look at")
     info.records_read = len(contexts)
     context, info.present, info.empty_keys = _propose(contexts, "feature")
     if not any(lists):
@@ -236,6 +245,11 @@ def infer_features(paths_or_records: Any, max_records: int = 1000,
         info.fill(spec)
         return spec
     sequence, present, empty = _propose_lists(lists)
+    if not context and not sequence:
+        raise DecodeError(f"no context feature and no step of any feature list of the {len(lists):,} records read "
+                          f"holds a value (feature lists {', '.join(map(repr, empty))}; context features "
+                          f"{', '.join(map(repr, info.empty_keys)) or 'none'}): there is nothing to propose a spec "
+                          "for")
     sequence_spec = InferredSequenceFeatures(context, sequence)
     info.fill(sequence_spec)
     sequence_spec.list_present, sequence_spec.empty_lists = present, empty
@@ -348,6 +362,8 @@ def _spec_code(spec: Any) -> str:
     if isinstance(spec, (FixedLenFeature, FixedLenSequenceFeature)):
         shape = "[" + ", ".join(map(str, spec.shape)) + "]"
         extra = ", allow_missing=True" if isinstance(spec, FixedLenSequenceFeature) and spec.allow_missing else ""
+        if spec.default_value is not None:
+            extra += f", default_value={spec.default_value!r}"
         return f"tfr_torch.{type(spec).__name__}({shape}, {dtype(spec.dtype)}{extra})"
     if isinstance(spec, VarLenFeature):
         return f"tfr_torch.VarLenFeature({dtype(spec.dtype)})"

@@ -84,7 +84,11 @@ def spec_from_json(data: Mapping[str, Any]) -> dict[str, Any]:
         elif kind == "VarLen":
             out[key] = VarLenFeature(dtype)
         elif kind == "FixedLenSequence":
-            out[key] = FixedLenSequenceFeature(entry["shape"], dtype, entry.get("allow_missing", True))
+            allow_missing = entry.get("allow_missing", True)
+            if not isinstance(allow_missing, bool):
+                raise ValueError(f"sidecar feature {key!r}: allow_missing must be true or false, got "
+                                 f"{allow_missing!r}")
+            out[key] = FixedLenSequenceFeature(entry["shape"], dtype, allow_missing)
         else:
             raise ValueError(f"sidecar feature {key!r}: unknown kind {kind!r}")
     return out

@@ -8,6 +8,8 @@ an integer that does not fit raises DecodeError naming the key.
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Union
@@ -82,6 +84,9 @@ def _freeze(value: Any) -> Any:
     return value
 
 
+_MAX_ELEMENTS = 1 << 62  # a shape's elements: counts and offsets stay within int64
+
+
 def _shape(shape: Any, what: str) -> tuple[int, ...]:
     if isinstance(shape, int):
         shape = (shape,)
@@ -95,6 +100,9 @@ def _shape(shape: Any, what: str) -> tuple[int, ...]:
                              "FixedLenSequenceFeature, VarLenFeature or RaggedFeature")
         if not isinstance(d, int) or isinstance(d, bool) or d < 0:
             raise ValueError(f"{what}: shape dimensions must be non-negative ints, got {list(dims)}")
+    if math.prod(dims) >= _MAX_ELEMENTS:
+        raise ValueError(f"{what}: shape {list(dims)} has {math.prod(dims)} elements, more than any record can hold "
+                         f"(the limit is 2**62)")
     return dims
 
 

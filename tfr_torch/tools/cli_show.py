@@ -156,7 +156,7 @@ def _cmd_head(args: argparse.Namespace) -> int:
 
 
 def _cmd_schema(args: argparse.Namespace) -> int:
-    from tfr_torch.decode.infer import format_features, infer_features  # imports torch: only for this command
+    from tfr_torch.decode.infer import NoRecordsError, format_features, infer_features  # imports torch: only here
 
     paths = _files(args)
     try:
@@ -164,7 +164,7 @@ def _cmd_schema(args: argparse.Namespace) -> int:
     except (TFRecordError, OSError) as err:
         print(_problem(err), file=sys.stderr)
         return 1
-    except ValueError:  # no records at all
+    except NoRecordsError:
         files = f"{len(paths)} files hold" if len(paths) > 1 else f"{paths[0]} holds"
         print(f"tfr-torch schema: no records to propose a spec from: {files} no records", file=sys.stderr)
         return 1
