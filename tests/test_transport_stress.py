@@ -791,3 +791,37 @@ def test_two_threads_each_iterating_a_loader_at_once(records):
     for n in (0, 1):
         for old, digest in kept[n]:
             assert _digest(old) == digest
+
+
+@needs_shm
+def test_a_fork_copies_only_the_slabs_of_workers_still_running(records):
+    """What a fork copies (receive._before_fork): the held batches of running workers, which may write into their
+    slabs again; not those of workers that have exited (a DataLoader's next epoch forks its new workers while the
+    last epoch's last batch is still held): their slabs are never written again."""
+    path = records(40)
+    dataset = tfr_torch.TFRecordDataset(path, SPEC, index="auto", batch_size=4, transform=Lending(500))
+    loader = DataLoader(dataset, batch_size=None, num_workers=1, persistent_workers=True)
+    it = iter(loader)
+    try:
+        batch = next(it)
+        assert _in_a_slab(batch["x"])
+        receive._before_fork()
+        try:
+            assert receive._TO_COPY  # its worker runs: a child would copy it
+        finally:
+            receive._after_fork_in_parent()
+        for _ in it:
+            pass
+    finally:
+        _shut_down(loader)
+    deadline = time.monotonic() + 10
+    while any(receive._alive(entry[2]) for entry in receive._HELD.values() if entry[2] is not None):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    receive._before_fork()
+    try:
+        assert not receive._TO_COPY  # the worker is gone: nothing to copy, nothing kept from reuse
+        assert any(entry[1] is not None for entry in receive._HELD.values())  # the batch is still held
+    finally:
+        receive._after_fork_in_parent()
+    _assert_equal(batch, _expected(batch, 500, "one"))

@@ -163,7 +163,7 @@ def _views(mm: mmap.mmap, nbytes: int, at: list[LentEntry], values: dict[Any, An
     key = next(_NUMBERS)
     done = weakref.finalize(region, _release, mm, os.getpid(), key, slab)
     done.atexit = False
-    _HELD[key] = (done, mm)
+    _HELD[key] = (done, mm, slab[0] if slab is not None else None)
     del region
     for key, dtype_name, shape, stride, offset in at:
         values[key] = base.view(getattr(torch, dtype_name)).as_strided(shape, stride, offset)
@@ -187,7 +187,7 @@ def _release(mm: mmap.mmap, pid: int, key: int, slab: tuple[int, int] | None = N
 
 
 # the lent slabs this process holds views of, each by a number: (its finalizer, its mapping)
-_HELD: dict[int, tuple[weakref.finalize[Any, Any], mmap.mmap]] = {}
+_HELD: dict[int, tuple[weakref.finalize[Any, Any], mmap.mmap, int | None]] = {}  # + the worker's pid
 _NUMBERS = itertools.count()
 COPY_AT_FORK = 256 << 20  # held lent slabs a forked child copies (bytes in all); beyond it they are kept instead
 _TO_COPY: list[mmap.mmap] = []  # set just before a fork: the mappings the child copies
@@ -200,16 +200,19 @@ def _before_fork() -> None:
     same addresses, before it runs anything (`_after_fork_in_child`); this process goes on as before. Where the
     slabs held come to more than COPY_AT_FORK bytes (a process keeping many batches), or the copy cannot be made,
     they are never released instead: each stays its worker's until the worker exits (the worker makes others, up
-    to 8, then sends its batches the usual way)."""
-    held = {id(mm): mm for _, mm in list(_HELD.values())}
+    to 8, then sends its batches the usual way). Slabs of workers that have exited need neither."""
+    # a slab of a worker that has exited is never written again (a DataLoader's new workers are forked while the
+    # last epoch's last batch is still held, its workers gone): nothing to protect
+    live = [(key, entry) for key, entry in list(_HELD.items()) if entry[2] is None or _alive(entry[2])]
+    held = {id(mm): mm for _, (_, mm, _) in live}
     if not held:
         return
     if sum(len(mm) for mm in held.values()) <= COPY_AT_FORK and _private_copy is not None:
         _TO_COPY[:] = held.values()
         return
-    for done, _ in list(_HELD.values()):
+    for key, (done, _, _) in live:
         done.detach()
-    _HELD.clear()
+        _HELD.pop(key, None)
 
 
 def _after_fork_in_parent() -> None:
