@@ -534,10 +534,9 @@ def test_negative_seed_is_refused_or_works(files):
     assert sorted(ids(ds)) == list(range(N))
 
 
-@pytest.mark.xfail(strict=True, reason="known defect: a reader that abandoned the first epoch reads a later epoch's "
-                   "split of a shuffling source beside the others' kept parts of the first (docs/limitations.md)")
 def test_partly_kept_epoch_with_a_shuffling_source_stays_exactly_once(files, tmp_path):
-    # Open: each reader keeps its part alone (cache.py:_read_through); when one reader finished the first epoch and
+    # Fixed (a reader without a part now reads the source as in the epoch the kept parts were read in): each
+    # reader keeps its part alone (cache.py:_read_through); when one reader finished the first epoch and
     # another abandoned it (rank 1 preempted, or a DataLoader loop that breaks after worker 0 finished), the next
     # epoch replays reader 0's part of epoch 0 beside reader 1's fresh read of epoch 1, whose split of a shuffled
     # source (set_epoch is passed on to it) is another: 4 ids come twice and others are lost. The docstring allows

@@ -121,10 +121,24 @@ class CachedDataset(IterableDataset[Any]):
         return self._replay(items, fresh=self.directory is not None and key not in self._memory)
 
     def _read_through(self, key: str) -> Iterator[Any]:
+        """Read the source, keeping its items. Where other readers kept their parts in a folder in an earlier epoch
+        (this one abandoned it), the source is read as in that epoch (its set_epoch, for the time of this read): a
+        shuffling source splits each epoch differently, and only parts of one epoch's split hold each item once."""
+        epoch = int(self._epoch)
+        kept_at = self._kept_at(key)
+        source_epoch = epoch if kept_at is None else kept_at
+        set_epoch: Callable[[int], None] | None = getattr(self.dataset, "set_epoch", None)
+        moved = source_epoch != epoch and set_epoch is not None
+        if moved and set_epoch is not None:
+            set_epoch(source_epoch)
         kept = []
-        for item in self.dataset:
-            kept.append(_copy(_plain(item)))  # a copy: the caller may change what it gets in place
-            yield item if self.transform is None else self.transform(item)
+        try:
+            for item in self.dataset:
+                kept.append(_copy(_plain(item)))  # a copy: the caller may change what it gets in place
+                yield item if self.transform is None else self.transform(item)
+        finally:
+            if moved and set_epoch is not None:
+                set_epoch(epoch)
         # the epoch is complete: keep it
         if self.directory is None:
             self._memory[key] = kept
@@ -133,7 +147,23 @@ class CachedDataset(IterableDataset[Any]):
             with atomic_output(path) as f:
                 torch.save(kept, f)
             with atomic_output(self._check_path(key)) as f:  # after the part: a part without one is not replayed
-                f.write(json.dumps(_file_crc(path)).encode())
+                f.write(json.dumps({**_file_crc(path), "epoch": source_epoch}).encode())
+
+    def _kept_at(self, key: str) -> int | None:
+        """The epoch the other readers' parts kept in the folder were read in (their checks say), or None when
+        none is kept (or the parts are in memory, each process's own: see docs/limitations.md)."""
+        if self.directory is None:
+            return None
+        for name in sorted(os.listdir(self.directory)):
+            if name.startswith("check-") and name.endswith(".json") and name != f"check-{key}.json":
+                try:
+                    with open(os.path.join(self.directory, name)) as f:
+                        epoch = json.load(f).get("epoch")
+                except (OSError, ValueError, AttributeError):
+                    continue
+                if isinstance(epoch, int) and not isinstance(epoch, bool):
+                    return epoch
+        return None
 
     def _replay(self, items: list[Any], fresh: bool) -> Iterator[Any]:
         order: Any = range(len(items))
@@ -212,7 +242,7 @@ class CachedDataset(IterableDataset[Any]):
         except (OSError, ValueError):
             recorded = None
         problem = None
-        if recorded != _file_crc(path):
+        if recorded is None or {k: recorded.get(k) for k in ("crc32", "bytes")} != _file_crc(path):
             problem = "its CRC-32 or size is not the one recorded when it was written" if recorded is not None else \
                 "the CRC-32 recorded beside it is missing or unreadable"
         else:
