@@ -175,6 +175,22 @@ def test_an_index_list_finds_the_seek_points_written_beside_it(tmp_path):
     assert [decoded_id(x) for x in ds.__getitems__(list(range(10)))] == list(range(10))
 
 
+@needs_core
+def test_the_iterable_dataset_finds_those_seek_points_too(tmp_path):
+    """TFRecordDataset with the same index list: its global shuffle reads the GZIP files by offset through the seek
+    points beside the given indexes (it fell back to the buffer shuffle, not finding them at `<file>.idx.seek`)."""
+    (tmp_path / "idx").mkdir()
+    paths, indexes = [], []
+    for f in range(3):
+        path = write(tmp_path / f"{f}.tfrecord.gz", range(10 * f, 10 * f + 10), "gzip", index=False)
+        paths.append(path)
+        indexes.append(tfr_torch.build_index(path, str(tmp_path / "idx" / f"{f}.idx")))
+    ds = TFRecordDataset(paths, SPEC, index=indexes, shuffle=True, seed=3)
+    assert ds._global_shuffle
+    got = [decoded_id(x) for x in ds]
+    assert sorted(got) == list(range(30)) and got != list(range(30))
+
+
 @pytest.mark.parametrize("verify", [True, False])
 def test_index_lying_between_its_checked_rows_gives_errors_never_wrong_records(tmp_path, verify):
     """Two sizes swapped in the middle (rows 1 and 2 of 7; construction checks rows 0, 3 and 6): every read of a

@@ -26,7 +26,7 @@ from tfr_torch.data.elastic import (
     segment_sequence,
 )
 from tfr_torch.data.distributed import check_rank_world, rank_world
-from tfr_torch.data.indexes import resolve_indexes
+from tfr_torch.data.indexes import resolve_indexes, seek_points_beside
 from tfr_torch.data.resumable import ResumableState
 from tfr_torch.data.reading import (
     GROUP_BYTES,
@@ -182,6 +182,7 @@ class TFRecordDataset(ResumableState, IterableDataset[Any]):
         self._rank_world = rank_world(rank, world_size)  # checked again where the records are read
         self.rank, self.world_size = self._rank_world.rank, self._rank_world.world_size
         self.offsets = resolve_indexes(self.paths, index, compression)
+        self._seeks = seek_points_beside(self.paths, index)  # where build_index wrote them beside a given index
         # the sidecar's counts only where the shard still has the size it recorded (an index's count always wins)
         counts, stale = trusted_counts(sidecar, sizes, [None if o is None else len(o) for o in self.offsets])
         self.metadata: dict[str, Any] | None = sidecar.data if sidecar is not None else None
@@ -201,7 +202,8 @@ class TFRecordDataset(ResumableState, IterableDataset[Any]):
         # a global shuffle reads records by offset: for indexed files, uncompressed or with seek points (else: buffered
         # shuffle)
         self._global_shuffle = self.shuffle and all(o is not None for o in self.offsets) and not any(
-            _compressed(p, compression) and not has_seek_points(p) for p in self.paths)
+            _compressed(p, compression) and seek is None and not has_seek_points(p)
+            for p, seek in zip(self.paths, self._seeks))
         self._epoch = torch.zeros((), dtype=torch.int64).share_memory_()
         self._resume: dict[str, Any] | None = None
         # which pass of DataLoader workers took the loaded state (its workers' base seed; 0: none yet): shared, so
@@ -430,7 +432,7 @@ class TFRecordDataset(ResumableState, IterableDataset[Any]):
         # ranks unequal or leave records unread): `whole` says a count is the file's total, not a TFDS slice
         whole = [self.tfds is None] * len(self.paths)
         return Source(self.paths, self.offsets, self.compression, self.verify, self.on_error,
-                      self._counts, whole, self._count_origin(), self.remote, self.max_group_bytes)
+                      self._counts, whole, self._count_origin(), self.remote, self.max_group_bytes, self._seeks)
 
     def _count_origin(self) -> str:
         if self._sidecar_counts and self.metadata is not None:

@@ -78,7 +78,8 @@ class Source(NamedTuple):
     that holds more, raises instead of giving a rank fewer or more records than the others. `origin` names where
     the counts came from, for that message. `remote`: how URLs are read (a `RemoteOptions`; None: its defaults).
     `group_bytes`: records of GZIP/ZLIB files read by offset are read in groups of at most this many framed
-    bytes (see `group_bounds`)."""
+    bytes (see `group_bounds`). `seeks`: per file, the seek points build_index wrote beside an index given by path
+    (None: RecordFile's default place)."""
 
     paths: Sequence[str]
     offsets: Sequence[np.ndarray | None]
@@ -90,6 +91,7 @@ class Source(NamedTuple):
     origin: str = "the record count"
     remote: Any = None
     group_bytes: int = GROUP_BYTES
+    seeks: Sequence[str | None] | None = None  # per file, its seek points where not `<file>.idx.seek`
 
 
 def iter_run(source: Source, run: Run) -> Iterator[Block]:
@@ -210,7 +212,9 @@ def iter_random(source: Source, global_ids: np.ndarray, counts: Sequence[int]) -
     def handle(f: int) -> RecordFile:
         opened = files.get(f)
         if opened is None:
-            opened = files[f] = RecordFile(source.paths[f], source.compression, source.verify, remote=source.remote)
+            seek = source.seeks[f] if source.seeks is not None else None
+            opened = files[f] = RecordFile(source.paths[f], source.compression, source.verify, remote=source.remote,
+                                           seek=seek)
         return opened
 
     def where(ids: np.ndarray) -> tuple[list[int], list[int]]:
