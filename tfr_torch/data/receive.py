@@ -8,6 +8,7 @@ import itertools
 import mmap
 import os
 import threading
+import warnings
 import weakref
 from collections.abc import Sequence
 from typing import Any, Literal, Union
@@ -160,19 +161,20 @@ def _views(mm: mmap.mmap, nbytes: int, at: list[LentEntry], values: dict[Any, An
     base = torch.frombuffer(region, dtype=torch.uint8)
     # torch holds `region` as long as the storage lives; not at exit (nothing to release then), and never in a
     # process forked from this one, which would release what this one still holds
-    key = next(_NUMBERS)
-    done = weakref.finalize(region, _release, mm, os.getpid(), key, slab)
+    number = next(_NUMBERS)
+    done = weakref.finalize(region, _release, mm, os.getpid(), number, slab)
     done.atexit = False
-    _HELD[key] = (done, mm, slab[0] if slab is not None else None)
+    _HELD[number] = (done, mm, slab[0] if slab is not None else None)
     del region
     for key, dtype_name, shape, stride, offset in at:
         values[key] = base.view(getattr(torch, dtype_name)).as_strided(shape, stride, offset)
 
 
-def _release(mm: mmap.mmap, pid: int, key: int, slab: tuple[int, int] | None = None) -> None:
+def _release(mm: mmap.mmap, pid: int, number: int, slab: tuple[int, int] | None = None) -> None:
     """The last view of a lent slab's batch is gone: the worker may reuse the slab. Where the worker has exited,
-    the mapping goes now (the slab's memory with it), not at the next sweep."""
-    _HELD.pop(key, None)
+    the mapping (`slab`: its key in _MAPS, worker pid and slab serial) goes now, its memory with it, not at the
+    next sweep."""
+    _HELD.pop(number, None)
     if os.getpid() != pid:
         return
     try:
@@ -223,10 +225,8 @@ def _after_fork_in_child() -> None:
     mappings, _TO_COPY[:] = list(_TO_COPY), []
     for mm in mappings:
         try:
-            _private_copy(mm)  # type: ignore[misc]
+            _private_copy(mm)
         except (OSError, ValueError) as exc:  # the views stay the worker's memory: say so, nothing else to do
-            import warnings
-
             warnings.warn(f"tfr_torch: a forked process could not copy a batch it inherits ({exc}); its values may "
                           "change once the parent drops it", RuntimeWarning, stacklevel=1)
 
@@ -259,8 +259,9 @@ def _libc_private_copy() -> Any:
     return copy
 
 
-_private_copy = _libc_private_copy() if hasattr(os, "register_at_fork") else None
+_private_copy: Any = None
 if hasattr(os, "register_at_fork"):
+    _private_copy = _libc_private_copy()
     os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
                         after_in_child=_after_fork_in_child)
 

@@ -248,14 +248,13 @@ def _write(plan: list[tuple[Any, str, Any]], mm: mmap.mmap) -> list[Entry]:
     return entries
 
 
-def _reduce(batch: Any, items: list[tuple[Any, Any]],
-            container: Container) -> tuple[Callable[..., Any], tuple[Any, ...]]:
-    """What ForkingPickler calls for Batch and RecordBatch: the values written into a slab, the tensors made in
+def _reduce(items: list[tuple[Any, Any]], container: Container) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+    """A batch's items reduced for the pickle (see _reducer): the values written into a slab, the tensors made in
     lent slabs (slab_tensor) as where they lie, plus what is left. A dict with nested values (an RLDS episode:
     {"steps": {"observation": {...}, ...}, ...}) travels as its skeleton (the dicts and lists, with None where a
     slab value goes) and the path of each slab value."""
     if container == "dict" and any(_nested(value) for _, value in items):
-        return _reduce_nested(batch, items)
+        return _reduce_nested(items)
     plan: list[tuple[Any, str, Any]] = []  # (key, "t" tensor or "b" bytes list, value)
     inline: list[tuple[Any, Any]] = []
     lent: dict[int, tuple[_Slab, int, list[LentEntry]]] = {}  # by slab serial
@@ -296,7 +295,7 @@ def _reduce(batch: Any, items: list[tuple[Any, Any]],
     return _rebuild, (container, ref, keys, entries, inline, retired, views)
 
 
-def _reduce_nested(batch: Any, items: list[tuple[Any, Any]]) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+def _reduce_nested(items: list[tuple[Any, Any]]) -> tuple[Callable[..., Any], tuple[Any, ...]]:
     plan: list[tuple[Any, str, Any]] = []  # (path, "t" or "b", value)
     skeleton = {key: _flatten(value, (key,), plan) for key, value in items}
     pool = _pool()
@@ -327,52 +326,38 @@ def _reduce_nested(batch: Any, items: list[tuple[Any, Any]]) -> tuple[Callable[.
     return _rebuild_nested, (ref, skeleton, entries, retired, views)
 
 
-def _safely(reduce: Callable[[Any], tuple[Callable[..., Any], tuple[Any, ...]]],
-            plain: Callable[[Any], tuple[Container, list[tuple[Any, Any]]]]
-            ) -> Callable[[Any], tuple[Callable[..., Any], tuple[Any, ...]]]:
-    """`reduce`, or, where it fails on a value it did not expect, the batch sent the usual way (pickled, tensors in
-    torch's shared memory), with a warning: an exception here is raised in the worker's queue feeder thread, which
-    prints it and drops the batch, and the DataLoader then waits for it forever. Nothing was sent from a slab that
-    failed (its `sent` count moves only once it is written)."""
-    def safe(batch: Any) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+def _reducer(items_of: Callable[[Any], tuple[Container, list[tuple[Any, Any]]]]
+             ) -> Callable[[Any], tuple[Callable[..., Any], tuple[Any, ...]]]:
+    """What ForkingPickler calls for a batch type whose (container, items) `items_of` gives: `_reduce`, or, where it
+    fails on a value it did not expect, the batch sent the usual way (pickled, tensors in torch's shared memory),
+    with a warning: an exception here is raised in the worker's queue feeder thread, which prints it and drops the
+    batch, and the DataLoader then waits for it forever. Nothing was sent from a slab that failed (its `sent` count
+    moves only once it is written)."""
+    def reduce(batch: Any) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+        container, items = items_of(batch)
         try:
-            return reduce(batch)
+            return _reduce(items, container)
         except Exception as exc:  # noqa: BLE001 - any failure must not lose the batch
             warnings.warn(f"tfr_torch: a batch could not go through the shared-memory transport ({type(exc).__name__}: "
                           f"{exc}); it was sent the usual way", RuntimeWarning, stacklevel=2)
-            return _rebuild_inline, plain(batch)
+            return _rebuild_inline, (container, items)
 
-    return safe
-
-
-def _reduce_batch(batch: Batch) -> tuple[Callable[..., Any], tuple[Any, ...]]:
-    return _reduce(batch, list(batch.items()), "dict")
+    return reduce
 
 
-def _reduce_records(batch: RecordBatch) -> tuple[Callable[..., Any], tuple[Any, ...]]:
-    return _reduce(batch, [(None, list(batch))], "list")
-
-
-def _reduce_parcel(parcel: Parcel) -> tuple[Callable[..., Any], tuple[Any, ...]]:
-    item = parcel.item
-    if type(item) is dict:
-        return _reduce(item, list(item.items()), "dict")
-    return _reduce(item, [(None, item)], "list")
-
-
-def _plain_batch(batch: Batch) -> tuple[Container, list[tuple[Any, Any]]]:
+def _batch_items(batch: Batch) -> tuple[Container, list[tuple[Any, Any]]]:
     return "dict", list(batch.items())
 
 
-def _plain_records(batch: RecordBatch) -> tuple[Container, list[tuple[Any, Any]]]:
+def _record_items(batch: RecordBatch) -> tuple[Container, list[tuple[Any, Any]]]:
     return "list", [(None, list(batch))]
 
 
-def _plain_parcel(parcel: Parcel) -> tuple[Container, list[tuple[Any, Any]]]:
+def _parcel_items(parcel: Parcel) -> tuple[Container, list[tuple[Any, Any]]]:
     item = parcel.item
     return ("dict", list(item.items())) if type(item) is dict else ("list", [(None, item)])
 
 
-ForkingPickler.register(Batch, _safely(_reduce_batch, _plain_batch))
-ForkingPickler.register(RecordBatch, _safely(_reduce_records, _plain_records))
-ForkingPickler.register(Parcel, _safely(_reduce_parcel, _plain_parcel))
+ForkingPickler.register(Batch, _reducer(_batch_items))
+ForkingPickler.register(RecordBatch, _reducer(_record_items))
+ForkingPickler.register(Parcel, _reducer(_parcel_items))
