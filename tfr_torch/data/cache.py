@@ -127,9 +127,9 @@ class CachedDataset(IterableDataset[Any]):
         epoch = int(self._epoch)
         kept_at = self._kept_at(key)
         source_epoch = epoch if kept_at is None else kept_at
-        set_epoch: Callable[[int], None] | None = getattr(self.dataset, "set_epoch", None)
-        moved = source_epoch != epoch and set_epoch is not None
-        if moved and set_epoch is not None:
+        set_epoch: Callable[[int], None] | None = (getattr(self.dataset, "set_epoch", None) if source_epoch != epoch
+                                                   else None)
+        if set_epoch is not None:
             set_epoch(source_epoch)
         kept = []
         try:
@@ -137,7 +137,7 @@ class CachedDataset(IterableDataset[Any]):
                 kept.append(_copy(_plain(item)))  # a copy: the caller may change what it gets in place
                 yield item if self.transform is None else self.transform(item)
         finally:
-            if moved and set_epoch is not None:
+            if set_epoch is not None:
                 set_epoch(epoch)
         # the epoch is complete: keep it
         if self.directory is None:
