@@ -323,35 +323,33 @@ def format_features(spec: Mapping[str, Any] | SequenceFeatures, name: str = "fea
         lines += [f"# {info.describe()}.",
                   "# VarLenFeature: the count of values varies, or some records lack the key (noted beside it)."]
     lines += ["import torch", "", "import tfr_torch", ""]
+    present, records, empty = ((info.present, info.records_read, info.empty_keys) if info is not None
+                               else (None, None, []))
     if isinstance(spec, SequenceFeatures):
         lists = spec if isinstance(spec, InferredSequenceFeatures) and info is not None else None
         lines.append(f"{name} = tfr_torch.SequenceFeatures(")
-        lines += _entries(spec.context, "context", "    ", info, info.empty_keys if info is not None else [])
-        lines += _entries(spec.sequence, "sequence", "    ", None, lists.empty_lists if lists is not None else [],
-                          lists.list_present if lists is not None else None,
-                          lists.records_read if lists is not None else 0)
+        lines += _entries(spec.context, "context=", "    ", present, records, empty)
+        lines += _entries(spec.sequence, "sequence=", "    ", lists.list_present if lists is not None else None,
+                          records, lists.empty_lists if lists is not None else [],
+                          "no step of any record read holds values (no steps, or Features without a kind)")
         lines.append(")")
     else:
-        lines += _entries(spec, f"{name} = ", "", info, info.empty_keys if info is not None else [])
+        lines += _entries(spec, f"{name} = ", "", present, records, empty)
     return "\n".join(lines) + "\n"
 
 
-def _entries(spec: Mapping[str, Any], argument: str, indent: str, info: _Provenance | None,
-             empty: list[str], carried: dict[str, int] | None = None, records: int = 0) -> list[str]:
-    """`argument={` (or `name = {`: `argument` ends in " = ") and a line per spec, then the keys no record read
-    carried with values."""
-    top = argument.endswith(" = ")
-    lines = [f"{indent}{argument}{{" if top else f"{indent}{argument}={{"]
+def _entries(spec: Mapping[str, Any], opening: str, indent: str, carried: dict[str, int] | None,
+             records: int | None, empty: list[str],
+             why: str = "no values in any record read (a Feature without a kind)") -> list[str]:
+    """`opening{` (`context=`, or `name = ` at the top), a line per spec (noting the keys fewer than `records` of
+    the records read carry, by `carried`), the keys without values (`empty`, `why`), and the closing brace."""
+    lines = [f"{indent}{opening}{{"]
     for key, s in spec.items():
         lines.append(f"{indent}    {key!r}: {_spec_code(s)},")
-        if info is not None and info.present.get(key, info.records_read) < info.records_read:
-            lines[-1] += f"  # in {info.present[key]:,} of {info.records_read:,} records read"
-        if carried is not None and carried.get(key, records) < records:
+        if carried is not None and records is not None and carried.get(key, records) < records:
             lines[-1] += f"  # in {carried[key]:,} of {records:,} records read"
-    why = ("no values in any record read (a Feature without a kind)" if argument != "sequence" else
-           "no step of any record read holds values (no steps, or Features without a kind)")
     lines += [f"{indent}    # {key!r}: {why}: no spec proposed" for key in empty]
-    lines.append(f"{indent}}}" if top else f"{indent}}},")
+    lines.append(f"{indent}}}," if indent else f"{indent}}}")
     return lines
 
 
