@@ -19,6 +19,23 @@ def test_glob_patterns_expand_sorted(tmp_path):
         str(tmp_path / "c.txt"), str(tmp_path / "a.tfrecord"), str(tmp_path / "b.tfrecord")]
 
 
+def test_glob_leaves_out_seek_points_and_files_being_written(tmp_path):
+    """A glob over a compressed set that ShardedWriter wrote (it writes seek points beside each shard) gives the
+    shards only; `.idx.seek` files were taken for TFRecord files and failed the read with a CRC error."""
+    with tfr_torch.ShardedWriter(tmp_path, "ds", "train", records_per_shard=4, compression="gzip") as writer:
+        for i in range(10):
+            writer.write(b"r%d" % i)
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.endswith(".seek")) == [
+        f"ds-train.tfrecord-0000{i}-of-00003.idx.seek" for i in range(3)]
+    (tmp_path / f"ds-train.tfrecord-00009-of-00010.tmp-{uuid.uuid4().hex}").write_bytes(b"half")  # a URL write's
+    paths = tfr_torch.expand_paths(str(tmp_path / "ds-train.tfrecord-*"))
+    assert paths == writer.paths
+    assert [r for p in paths for r in tfr_torch.read_records(p)] == [b"r%d" % i for i in range(10)]
+    with pytest.raises(ValueError, match=r"is the seek points of a compressed TFRecord file \(\.idx\.seek\), not a "
+                                         "TFRecord file"):
+        tfr_torch.expand_paths([writer.paths[0] + ".idx.seek"])
+
+
 def test_glob_without_match_names_the_pattern(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"no files match .*nothing-\*"):
         tfr_torch.expand_paths(str(tmp_path / "nothing-*"))

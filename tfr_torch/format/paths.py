@@ -70,6 +70,7 @@ def _has_glob(path: str) -> bool:
 # The files tfr_torch, ShardedWriter and TFDS write beside TFRecord shards: (name suffix, what it is)
 _SIDE_SUFFIXES = (
     (".idx", "a TFRecord index (.idx)"),
+    (".idx.seek", "the seek points of a compressed TFRecord file (.idx.seek)"),
     (".tfr_torch.json", "a tfr_torch sidecar (the shards' spec and record counts)"),
     (".progress.json", "the progress file of an interrupted conversion"),
     (".partial", "an unfinished shard of an interrupted conversion"),
@@ -77,6 +78,9 @@ _SIDE_SUFFIXES = (
 )
 _SIDE_NAMES = {"dataset_info.json": "TFDS dataset metadata (dataset_info.json)",
                "features.json": "TFDS feature metadata (features.json)"}
+
+
+_TEMPORARY = re.compile(r"\.tmp-[0-9a-f]{32}$")  # AtomicOutput's temporary name for a URL
 
 
 def side_file_kind(path: PathLike) -> str | None:
@@ -91,6 +95,8 @@ def side_file_kind(path: PathLike) -> str | None:
     for suffix, what in _SIDE_SUFFIXES:
         if name.endswith(suffix):
             return what
+    if _TEMPORARY.search(name):
+        return "a file being written (the temporary name of an atomic write to a URL)"
     return None
 
 
@@ -98,9 +104,10 @@ def expand_paths(paths: PathLike | Iterable[PathLike]) -> list[str]:
     """Expand one path, a glob pattern, or a list of them into a list of file paths.
 
     Patterns expand in sorted order, leaving out the side files that tfr_torch and TFDS write beside shards
-    (`.idx` indexes, `.tfr_torch.json` sidecars, `dataset_info.json`, `features.json`, `*.labels.txt`,
-    unfinished `.partial` shards); a pattern that matches nothing else raises FileNotFoundError. A side file
-    named explicitly raises ValueError. Plain paths are returned as given (the datasets check that they exist).
+    (`.idx` indexes, `.idx.seek` seek points, `.tfr_torch.json` sidecars, `dataset_info.json`, `features.json`,
+    `*.labels.txt`, unfinished `.partial` shards, files being written); a pattern that matches nothing else
+    raises FileNotFoundError. A side file named explicitly raises ValueError. Plain paths are returned as given
+    (the datasets check that they exist).
 
     >>> expand_paths(["b.tfrecord", "a.tfrecord"])
     ['b.tfrecord', 'a.tfrecord']
