@@ -557,14 +557,45 @@ def test_empty_dataset_writes_an_empty_set(tmp_path, source_dataset):
         assert json.load(f)["records"] == 0
 
 
+def test_write_to_a_url_gives_the_local_bytes(tmp_path, source_dataset):
+    """An fsspec URL as out_dir (here `local://`, fsspec's local filesystem behind a URL, which every Ray worker
+    process reaches as it would s3://): parts and shards are made on local disk and uploaded, final names given by
+    moves through fsspec; the set is the one a local write makes, and no staging or temporary file is left."""
+    pytest.importorskip("fsspec")
+    local_set(str(tmp_path / "ref"), (example(i) for i in range(500)), records_per_shard=150, compression="gzip")
+    paths = tray.write_tfrecords(source_dataset(), f"local://{tmp_path}/out", "toy", records_per_shard=150,
+                                 compression="gzip")
+    assert [p.rsplit("/", 1)[-1] for p in paths] == [f"toy-train.tfrecord-0000{i}-of-00004" for i in range(4)]
+    assert all(p.startswith("local://") for p in paths)
+    assert dir_bytes(str(tmp_path / "out")) == dir_bytes(str(tmp_path / "ref"))  # seek points, sidecar included
+    ids = [int(r["id"]) for r in tfr_torch.TFRecordDataset(paths, features="auto", batch_size=None)]
+    assert ids == list(range(500))
+    # rewritten with another shard count: the old shards go, as in a local folder
+    paths = tray.write_tfrecords(source_dataset(), f"local://{tmp_path}/out", "toy", records_per_shard=250)
+    names = [p.rsplit("/", 1)[-1] for p in paths]
+    assert sorted(os.listdir(tmp_path / "out")) == sorted(names + [n + ".idx" for n in names]
+                                                          + ["toy-train.tfr_torch.json"])
+
+
+def test_a_failed_write_to_a_url_leaves_nothing(tmp_path, source_dataset):
+    pytest.importorskip("fsspec")
+
+    def explode(batch):
+        if 321 in batch["id"]:
+            raise RuntimeError("boom at row 321")
+        return batch
+
+    with pytest.raises(Exception, match="boom at row 321"):
+        tray.write_tfrecords(source_dataset().map_batches(explode), f"local://{tmp_path}/out", "toy")
+    assert os.listdir(tmp_path / "out") == []  # the staging folder under the URL is removed too
+
+
 def test_write_argument_errors(tmp_path):
     ds = ray.data.from_items([{"a": 1}])
     with pytest.raises(ValueError, match="name must be a non-empty string without '/', got 'a/b'"):
         tray.write_tfrecords(ds, str(tmp_path), "a/b")
     with pytest.raises(ValueError, match="records_per_shard must be a positive int, got 0"):
         tray.write_tfrecords(ds, str(tmp_path), "a", records_per_shard=0)
-    with pytest.raises(ValueError, match="write_tfrecords writes to a folder every Ray node can see"):
-        tray.write_tfrecords(ds, "s3://bucket/out", "a")
     with pytest.raises(ValueError, match=r"features must be \"auto\", a spec dict or None, got 'x'"):
         tray.write_tfrecords(ds, str(tmp_path), "a", features="x")
     nested = ray.data.from_items([{"m": {"k": 1}}])

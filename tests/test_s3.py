@@ -164,6 +164,42 @@ def test_build_index_on_s3(s3, tmp_path, compression, name, write_records):
     assert list(tfr_torch.read_records(url, start=start)) == records[-5:]
 
 
+@pytest.mark.parametrize("compression", [None, "gzip"])
+def test_sharded_writer_into_s3(s3, tmp_path, compression):
+    """ShardedWriter(out_dir="s3://..."): shards made on local disk and uploaded, moved to their final names
+    inside the store; the objects are the files a local folder gets, nothing else is left under the prefix, and
+    the set reads back through DataLoader workers with features="auto"."""
+    spec = {"id": tfr_torch.FixedLenFeature([], torch.int64)}
+    prefix = f"{BUCKET}/sharded-{compression}"
+
+    def write(out):
+        with tfr_torch.ShardedWriter(out, "ds", "train", records_per_shard=40, compression=compression,
+                                     features=spec) as writer:
+            for record in example_records(0, 100):
+                writer.write(record)
+        return writer.paths
+
+    paths = write(f"s3://{prefix}")
+    write(tmp_path)
+    assert paths == [f"s3://{prefix}/ds-train.tfrecord-0000{i}-of-00003" for i in range(3)]
+    fs = s3["fs"]
+    assert sorted(p.rsplit("/", 1)[-1] for p in fs.find(prefix)) == sorted(os.listdir(tmp_path))
+    for name in os.listdir(tmp_path):
+        assert fs.cat(f"{prefix}/{name}") == (tmp_path / name).read_bytes(), name
+    loader = DataLoader(tfr_torch.TFRecordDataset(f"s3://{prefix}/ds-train.tfrecord-*", features="auto",
+                                                  shuffle=True, batch_size=None), batch_size=None, num_workers=2)
+    assert sorted(int(item["id"]) for item in loader) == list(range(100))
+
+
+def test_sharded_writer_into_a_missing_bucket_creates_no_bucket(s3):
+    with pytest.raises(OSError, match=r"uploading ds-train\.tfrecord-00000\.partial to "
+                                      r"'s3://no-such-bucket-x/out/ds-train\.tfrecord-00000\.partial' failed"):
+        with tfr_torch.ShardedWriter("s3://no-such-bucket-x/out", "ds", "train", records_per_shard=2) as writer:
+            for record in example_records(0, 5):
+                writer.write(record)
+    assert not s3["fs"].exists("no-such-bucket-x")
+
+
 def _worker_pid(item):
     info = torch.utils.data.get_worker_info()
     return item, (os.getpid(), None if info is None else info.id)

@@ -117,14 +117,6 @@ def test_bad_name_or_split(tmp_path, name, split):
         ShardedWriter(str(tmp_path), name, split)
 
 
-@pytest.mark.parametrize("url", ["memory://bucket/out", "s3://bucket/prefix", "gs://b/p/"])
-def test_url_out_dir_is_refused(tmp_path, monkeypatch, url):
-    monkeypatch.chdir(tmp_path)
-    with pytest.raises(ValueError, match="local"):
-        ShardedWriter(url, "ds", "train")
-    assert os.listdir(tmp_path) == []  # nothing created locally either
-
-
 def test_file_url_is_a_local_folder(tmp_path):
     data = records(3)
     paths = write(f"file://{tmp_path}/out", data)

@@ -28,11 +28,10 @@ def test_sidecar_of_a_written_set(tmp_path):
     assert find_sidecar(writer.paths[1:]).counts == dict(zip(names[1:], [2, 1]))
 
 
-def test_stale_shards_are_those_of_another_count(tmp_path):
-    for name in ("ds-train.tfrecord-00000-of-00002", "ds-train.tfrecord-00000-of-00002.idx",
-                 "ds-train.tfrecord-00000-of-00001", "ds-test.tfrecord-00000-of-00002", "other.json"):
-        (tmp_path / name).write_bytes(b"")
-    assert sorted(stale_shards(str(tmp_path), "ds", "train", ["ds-train.tfrecord-00000-of-00001"])) == [
+def test_stale_shards_are_those_of_another_count():
+    names = ["ds-train.tfrecord-00000-of-00002", "ds-train.tfrecord-00000-of-00002.idx",
+             "ds-train.tfrecord-00000-of-00001", "ds-test.tfrecord-00000-of-00002", "other.json"]
+    assert sorted(stale_shards(names, "ds", "train", ["ds-train.tfrecord-00000-of-00001"])) == [
         "ds-train.tfrecord-00000-of-00002", "ds-train.tfrecord-00000-of-00002.idx"]
 
 

@@ -124,8 +124,13 @@ _clock = time.monotonic
 
 
 def _known_key(fs: Any, url: str) -> tuple[str, str]:
-    """Which object: the URL on this filesystem's options (fsspec's token: another endpoint is another object)."""
-    return str(getattr(fs, "_fs_token", None) or id(fs)), url
+    """Which object: the URL on this filesystem's options (fsspec's token: another endpoint is another object),
+    in one spelling (memory://a/b and memory:///a/b are one object)."""
+    return str(getattr(fs, "_fs_token", None) or id(fs)), _canonical(fs, url)
+
+
+def _canonical(fs: Any, url: str) -> str:
+    return str(fs.unstrip_protocol(fs._strip_protocol(url)))
 
 
 def _known(fs: Any, url: str, ttl: float) -> tuple[int, str] | None:
@@ -148,6 +153,8 @@ def _remember(fs: Any, url: str, size: int, version: str) -> None:
 
 def forget_object(url: str) -> None:
     """Ask `url`'s size and version again on its next open in this process (it was just written)."""
+    fs, _ = _fsspec(url)
+    url = _canonical(fs, url)
     with _KNOWN_LOCK:
         for key in [key for key in _KNOWN if key[1] == url]:
             del _KNOWN[key]

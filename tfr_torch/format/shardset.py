@@ -24,9 +24,8 @@ turns it into feature specs and back.
 from __future__ import annotations
 
 import json
-import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,13 +64,13 @@ def shard_files(name: str, split: str) -> re.Pattern[str]:
     return re.compile(re.escape(f"{name}-{split}.tfrecord-") + r"\d+-of-\d+(\.idx(\.seek)?)?")
 
 
-def stale_shards(out_dir: str, name: str, split: str, finals: Sequence[str]) -> list[str]:
-    """The files in `out_dir` of an earlier set of `name` and `split` with another shard count (shards, their
-    indexes and seek points) that the new set, whose shard names are `finals`, does not overwrite: remove them once
-    it is written."""
+def stale_shards(names: Iterable[str], name: str, split: str, finals: Sequence[str]) -> list[str]:
+    """Of the file `names` in an output folder, those of an earlier set of `name` and `split` with another shard
+    count (shards, their indexes and seek points) that the new set, whose shard names are `finals`, does not
+    overwrite: remove them once it is written."""
     pattern = shard_files(name, split)
-    return [f for f in os.listdir(out_dir)
-            if pattern.fullmatch(f) and f.removesuffix(".seek").removesuffix(".idx") not in finals]
+    keep = set(finals)
+    return [f for f in names if pattern.fullmatch(f) and f.removesuffix(".seek").removesuffix(".idx") not in keep]
 
 
 def sidecar_path(out_dir: str, name: str, split: str) -> str:

@@ -8,6 +8,11 @@ and the driver gives them their final TFDS-style names, writes their indexes and
 staging folder. So the shards depend only on the rows and their order, never on how many tasks wrote them; no
 file ever appears under a final name half-written; and a run that failed leaves its staging folder only, which
 the next run of the same name and split removes.
+
+`out_dir` may be an fsspec URL (s3://, gs://, ...) that every node can reach: write tasks then make their part
+file on local disk and upload it into the staging folder under that URL, assembling tasks read the parts' byte
+ranges from there and upload the shards they make (with their seek points), and the final names are given by
+moves inside the object store.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import tempfile
 import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -26,7 +32,8 @@ from ray.data.datasource import Datasink
 
 from tfr_torch.format.options import Compression, CompressionName, compression_name
 from tfr_torch.format.framing import OVERHEAD
-from tfr_torch.format.paths import PathLike, as_path, atomic_output
+from tfr_torch.format.folder import OutputFolder
+from tfr_torch.format.paths import PathLike, atomic_output
 from tfr_torch.format.shardset import check_set_name
 
 __all__ = ["TFRecordDatasink", "write_tfrecords", "plan_shards", "spec_from_schema"]
@@ -104,22 +111,61 @@ def spec_from_schema(schema: Any) -> dict[str, Any]:
 
 
 @ray.remote
-def _assemble(ranges: list[tuple[str, int, int]], out: str, compression: CompressionName) -> int:
-    """Copy the records in `ranges` ((part file, start, end) byte ranges, in order) into the shard `out`,
-    atomically, with its seek points when compressed (`out.idx.seek`, as ShardedWriter writes them); return its
-    size on disk."""
+def _assemble(ranges: list[tuple[str, int, int]], out_dir: str, name: str, compression: CompressionName) -> int:
+    """Copy the records in `ranges` ((part file, start, end) byte ranges, in order) into the shard `name` of
+    `out_dir`, atomically, with its seek points when compressed (`name.idx.seek`, as ShardedWriter writes them);
+    return its size in bytes. For a URL `out_dir` the shard is made on local disk and uploaded."""
     from tfr_torch.format.reader import RecordReader
     from tfr_torch.format.seek import build_seek_points
     from tfr_torch.format.writer import TFRecordWriter
 
-    with TFRecordWriter(out, None if compression == "none" else compression) as writer:
-        for part, start, end in ranges:
-            with RecordReader(part, "none", True, start=start, end=end) as reader:
-                for record in reader:
-                    writer.write(record)
-    if compression != "none":
-        build_seek_points(out, out + ".idx.seek", compression)
-    return os.path.getsize(out)
+    folder = OutputFolder(out_dir)
+    local = tempfile.mkdtemp(prefix="tfr_torch-shard-") if folder.remote else None
+    out = f"{local}/shard" if local is not None else folder.join(name)
+    try:
+        with TFRecordWriter(out, None if compression == "none" else compression) as writer:
+            for part, start, end in ranges:
+                with RecordReader(part, "none", True, start=start, end=end) as reader:
+                    for record in reader:
+                        writer.write(record)
+        if compression != "none":
+            build_seek_points(out, out + ".idx.seek", compression)
+        size = os.path.getsize(out)
+        if local is not None:
+            if os.path.exists(out + ".idx.seek"):
+                folder.upload(out + ".idx.seek", name + ".idx.seek")
+            folder.upload(out, name)
+        return size
+    finally:
+        if local is not None:
+            shutil.rmtree(local, ignore_errors=True)
+
+
+def _write_part(blocks: Iterable[Any], task: int, part: str, lengths: list[int]) -> Any:
+    """Encode a write task's rows as Examples into the file `part` (atomically), appending each record's length
+    to `lengths`; return the first non-empty block's Arrow schema (None: no rows)."""
+    from tfr_torch.format.example import encode_example
+    from tfr_torch.format.writer import TFRecordWriter
+
+    schema = None
+    with TFRecordWriter(part) as writer:
+        for b, block in enumerate(blocks):
+            accessor = BlockAccessor.for_block(block)
+            if accessor.num_rows() == 0:
+                continue
+            if schema is None:
+                schema = accessor.to_arrow().schema
+            columns = accessor.to_batch_format("numpy")
+            keys = list(columns)
+            for j in range(accessor.num_rows()):
+                row = {key: _value(columns[key][j]) for key in keys}
+                try:
+                    record = encode_example(row)
+                except (TypeError, ValueError, OverflowError) as exc:
+                    raise type(exc)(f"write_tfrecords: row {j} of block {b} of write task {task}: {exc}") from None
+                writer.write(record)
+                lengths.append(len(record))
+    return schema
 
 
 class TFRecordDatasink(Datasink[dict[str, Any]]):  # each write task returns a dict
@@ -133,10 +179,7 @@ class TFRecordDatasink(Datasink[dict[str, Any]]):  # each write task returns a d
         from tfr_torch.tools.shards import parse_size
 
         check_set_name(name, split)
-        self.out_dir = as_path(out_dir).rstrip("/") or "."
-        if "://" in self.out_dir:
-            raise ValueError(f"write_tfrecords writes to a folder every Ray node can see (a local path on one machine, "
-                             f"a shared file system on a cluster), got {self.out_dir!r}: write there, then upload")
+        self.out_dir = OutputFolder(out_dir).path  # (a folder object per process: tasks make their own)
         self.name, self.split = name, split
         self.shard_size = parse_size(shard_size)
         if records_per_shard is not None and (not isinstance(records_per_shard, int) or records_per_shard < 1):
@@ -163,56 +206,41 @@ class TFRecordDatasink(Datasink[dict[str, Any]]):  # each write task returns a d
             if self.features is None and not self.tfds.get("features"):
                 raise ValueError("TFDS metadata needs the features: features='auto' or a spec, or "
                                  "tfds={'features': ...}")
-        self.staging = f"{self.out_dir}/.{name}-{split}.ray-{uuid.uuid4().hex[:12]}"
+        self.staging_name = f".{name}-{split}.ray-{uuid.uuid4().hex[:12]}"
         self.paths: list[str] = []
         self.records = 0
         self.completed = False
 
     # ----- driver: before ---------------------------------------------------------------------------------------
 
-    def _stale_staging(self) -> list[str]:
-        prefix = f".{self.name}-{self.split}.ray-"
-        if not os.path.isdir(self.out_dir):
-            return []
-        return [f"{self.out_dir}/{n}" for n in os.listdir(self.out_dir)
-                if n.startswith(prefix) and f"{self.out_dir}/{n}" != self.staging]
-
     def on_write_start(self, schema: Any = None) -> None:
-        os.makedirs(self.staging, exist_ok=True)
-        for folder in self._stale_staging():  # what an earlier, failed run of this name and split left
-            shutil.rmtree(folder, ignore_errors=True)
+        folder = OutputFolder(self.out_dir)
+        folder.makedirs()
+        prefix = f".{self.name}-{self.split}.ray-"
+        for stale in folder.names():  # what an earlier, failed run of this name and split left
+            if stale.startswith(prefix) and stale != self.staging_name:
+                folder.remove_tree(stale)
         if self.features == "auto" and schema is not None:
             self.features = spec_from_schema(schema)
 
     # ----- tasks ------------------------------------------------------------------------------------------------
 
     def write(self, blocks: Iterable[Any], ctx: Any) -> dict[str, Any]:
-        from tfr_torch.format.example import encode_example
-        from tfr_torch.format.writer import TFRecordWriter
-
-        os.makedirs(self.staging, exist_ok=True)
-        part = f"{self.staging}/part-{ctx.task_idx:08d}"
+        folder = OutputFolder(self.out_dir)
+        part_name = f"{self.staging_name}/part-{ctx.task_idx:08d}"
+        local = tempfile.mkdtemp(prefix="tfr_torch-part-") if folder.remote else None  # uploaded once written
+        if local is None:
+            os.makedirs(folder.join(self.staging_name), exist_ok=True)
         lengths: list[int] = []
-        schema = None
-        with TFRecordWriter(part) as writer:
-            for b, block in enumerate(blocks):
-                accessor = BlockAccessor.for_block(block)
-                if accessor.num_rows() == 0:
-                    continue
-                if schema is None:
-                    schema = accessor.to_arrow().schema
-                columns = accessor.to_batch_format("numpy")
-                keys = list(columns)
-                for j in range(accessor.num_rows()):
-                    row = {key: _value(columns[key][j]) for key in keys}
-                    try:
-                        record = encode_example(row)
-                    except (TypeError, ValueError, OverflowError) as exc:
-                        raise type(exc)(f"write_tfrecords: row {j} of block {b} of write task {ctx.task_idx}: "
-                                        f"{exc}") from None
-                    writer.write(record)
-                    lengths.append(len(record))
-        return {"task": ctx.task_idx, "part": part, "lengths": np.asarray(lengths, dtype=np.int64), "schema": schema}
+        try:
+            schema = _write_part(blocks, ctx.task_idx, f"{local}/part" if local else folder.join(part_name), lengths)
+            if local is not None:
+                folder.upload(f"{local}/part", part_name)
+        finally:
+            if local is not None:
+                shutil.rmtree(local, ignore_errors=True)
+        return {"task": ctx.task_idx, "part": folder.join(part_name), "lengths": np.asarray(lengths, dtype=np.int64),
+                "schema": schema}
 
     # ----- driver: after ----------------------------------------------------------------------------------------
 
@@ -235,8 +263,10 @@ class TFRecordDatasink(Datasink[dict[str, Any]]):  # each write task returns a d
             if n:
                 offset_in_part[first + 1 : first + n] = np.cumsum(framed[first : first + n - 1])
             first += n
-        os.makedirs(self.staging, exist_ok=True)
-        partials = [f"{self.staging}/shard-{i:08d}" for i in range(len(bounds))]
+        folder = OutputFolder(self.out_dir)
+        if not folder.remote:
+            os.makedirs(folder.join(self.staging_name), exist_ok=True)
+        partials = [f"{self.staging_name}/shard-{i:08d}" for i in range(len(bounds))]
         jobs = []
         for (a, b), partial in zip(bounds, partials):
             ranges = []
@@ -247,14 +277,15 @@ class TFRecordDatasink(Datasink[dict[str, Any]]):  # each write task returns a d
                 ranges.append((results[p]["part"], int(offset_in_part[i]),
                                int(offset_in_part[j - 1] + framed[j - 1])))
                 i = j
-            jobs.append(_assemble.remote(ranges, partial, self.compression))
+            jobs.append(_assemble.remote(ranges, self.out_dir, partial, self.compression))
         sizes = ray.get(jobs)
-        self._finish(bounds, partials, sizes, framed)
+        self._finish(folder, bounds, partials, sizes, framed)
 
-    def _finish(self, bounds: list[tuple[int, int]], partials: list[str], sizes: list[int],
+    def _finish(self, folder: OutputFolder, bounds: list[tuple[int, int]], partials: list[str], sizes: list[int],
                 framed: np.ndarray) -> None:
         from tfr_torch.decode.sidecar import spec_to_json
-        from tfr_torch.format.shardset import shard_name, sidecar_data, sidecar_path, stale_shards
+        from tfr_torch.format.shardset import shard_name, sidecar_data
+        from tfr_torch.tools.shards import publish_set
 
         count = len(bounds)
         finals = [shard_name(self.name, self.split, i, count) for i in range(count)]
@@ -267,33 +298,21 @@ class TFRecordDatasink(Datasink[dict[str, Any]]):  # each write task returns a d
         for (a, b), partial in zip(bounds, partials):
             positions = np.zeros(b - a, dtype=np.int64)
             np.cumsum(framed[a : b - 1], out=positions[1:]) if b - a > 1 else None
-            with atomic_output(partial + ".idx") as f:
+            with atomic_output(folder.join(partial + ".idx")) as f:
                 f.write("".join(f"{o} {s}\n" for o, s in zip(positions.tolist(), framed[a:b].tolist())).encode())
-        stale = stale_shards(self.out_dir, self.name, self.split, finals)
-        for old in stale:  # shards of an earlier, differently sharded set of this name and split
-            os.remove(f"{self.out_dir}/{old}")
-        for final, partial in zip(finals, partials):
-            os.replace(partial, f"{self.out_dir}/{final}")
-            os.replace(partial + ".idx", f"{self.out_dir}/{final}.idx")
-            if os.path.exists(partial + ".idx.seek"):
-                os.replace(partial + ".idx.seek", f"{self.out_dir}/{final}.idx.seek")
-            elif os.path.exists(f"{self.out_dir}/{final}.idx.seek"):  # an earlier set's, stale beside this shard
-                os.remove(f"{self.out_dir}/{final}.idx.seek")
+        tfds = None
         if self.tfds is not None:
-            from tfr_torch.tfds.write import finish_split, tfds_options
+            from tfr_torch.tfds.write import tfds_options
 
-            options = tfds_options(self.tfds, features, self.compression)
-            finish_split(self.out_dir, self.name, self.split, shards, options)
-        else:
-            with atomic_output(sidecar_path(self.out_dir, self.name, self.split)) as f:
-                f.write(text.encode())
-        shutil.rmtree(self.staging, ignore_errors=True)
-        self.paths = [f"{self.out_dir}/{final}" for final in finals]
+            tfds = tfds_options(self.tfds, features, self.compression)
+        publish_set(folder, self.name, self.split, list(zip(partials, finals)), shards, text, tfds)
+        folder.remove_tree(self.staging_name)
+        self.paths = [folder.join(final) for final in finals]
         self.records = int(sidecar["records"])
         self.completed = True
 
     def on_write_failed(self, error: Exception) -> None:
-        shutil.rmtree(self.staging, ignore_errors=True)
+        OutputFolder(self.out_dir).remove_tree(self.staging_name)
 
 
 def _value(value: Any) -> Any:
@@ -318,8 +337,9 @@ def write_tfrecords(dataset: Any, out_dir: PathLike, name: str, split: str = "tr
     `read_tfrecords(features="auto")` and `TFRecordDataset(features="auto")` use; or a spec; or None) and every
     shard's record count. The dataset is
     written in its order (Ray's `preserve_order` is switched on for the write), so the same rows give the same
-    bytes whatever the number of workers. `out_dir` must be a folder every Ray node can write (on a cluster, a
-    shared file system). `tfds` ({"version", "features", "supervised_keys", "class_names", "description"}, all
+    bytes whatever the number of workers. `out_dir` must be a folder every Ray node can write: on a cluster, an
+    object store URL (s3://, gs://, ...; parts and shards are made on each node's local disk and uploaded) or a
+    shared file system. `tfds` ({"version", "features", "supervised_keys", "class_names", "description"}, all
     optional, as in `ShardedWriter`) writes TensorFlow Datasets metadata (dataset_info.json, features.json) instead
     of the sidecar, so that `out_dir` (name it `<data_dir>/<name>/<version>`) loads with
     `tfds.builder_from_directory`. Returns the shard paths.

@@ -14,7 +14,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any, Optional
 
-from tfr_torch.format.paths import atomic_output
+from tfr_torch.format.paths import atomic_output, exists, open_input
 from tfr_torch.format.shardset import TFDS_TEMPLATE, tfds_num_bytes
 
 __all__ = ["write_metadata", "features_from_spec", "image_features", "tensor_feature", "text_feature",
@@ -103,11 +103,18 @@ def image_features(spec: Mapping[str, Any], num_classes: Optional[int], encoding
     return tree
 
 
+def _read_json(path: str) -> Any:
+    """The JSON in `path` (a local path or URL), or None when there is no such file."""
+    if not exists(path):
+        return None
+    with open_input(path) as f:
+        return json.loads(f.read())
+
+
 def _read_existing(path: str, name: str, version: str) -> dict[str, Any]:
-    if not os.path.exists(path):
+    data: dict[str, Any] | None = _read_json(path)
+    if data is None:
         return {}
-    with open(path) as f:
-        data: dict[str, Any] = json.load(f)
     if data.get("name") != name or str(data.get("version")) != version:
         raise ValueError(f"{path} describes dataset {data.get('name')!r} version {data.get('version')!r}, not "
                          f"{name!r} {version!r}: write each dataset version into its own folder")
@@ -125,11 +132,10 @@ def write_metadata(out_dir: str, name: str, split: str, shards: Sequence[tuple[s
     existing = _read_existing(info_path, name, version)
     features_path = f"{out_dir}/features.json"
     features_text = json.dumps(features, indent=4, sort_keys=True)
-    if existing and os.path.exists(features_path):
-        with open(features_path) as f:
-            if json.load(f) != json.loads(features_text):
-                raise ValueError(f"{features_path} describes other features than split {split!r} has: write splits "
-                                 "of different features into different datasets")
+    old_features = _read_json(features_path) if existing else None
+    if old_features is not None and old_features != json.loads(features_text):
+        raise ValueError(f"{features_path} describes other features than split {split!r} has: write splits "
+                         "of different features into different datasets")
     entry = {"filepathTemplate": TFDS_TEMPLATE, "name": split,
              "numBytes": str(tfds_num_bytes([(records, size) for _, records, size in shards])),
              "shardLengths": [str(records) for _, records, _ in shards]}
@@ -187,12 +193,13 @@ def reshard_options(paths: Sequence[str], out_dir: str, name: str, version: str,
     """`reshard(..., tfds=True)`: the TFDS version folder to write (`out_dir/name/version`) and ShardedWriter's
     tfds options. Shards of a TFDS folder keep its features.json, class names, supervised keys and description;
     shards of tfr_torch's image converters get their image features; others the features of their spec."""
-    from tfr_torch.format.paths import as_path
+    from tfr_torch.format.paths import as_path, is_url
     from tfr_torch.tfds.metadata import read_info
 
-    folders = {os.path.dirname(os.path.abspath(as_path(p))) for p in paths}
+    folders = {as_path(p).rsplit("/", 1)[0] if is_url(as_path(p)) else os.path.dirname(os.path.abspath(as_path(p)))
+               for p in paths}
     source = None
-    if len(folders) == 1 and os.path.exists(f"{next(iter(folders))}/dataset_info.json"):
+    if len(folders) == 1 and exists(f"{next(iter(folders))}/dataset_info.json"):
         source = read_info(next(iter(folders)))
     target = f"{as_path(out_dir).rstrip('/') or '.'}/{name}/{version}"
     if source is not None:

@@ -13,7 +13,7 @@ from tfr_torch.decode.sidecar import spec_of_sidecar
 from tfr_torch.errors import DecodeError
 from tfr_torch.format.framing import OVERHEAD
 from tfr_torch.format.options import Compression, check_compression
-from tfr_torch.format.paths import as_path, file_size, is_url
+from tfr_torch.format.paths import _fsspec, as_path, file_size, is_url
 from tfr_torch.format.reader import RecordReader
 from tfr_torch.format.shardset import find_sidecar, parse_shard_name
 from tfr_torch.tools.progress import Progress
@@ -79,10 +79,18 @@ def reshard_names(paths: Sequence[str], name: str | None = None, split: str | No
     return name or guessed_name or "data", split or guessed_split or "train"
 
 
+def _where(path: str) -> str:
+    """One spelling per file: an absolute local path, or a URL as fsspec spells it (memory://a = memory:///a)."""
+    if not is_url(path):
+        return os.path.abspath(path)
+    fs, inner = _fsspec(path)
+    return str(fs.unstrip_protocol(inner))
+
+
 def check_output(paths: Sequence[str], out_dir: str, name: str, split: str) -> None:
     """Raise ValueError if shards `name`-`split` in `out_dir` would write over one of `paths`."""
-    prefix = os.path.abspath(f"{as_path(out_dir).rstrip('/') or '.'}/{name}-{split}.tfrecord-")
-    clash = [p for p in paths if not is_url(p) and os.path.abspath(as_path(p)).startswith(prefix)]
+    prefix = _where(f"{as_path(out_dir).rstrip('/') or '.'}/{name}-{split}.tfrecord-")
+    clash = [p for p in paths if _where(as_path(p)).startswith(prefix)]
     if clash:
         raise ValueError(f"the new shards would write over their input {clash[0]!r} (same folder, name {name!r} and "
                          f"split {split!r}): choose another output folder, --name or --split")

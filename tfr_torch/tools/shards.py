@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
-from collections.abc import Mapping
+import shutil
+import tempfile
+from collections.abc import Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from types import TracebackType
 from typing import Any
 
@@ -13,12 +17,15 @@ from tfr_torch.decode.sequence_features import SequenceFeatures
 from tfr_torch.decode.sidecar import specs_to_json
 from tfr_torch.format.options import Compression, check_compression, compression_name
 from tfr_torch.format.framing import OVERHEAD
-from tfr_torch.format.paths import PathLike, as_path, atomic_output
+from tfr_torch.format.folder import OutputFolder
+from tfr_torch.format.paths import PathLike, atomic_output
 from tfr_torch.format.seek import DEFAULT_SPAN, build_seek_points, check_span
 from tfr_torch.format.shardset import check_set_name, shard_name, sidecar_data, sidecar_path, stale_shards
 from tfr_torch.format.writer import TFRecordWriter
 
-__all__ = ["ShardedWriter", "parse_size", "shard_name"]
+__all__ = ["ShardedWriter", "parse_size", "shard_name", "publish_set"]
+
+_log = logging.getLogger(__name__)
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 2**10, "mib": 2**20, "gib": 2**30}
 
@@ -50,6 +57,12 @@ class ShardedWriter:
     finished are kept (see `resumed_position`), and writing continues after them. Closing removes the shards of
     an earlier run of the same name and split that had another shard count.
 
+    `out_dir` may be an fsspec URL (s3://, gs://, az://, ...): each shard is then made in `staging_dir` (a new
+    folder in the system's temporary folder by default; it holds at most two shards), its index and seek points
+    built there, and uploaded in the background while the next shard is written. Closing moves the shards to
+    their final names inside the store (no download) and writes the sidecar last, so readers never see a
+    half-written set; `resume=True` works there too.
+
     >>> with ShardedWriter("out", "cifar10", "train", shard_size="64MB") as writer:  # doctest: +SKIP
     ...     for example in examples:
     ...         writer.write_example(example)
@@ -59,15 +72,17 @@ class ShardedWriter:
                  compression: Compression = None, *, records_per_shard: int | None = None,
                  features: Mapping[str, Any] | SequenceFeatures | None = None, image: Mapping[str, Any] | None = None,
                  resume: bool = False, settings: Mapping[str, Any] | None = None,
-                 tfds: Mapping[str, Any] | None = None, seek_span: int | None = DEFAULT_SPAN) -> None:
+                 tfds: Mapping[str, Any] | None = None, seek_span: int | None = DEFAULT_SPAN,
+                 staging_dir: PathLike | None = None) -> None:
         check_compression(compression)  # before the output folder is made
         check_set_name(name, split)
         self.seek_span = None if seek_span is None else check_span(seek_span)
-        self.out_dir = as_path(out_dir).rstrip("/") or "."
-        if "://" in self.out_dir:
-            raise ValueError(f"ShardedWriter writes to a local folder, got {self.out_dir!r}: write locally, then "
-                             "upload the shards (e.g. fsspec's put) so readers never see a half-written set")
-        os.makedirs(self.out_dir, exist_ok=True)
+        self.folder = OutputFolder(out_dir)
+        self.out_dir = self.folder.path
+        if staging_dir is not None and not self.folder.remote:
+            raise ValueError(f"staging_dir is for a URL out_dir (shards are made there, then uploaded); "
+                             f"{self.out_dir!r} is a local folder, where shards are made in place")
+        self.folder.makedirs()
         self.name, self.split = name, split
         self.shard_size = parse_size(shard_size)
         if records_per_shard is not None and (not isinstance(records_per_shard, int) or records_per_shard < 1):
@@ -97,34 +112,47 @@ class ShardedWriter:
         self.resumed_state: dict[str, Any] = {}
         self.closed = False
         self.paths: list[str] = []  # the finished shards, once close() has renamed them (none after abort())
+        # a URL out_dir: shards are made in a local staging folder and uploaded by one background thread
+        self._staging: str | None = None
+        self._uploader: ThreadPoolExecutor | None = None
+        self._upload: Future[None] | None = None
+        if self.folder.remote:
+            if staging_dir is not None:
+                os.makedirs(staging_dir, exist_ok=True)
+            self._staging = tempfile.mkdtemp(prefix=f"tfr_torch-{name}-{split}-",
+                                             dir=None if staging_dir is None else os.fspath(staging_dir))
+            self._uploader = ThreadPoolExecutor(1, thread_name_prefix="tfr_torch-upload")
         if resume:
             self._load_progress()
-        elif os.path.exists(self._progress_path()):
-            os.remove(self._progress_path())
+        else:
+            self.folder.remove(self._progress_name())
 
     # ----- paths ---------------------------------------------------------------------------------------------
 
-    def _progress_path(self) -> str:
-        return f"{self.out_dir}/{self.name}-{self.split}.progress.json"
+    def _progress_name(self) -> str:
+        return f"{self.name}-{self.split}.progress.json"
 
-    def _partial(self, index: int) -> str:
-        return f"{self.out_dir}/{self.name}-{self.split}.tfrecord-{index:05d}.partial"
+    def _partial_name(self, index: int) -> str:
+        return f"{self.name}-{self.split}.tfrecord-{index:05d}.partial"
+
+    def _local(self, name: str) -> str:
+        """Where file `name` of the set is made: in the output folder, or in the staging folder for a URL."""
+        return f"{self._staging}/{name}" if self._staging is not None else self.folder.join(name)
 
     # ----- resumption -----------------------------------------------------------------------------------------
 
     def _load_progress(self) -> None:
-        path = self._progress_path()
-        if not os.path.exists(path):
+        path = self.folder.join(self._progress_name())
+        text = self.folder.read_text(self._progress_name())
+        if text is None:
             return
-        with open(path) as f:
-            progress = json.load(f)
+        progress = json.loads(text)
         if progress.get("settings") != json.loads(json.dumps(self._settings)):
             raise ValueError(f"cannot resume from {path}: it was written with settings {progress.get('settings')}, "
                              f"not {self._settings}; delete it (and the .partial shards) to start over")
         kept = []
         for shard in progress["shards"]:
-            partial = f"{self.out_dir}/{shard['partial']}"
-            if not os.path.exists(partial) or os.path.getsize(partial) != shard["bytes"]:
+            if self.folder.size(shard["partial"]) != shard["bytes"]:
                 break
             kept.append(shard)
         self._done = kept
@@ -132,9 +160,9 @@ class ShardedWriter:
             self.resumed_position = kept[-1]["position"]
             self.resumed_state = kept[-1].get("state", {})
 
-    def _save_progress(self) -> None:
-        with atomic_output(self._progress_path()) as f:
-            f.write(json.dumps({"settings": self._settings, "shards": self._done}, indent=1).encode())
+    def _save_progress(self, done: Sequence[Mapping[str, Any]]) -> None:
+        with atomic_output(self.folder.join(self._progress_name())) as f:
+            f.write(json.dumps({"settings": self._settings, "shards": list(done)}, indent=1).encode())
 
     # ----- writing --------------------------------------------------------------------------------------------
 
@@ -155,7 +183,7 @@ class ShardedWriter:
         if full:
             self._finish_shard()
         if self._writer is None:
-            self._writer = TFRecordWriter(self._partial(len(self._done)), self.compression)
+            self._writer = TFRecordWriter(self._local(self._partial_name(len(self._done))), self.compression)
             self._index, self._pos = [], 0
         self._writer.write(record)
         self._index.append((self._pos, framed))
@@ -178,16 +206,38 @@ class ShardedWriter:
         writer, self._writer = self._writer, None
         assert writer is not None  # called only while a shard is open
         writer.close()
-        partial = self._partial(len(self._done))
+        name = self._partial_name(len(self._done))
+        partial = self._local(name)
         with atomic_output(partial + ".idx") as f:
             f.write("".join(f"{o} {s}\n" for o, s in self._index).encode("ascii"))
+        files = [name, name + ".idx"]
         if self.compression != "none" and self.seek_span is not None:
             build_seek_points(partial, partial + ".idx.seek", self.compression, self.seek_span)
-        self._done.append({"partial": partial.rsplit("/", 1)[-1], "records": len(self._index),
-                           "bytes": os.path.getsize(partial), "position": self._last_position,
-                           "state": json.loads(self._last_state)})
+            files += [name + ".idx.seek"] if os.path.exists(partial + ".idx.seek") else []
+        self._done.append({"partial": name, "records": len(self._index), "bytes": os.path.getsize(partial),
+                           "position": self._last_position, "state": json.loads(self._last_state)})
         self._index = []
-        self._save_progress()
+        if self._uploader is None:
+            self._save_progress(self._done)
+            return
+        self._wait_upload()  # one upload in flight: the staging folder holds at most two shards
+        self._upload = self._uploader.submit(self._send, files, list(self._done))
+
+    def _send(self, files: Sequence[str], done: Sequence[Mapping[str, Any]]) -> None:
+        """Upload a finished shard's files, then record it in the progress file (the background thread)."""
+        for name in files:
+            try:
+                self.folder.upload(self._local(name), name)
+            except Exception as exc:  # an upload's own errors rarely name the object
+                raise OSError(f"ShardedWriter: uploading {name} to {self.folder.join(name)!r} failed: "
+                              f"{type(exc).__name__}: {exc}") from exc
+            os.remove(self._local(name))
+        self._save_progress(done)
+
+    def _wait_upload(self) -> None:
+        upload, self._upload = self._upload, None
+        if upload is not None:
+            upload.result()
 
     def close(self) -> list[str]:
         """Finish the last shard, rename every shard to `...-of-{count}`, write the sidecar; return the shard paths."""
@@ -195,6 +245,7 @@ class ShardedWriter:
             return self.paths
         if self._writer is not None:
             self._finish_shard()
+        self._wait_upload()
         count = len(self._done)
         finals = [shard_name(self.name, self.split, i, count) for i in range(count)]
         shards = [{"file": final, "records": shard["records"], "bytes": shard["bytes"]}
@@ -202,28 +253,12 @@ class ShardedWriter:
         spec, lists = specs_to_json(self.features) if self.features is not None else (None, None)
         sidecar = sidecar_data(self.name, self.split, self.compression, shards, spec, self.image, lists)
         text = json.dumps(sidecar, indent=1)  # before renaming anything: a spec that cannot be stored fails here
-        stale = stale_shards(self.out_dir, self.name, self.split, finals)
-        for old in stale:  # shards of an earlier, differently sharded run of this name and split
-            os.remove(f"{self.out_dir}/{old}")
-        for final, shard in zip(finals, self._done):
-            partial = f"{self.out_dir}/{shard['partial']}"
-            os.replace(partial, f"{self.out_dir}/{final}")
-            os.replace(partial + ".idx", f"{self.out_dir}/{final}.idx")
-            if os.path.exists(partial + ".idx.seek"):
-                os.replace(partial + ".idx.seek", f"{self.out_dir}/{final}.idx.seek")
-            elif os.path.exists(f"{self.out_dir}/{final}.idx.seek"):  # an earlier set's, stale beside this shard
-                os.remove(f"{self.out_dir}/{final}.idx.seek")
-        if self.tfds is not None:
-            from tfr_torch.tfds.write import finish_split
-
-            finish_split(self.out_dir, self.name, self.split, shards, self.tfds)
-        else:
-            with atomic_output(sidecar_path(self.out_dir, self.name, self.split)) as f:
-                f.write(text.encode())
-        if os.path.exists(self._progress_path()):
-            os.remove(self._progress_path())
+        publish_set(self.folder, self.name, self.split, [(s["partial"], f) for s, f in zip(self._done, finals)],
+                    shards, text, self.tfds)
+        self.folder.remove(self._progress_name())
         self.closed = True
-        self.paths = [f"{self.out_dir}/{s['file']}" for s in shards]
+        self._drop_staging()
+        self.paths = [self.folder.join(s["file"]) for s in shards]
         return self.paths
 
     def abort(self) -> None:
@@ -232,6 +267,18 @@ class ShardedWriter:
             self._writer.abort()
             self._writer = None
         self.closed = True
+        try:
+            self._wait_upload()  # a finished shard being uploaded is kept for a resumed run
+        except Exception as exc:  # abort runs while another error propagates: this one is only logged
+            _log.warning("ShardedWriter.abort: the last finished shard was not uploaded: %s", exc)
+        self._drop_staging()
+
+    def _drop_staging(self) -> None:
+        if self._uploader is not None:
+            self._uploader.shutdown()
+            self._uploader = None
+        if self._staging is not None:
+            shutil.rmtree(self._staging, ignore_errors=True)
 
     def __enter__(self) -> ShardedWriter:
         return self
@@ -242,3 +289,32 @@ class ShardedWriter:
             self.close()
         else:
             self.abort()
+
+
+def publish_set(folder: OutputFolder, name: str, split: str, moves: Sequence[tuple[str, str]],
+                shards: Sequence[Mapping[str, Any]], sidecar_text: str, tfds: Mapping[str, Any] | None) -> None:
+    """Make a finished set of shards visible in `folder`: remove the shards of an earlier set of `name` and `split`
+    with another count, move each (unfinished name, final name) of `moves` to its final name with its index and
+    seek points (a final shard's stale seek points go), then write the set's metadata last (the sidecar text, or
+    the TFDS metadata when `tfds` holds ShardedWriter's tfds options): a reader that finds the metadata finds
+    every shard it lists."""
+    present = set(folder.names())
+    for old in stale_shards(present, name, split, [final for _, final in moves]):
+        folder.remove(old)  # shards of an earlier, differently sharded run of this name and split
+    for sub in {partial.rpartition("/")[0] for partial, _ in moves} - {""}:  # unfinished shards in a sub-folder
+        present.update(f"{sub}/{n}" for n in folder.names(sub))
+    pairs: list[tuple[str, str]] = []
+    for partial, final in moves:
+        pairs += [(partial, final), (partial + ".idx", final + ".idx")]
+        if partial + ".idx.seek" in present:
+            pairs.append((partial + ".idx.seek", final + ".idx.seek"))
+        elif final + ".idx.seek" in present:  # an earlier set's, stale beside this shard
+            folder.remove(final + ".idx.seek")
+    folder.move(pairs)
+    if tfds is not None:
+        from tfr_torch.tfds.write import finish_split
+
+        finish_split(folder.path, name, split, shards, tfds)
+    else:
+        with atomic_output(sidecar_path(folder.path, name, split)) as f:
+            f.write(sidecar_text.encode())
