@@ -217,3 +217,12 @@ def test_cli_convert_an_image_folder_into_a_url(tmp_path, memory_url, capsys):
     assert "pets-train.tfr_torch.json" in names and len([n for n in names if n.endswith(".idx")]) > 1
     ds = tfr_torch.TFRecordDataset(f"{memory_url}/pets-train.tfrecord-*", features="auto", batch_size=None)
     assert sorted(int(r["image/class/label"]) for r in ds) == [0, 0, 0, 1, 1, 1]
+
+
+def test_hugging_face_write_into_a_url(memory_url):
+    datasets = pytest.importorskip("datasets")
+    ds = datasets.Dataset.from_dict({"id": list(range(12)), "text": [f"t{i}" for i in range(12)]})
+    paths = tfr_torch.hf.write(ds, memory_url, "demo", records_per_shard=5)["train"]
+    assert len(paths) == 3 and all(p.startswith(memory_url) for p in paths)
+    back = tfr_torch.hf.load(f"{memory_url}/demo-train.tfrecord-*", "auto")
+    assert back["id"] == list(range(12)) and back["text"] == [f"t{i}" for i in range(12)]
