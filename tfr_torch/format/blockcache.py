@@ -49,6 +49,49 @@ _OPEN_BLOCKS = 128  # descriptors of cached blocks kept open per process for rea
 _LOCK_SUFFIX = ".lock"
 
 
+# Descriptors of lock files (block fetch locks, the folder's lock) this process has open, under _HELD_LOCK. A flock
+# belongs to the open file description, which a forked child shares through its copy of the descriptor: a child
+# (a DataLoader worker) that kept those copies would keep its parent's locks held after the parent's thread closed
+# its own, and wait forever on them. The child closes its copies at fork (its parent's locks stay the parent's).
+_HELD_FDS: set[int] = set()
+_HELD_LOCK = threading.Lock()
+
+
+def _before_fork() -> None:
+    _HELD_LOCK.acquire()  # the set is consistent at fork: no descriptor half opened or half closed
+
+
+def _after_fork_in_parent() -> None:
+    _HELD_LOCK.release()
+
+
+def _after_fork_in_child() -> None:
+    """Close the inherited lock descriptors and renew the locks a parent thread could hold at fork time."""
+    global _HELD_LOCK
+    for fd in _HELD_FDS:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _HELD_FDS.clear()
+    _HELD_LOCK = threading.Lock()
+    BlockCache._instances_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def _flocked(path: str) -> Iterator[None]:
+    """An exclusive flock on the file `path` (created if needed) while the block runs. Its descriptor is opened and
+    closed under _HELD_LOCK and listed in _HELD_FDS meanwhile, so a fork never copies it unlisted."""
+    with _HELD_LOCK:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        _HELD_FDS.add(fd)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        with _HELD_LOCK:
+            _HELD_FDS.discard(fd)
+            os.close(fd)  # closing releases the lock
+
+
 def block_key(url: str, version: str, size: int, block_size: int, block: int) -> str:
     """The name of one block in the cache: a hash of everything that decides its bytes."""
     text = f"{url}\0{version}\0{size}\0{block_size}\0{block}"
@@ -190,14 +233,13 @@ class BlockCache:
         if self.has(key, length):
             return None
         lock_path = os.path.join(os.path.dirname(self.path(key)), f".{key}{_LOCK_SUFFIX}")
-        try:
-            os.makedirs(os.path.dirname(lock_path), exist_ok=True)
-            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o666)
-        except OSError as exc:
-            _log.warning("cannot lock block %s in %s (%s): fetching it without", key, self.folder, exc)
-            return self._fetch_and_put(key, fetch)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+        with contextlib.ExitStack() as stack:  # the lock, released (its descriptor closed) on the way out
+            try:
+                os.makedirs(os.path.dirname(lock_path), exist_ok=True)
+                stack.enter_context(_flocked(lock_path))
+            except OSError as exc:
+                _log.warning("cannot lock block %s in %s (%s): fetching it without", key, self.folder, exc)
+                return self._fetch_and_put(key, fetch)
             if self.has(key, length):  # fetched by the reader that held the lock before
                 self.waited += 1
                 return None
@@ -206,8 +248,6 @@ class BlockCache:
             finally:  # whoever waits on this lock file looks at the cache again once it gets the lock
                 with contextlib.suppress(OSError):
                     os.unlink(lock_path)
-        finally:
-            os.close(fd)  # releases the lock
 
     def _fetch_and_put(self, key: str, fetch: Callable[[], bytes]) -> bytes:
         data = fetch()
@@ -251,14 +291,8 @@ class BlockCache:
         """Bytes of whole blocks in the folder now (a scan)."""
         return sum(size for _, size, _ in self._blocks())
 
-    @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
-        fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o666)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
-        finally:
-            os.close(fd)  # closing releases the lock
+    def _locked(self) -> contextlib.AbstractContextManager[None]:
+        return _flocked(self._lock_path)  # the folder's lock (see _HELD_FDS: a forked child never inherits it held)
 
     def _account(self, added: int) -> None:
         with self._locked():
@@ -307,3 +341,8 @@ class BlockCache:
                     with contextlib.suppress(OSError):
                         os.unlink(entry.path)
         return out
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
+                        after_in_child=_after_fork_in_child)

@@ -151,6 +151,18 @@ def _remember(fs: Any, url: str, size: int, version: str) -> None:
         _KNOWN[_known_key(fs, url)] = (_clock(), size, version)
 
 
+def _after_fork_in_child() -> None:
+    """A forked child (a DataLoader worker) gets fresh module locks: a parent thread may have held one at fork
+    time, and that thread does not exist in the child to release it."""
+    global _POOLS_LOCK, _KNOWN_LOCK
+    _POOLS_LOCK = threading.Lock()
+    _KNOWN_LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def forget_object(url: str) -> None:
     """Ask `url`'s size and version again on its next open in this process (it was just written)."""
     fs, _ = _fsspec(url)
@@ -218,10 +230,11 @@ class RemoteFile(io.RawIOBase):
     def _ask(self) -> tuple[int, str]:
         """The object's size and version, from the store (a HEAD request)."""
         try:
-            try:
-                info = self._fs.info(self._inner, refresh=True)  # never a listing's stale ETag
-            except TypeError:  # a filesystem whose info takes no `refresh`
-                info = self._fs.info(self._inner)
+            # Never a listing's stale ETag: the cached listing is dropped first. Not info(refresh=True): a filesystem
+            # that passes unknown keywords on to its requests (HTTPFileSystem, to aiohttp) fails on it, and
+            # HTTPFileSystem reports that failure as FileNotFoundError.
+            self._fs.invalidate_cache(self._inner)
+            info = self._fs.info(self._inner)
         except FileNotFoundError:
             raise FileNotFoundError(f"no such file: {self.url!r}") from None
         except NotImplementedError:  # no listing, so no size: a stream
@@ -359,8 +372,10 @@ class RemoteFile(io.RawIOBase):
             if k not in self._blocks:
                 self.requests += 1
                 self._blocks[k] = self._pool.submit(self._load_block, k)
-        while len(self._blocks) > self._readahead + 1:  # after a backward seek: keep the nearest
-            self._blocks.popitem(last=True)[1].cancel()
+        # After a backward seek, blocks past the new read-ahead window are left from before: drop those (never
+        # block `b` itself, which the caller reads next; popping the last inserted one could be exactly `b`).
+        for far in [k for k in self._blocks if k > b + self._readahead]:
+            self._blocks.pop(far).cancel()
 
     def _small(self, pos: int, end: int) -> bytes:
         """A few bytes [pos, end) within one block: from the cache when it holds the block, else one request."""
@@ -472,7 +487,7 @@ class RemoteFile(io.RawIOBase):
         except FileNotFoundError:
             forget_object(self.url)
             raise FileNotFoundError(f"no such file: {self.url!r} (it was removed while being read)") from None
-        except OSError as exc:
+        except Exception as exc:  # also what is not an OSError (gcsfs's HttpError, aiohttp's errors): say where
             raise OSError(f"cannot read bytes [{start}, {end}) of {self.url}: {exc}") from exc
         if len(data) != end - start:
             forget_object(self.url)  # the next open asks what the object is now

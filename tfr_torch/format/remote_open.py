@@ -59,6 +59,17 @@ _OPENING: OrderedDict[_Key, _Opening] = OrderedDict()
 _OPENING_LOCK = threading.Lock()
 
 
+def _after_fork_in_child() -> None:
+    """A forked child (a DataLoader worker) gets a fresh lock: a parent thread may have held it at fork time, and
+    that thread does not exist in the child to release it. (The files opened ahead are keyed by process.)"""
+    global _OPENING_LOCK
+    _OPENING_LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def open_remote(url: PathLike, options: RemoteOptions | None = None, *, readahead: bool = True) -> IO[bytes]:
     """Open a remote file for reading with range requests in flight (see `RemoteFile`; a binary file, as
     `open_input` returns, with `prefetch`/`release` and `size`): the one `open_ahead` opened, when it did. A
