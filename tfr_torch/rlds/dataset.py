@@ -25,6 +25,7 @@ __all__ = ["Source", "FrameDataset"]
 
 _STATE_VERSION = 1
 _PASSES = 1_000_000  # the inner datasets' epoch for pass p of epoch e: e * _PASSES + p
+_FRAMELESS_PASSES = 100  # with samples_per_epoch: consecutive passes without a frame before a reader gives up
 _CHOICE, _SHUFFLE, _EPISODES = 0, 1, 2  # reader_rng streams (_EPISODES + i: dataset i's goals and subsamples)
 
 
@@ -129,9 +130,11 @@ class FrameDataset(IterableDataset[Any]):
         self._rank_world = rank_world(rank, world_size)
         self.rank, self.world_size = self._rank_world.rank, self._rank_world.world_size
         self.episodes = [self._episodes(i) for i in range(len(self.sources))]  # checks each folder and split now
+        self._totals = [self._total(i) for i in range(len(self.sources))]
         self._epoch = torch.zeros((), dtype=torch.int64).share_memory_()
         self._resume: dict[str, Any] | None = None
         self._position = 0
+        self._position_epoch = 0  # the epoch that _position counts in
         self._worker = (0, 1)
 
     def _episodes(self, i: int) -> TFRecordDataset:
@@ -140,6 +143,27 @@ class FrameDataset(IterableDataset[Any]):
         return TFRecordDataset(source.path, split=source.split, index=source.index, shuffle=self.shuffle,
                                shuffle_buffer=self.episode_buffer, seed=self.seed * 7919 + i, rank=self.rank,
                                world_size=self.world_size, shared_memory=False)
+
+    def _total(self, i: int) -> int:
+        """Dataset i's episodes over all ranks."""
+        source = self.sources[i]
+        with warnings.catch_warnings():  # (said by _episodes already)
+            warnings.simplefilter("ignore")
+            return len(TFRecordDataset(source.path, split=source.split, index=source.index, rank=0, world_size=1,
+                                       shared_memory=False))
+
+    def _leftover(self, i: int) -> TFRecordDataset | None:
+        """The episode past the ranks' equal blocks that this rank reads (TFRecordDataset drops the remainder
+        `total % world_size`): position `quota * world_size + rank` of the same epoch order, read as the one record
+        of "rank" that position in a world of `total` ranks. None when this rank has no such episode."""
+        total = self._totals[i]
+        extra = total - rank_quota(total, self.world_size, False) * self.world_size
+        if self.world_size == 1 or self.rank >= extra:
+            return None
+        source = self.sources[i]
+        return TFRecordDataset(source.path, split=source.split, index=source.index, shuffle=self.shuffle,
+                               shuffle_buffer=self.episode_buffer, seed=self.seed * 7919 + i,
+                               rank=total - extra + self.rank, world_size=total, shared_memory=False)
 
     # ----- epochs, length and state ----------------------------------------------------------------------------
 
@@ -167,15 +191,20 @@ class FrameDataset(IterableDataset[Any]):
             return dict(self._resume)
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else self._worker
-        return {"version": _STATE_VERSION, "epoch": self.epoch, "yielded": self._position, "seed": self.seed,
+        epoch = self.epoch
+        yielded = self._position if self._position_epoch == epoch else 0  # (set_epoch since: nothing of it yet)
+        return {"version": _STATE_VERSION, "epoch": epoch, "yielded": yielded, "seed": self.seed,
                 "worker": worker, "num_workers": workers, "rank": self.rank, "world_size": self.world_size,
-                "sources": list(self.names)}
+                "sources": list(self.names), "batch_size": self.batch_size,
+                "samples_per_epoch": self.samples_per_epoch, "shuffle": self.shuffle}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Resume: the next iteration of `state["epoch"]` replays the epoch's draws and skips what was yielded."""
         if state.get("version") != _STATE_VERSION:
             raise ValueError(f"unknown FrameDataset state version {state.get('version')!r}")
         expected = {"seed": self.seed, "rank": self.rank, "world_size": self.world_size, "sources": self.names}
+        layout = {"batch_size": self.batch_size, "samples_per_epoch": self.samples_per_epoch, "shuffle": self.shuffle}
+        expected.update({k: v for k, v in layout.items() if k in state})  # (older states lack them)
         for key, value in expected.items():
             if state.get(key) != value:
                 raise ValueError(f"cannot resume: the saved state has {key}={state.get(key)!r}, this dataset has "
@@ -196,11 +225,15 @@ class FrameDataset(IterableDataset[Any]):
         epoch = self.epoch
         skip = 0
         if self._resume is not None:
-            if (self._resume["epoch"], self._resume["worker"], self._resume["num_workers"]) == (epoch, worker,
-                                                                                                  workers):
-                skip = int(self._resume["yielded"])
-            self._resume = None
+            resume, self._resume = self._resume, None
+            if resume["epoch"] == epoch and int(resume["yielded"]):
+                if (resume["worker"], resume["num_workers"]) != (worker, workers):
+                    raise ValueError(f"cannot resume FrameDataset: the state was saved by worker {resume['worker']} "
+                                     f"of {resume['num_workers']} (num_workers={resume['num_workers']}), this reader "
+                                     f"is worker {worker} of {workers}: resume with the same num_workers")
+                skip = int(resume["yielded"])
         self._position = skip
+        self._position_epoch = epoch
         quota = None
         if self.samples_per_epoch is not None:
             multiple = self.batch_size or 1
@@ -281,20 +314,36 @@ class FrameDataset(IterableDataset[Any]):
         rng = reader_rng(self.seed, epoch, self.rank, worker, workers, _EPISODES + i)
         with warnings.catch_warnings():  # said once, when the dataset was built in the main process
             warnings.simplefilter("ignore")
-            episodes = self._episodes(i)
+            episodes, leftover = self._episodes(i), self._leftover(i)
+        frameless = 0
         for p in range(_PASSES if repeat else 1):
             episodes.set_epoch(epoch * _PASSES + p)
-            given = False
-            for episode in episodes:
+            read = given = 0
+            for episode in self._pass(episodes, leftover, epoch * _PASSES + p):
+                read += 1
                 steps = source.standardize(episode) if source.standardize is not None else episode["steps"]
                 index = frame_index(episode_length(steps, window), window, rng)
                 count = len(index.timestep)
                 if not count:
                     continue
-                given = True
+                given += count
                 yield from pack_episode(steps, window, index, packer,
                                         {"dataset_index": torch.full((count,), i, dtype=torch.int64)})
-            if not given:
+            # stop for good only when this part has no episode, or (its episodes all empty) a pass in the same
+            # order, or many shuffled passes, gave no frame: a shuffled pass may hand a reader only empty episodes
+            frameless = 0 if given else frameless + 1
+            if not read or (frameless and not self.shuffle) or frameless >= _FRAMELESS_PASSES:
                 return
+
+    @staticmethod
+    def _pass(episodes: TFRecordDataset, leftover: TFRecordDataset | None, epoch: int) -> Iterator[Any]:
+        """One pass over this reader's episodes: its rank's block, then its leftover episode (if any)."""
+        yield from episodes
+        if leftover is not None:
+            leftover.set_epoch(epoch)
+            with warnings.catch_warnings():  # (one record for several workers: the idle ones are expected)
+                warnings.simplefilter("ignore")
+                rest = list(leftover)
+            yield from rest
 
 

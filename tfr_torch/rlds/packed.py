@@ -86,8 +86,8 @@ def _defer(value: Any, idx: np.ndarray, key: str) -> Any:
 
 def _raw_rows(t: torch.Tensor) -> np.ndarray:
     """A [n, ...] tensor's bytes as a [n, row bytes] uint8 array (a view where it can be)."""
-    if 0 in t.shape[1:]:
-        return np.zeros((t.shape[0], 0), dtype=np.uint8)
+    if 0 in t.shape:  # (an empty episode, or empty rows: nothing to view)
+        return np.zeros((t.shape[0], int(np.prod(t.shape[1:], dtype=np.int64)) * t.element_size()), dtype=np.uint8)
     rows = t.reshape(t.shape[0], -1)
     if rows.stride() != (rows.shape[1], 1):  # (an expanded value can be "contiguous" with a stride of 0)
         rows = rows.clone(memory_format=torch.contiguous_format)

@@ -110,7 +110,24 @@ def episode_length(steps: Mapping[str, Any], window: Window) -> int:
         raise KeyError(f"the episode's steps have no action {window.action!r} (keys: {sorted(steps)}); set "
                        "Window(action=...)")
     action = steps[window.action]
-    return int(action.shape[0]) if isinstance(action, torch.Tensor) else len(action)
+    length = int(action.shape[0]) if isinstance(action, torch.Tensor) else len(action)
+    _check_lengths(steps, "", length, window.action)
+    return length
+
+
+def _check_lengths(value: Mapping[str, Any], key: str, length: int, action: str) -> None:
+    """ValueError naming the first step value (a tensor or list) that holds another number of steps than the
+    action: a window would clamp to the steps it has and give frames whose values are another step's."""
+    for k, v in value.items():
+        name = f"{key}/{k}" if key else str(k)
+        if isinstance(v, Mapping):
+            _check_lengths(v, name, length, action)
+            continue
+        n = int(v.shape[0]) if isinstance(v, torch.Tensor) and v.dim() else len(v) if isinstance(v, list) else None
+        if n is not None and n != length:
+            raise ValueError(f"the episode's step value {name!r} holds {n} steps but its action {action!r} holds "
+                             f"{length}: every step value must hold one row per step (check the dataset's "
+                             "standardize function)")
 
 
 def _take(value: Any, idx: np.ndarray, key: str) -> Any:
@@ -134,7 +151,7 @@ def _rows(value: torch.Tensor, flat: np.ndarray) -> torch.Tensor:
     thread, any dtype (torch's index_select runs its intra-op threads on an episode's images, which costs ~1 ms a
     call on a busy machine; advanced indexing, value[tensor], ~1,000x more than either on small gathers)."""
     if (value.device.type != "cpu" or value.layout != torch.strided or value.dim() == 0 or value.requires_grad
-            or 0 in value.shape[1:]):
+            or 0 in value.shape):  # (an empty episode: no rows to reshape)
         return value.index_select(0, torch.from_numpy(flat).to(value.device))
     rows = value.reshape(value.shape[0], -1)
     if rows.stride() != (rows.shape[1], 1):  # (an expanded value can be "contiguous" with a stride of 0)

@@ -152,6 +152,7 @@ class _LeafDecoder:
         if self.mode == "image" and self.decode_images:  # one Sequence of images: together, when they allow it
             steps = decode_steps(values[0], self.leaf.shape[2], self.decode_threads)
             if steps is not None:
+                self._check_image(steps[0], name)  # (decode_steps gives images of one size: the first's)
                 return steps
         # one Sequence level: decode each element
         items = [self._element([v[i] for v in values], name) for i in range(len(values[-1]))]
@@ -169,12 +170,26 @@ class _LeafDecoder:
         leaf = self.leaf
         if self.mode == "image":
             data = values[0]
-            return _decode_image(data, leaf.shape[2], self.key, name) if self.decode_images else data
+            if not self.decode_images:
+                return data
+            return self._check_image(_decode_image(data, leaf.shape[2], self.key, name), name)
         if self.mode == "encoded":
             return _from_bytes(values[0], leaf, None, self.key, name)
         if self.mode == "encoded-dynamic":
             return _from_bytes(values[1], leaf, [int(d) for d in values[0].tolist()], self.key, name)
         raise AssertionError(self.mode)
+
+    def _check_image(self, image: torch.Tensor, name: Optional[str]) -> torch.Tensor:
+        """The image, or DecodeError when its height or width is not the one features.json declares (TFDS:
+        "Incompatible shapes")."""
+        height, width = self.leaf.shape[0], self.leaf.shape[1]
+        found = (int(image.shape[1]), int(image.shape[2]))
+        if (height is not None and found[0] != height) or (width is not None and found[1] != width):
+            label = f"{name} feature {self.key!r}" if name else f"feature {self.key!r}"
+            declared = ", ".join("None" if d is None else str(d) for d in self.leaf.shape)
+            raise DecodeError(f"{label}: image of height {found[0]} and width {found[1]}, but features.json declares "
+                              f"shape ({declared})", key=self.key)
+        return image
 
     # -- a batch --
 
@@ -333,12 +348,57 @@ class _DictDecoder:
             yield from (child.leaves() if isinstance(child, _DictDecoder) else [child])
 
 
+class _StepsDecoder(_DictDecoder):
+    """A dict under a Sequence (a Dataset feature: an RLDS episode's steps): every value must hold as many steps
+    as the others, as TFDS requires (tf.data: "Dimensions 4 and 3 are not compatible")."""
+
+    steps = True  # (TFDSPlan decodes them record by record, so that each record's are checked)
+
+    def __init__(self, children: dict[str, Any], key: str) -> None:
+        super().__init__(children)
+        self.key = key
+
+    def decode(self, raw: Mapping[str, Any], name: Optional[str]) -> dict[str, Any]:
+        out = super().decode(raw, name)
+        check_step_lengths(out, self.key, name)
+        return out
+
+
+def _step_lengths(value: Any, key: str) -> Iterator[tuple[str, int]]:
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            yield from _step_lengths(v, f"{key}/{k}" if key else str(k))
+    elif isinstance(value, torch.Tensor):
+        if value.dim():
+            yield key, int(value.shape[0])
+    elif isinstance(value, (list, tuple, RaggedTensor)):
+        yield key, len(value)
+
+
+def check_step_lengths(steps: Mapping[str, Any], key: str = "", name: Optional[str] = None) -> int:
+    """The number of steps of `steps` (a dict of [T, ...] values, nested), or DecodeError naming the first value
+    whose length differs from the first one's."""
+    lengths = list(_step_lengths(steps, key))
+    if not lengths:
+        return 0
+    first, want = lengths[0]
+    for k, n in lengths[1:]:
+        if n != want:
+            label = f"{name} feature {k!r}" if name else f"feature {k!r}"
+            raise DecodeError(f"{label}: holds {n} steps where {first!r} holds {want} (every value of a "
+                              "Dataset feature's steps must hold one row per step)", key=k)
+    return want
+
+
 def _compile(node: FeatureNode, key: str, seq: Shape, video: bool, decode_images: bool, where: str) -> Any:
     if isinstance(node, DictNode):
         return _DictDecoder({name: _compile(child, f"{key}/{name}" if key else name, seq, video, decode_images, where)
                              for name, child in node.children.items()})
     if isinstance(node, SequenceNode):
-        return _compile(node.feature, key, seq + (node.length,), video or node.video, decode_images, where)
+        inner = _compile(node.feature, key, seq + (node.length,), video or node.video, decode_images, where)
+        if not seq and isinstance(inner, _DictDecoder):  # (outer dims only: a nested Sequence's values are ragged)
+            return _StepsDecoder(inner.children, key)
+        return inner
     assert isinstance(node, LeafNode)
     return _LeafDecoder(key, node, seq, video, decode_images, where)
 

@@ -58,6 +58,8 @@ class TFDSPlan:
         return self.decoder.supervised(self._batch(self.decoder.root, columns, rows, names))
 
     def _batch(self, node: Any, columns: Mapping[str, Any], rows: list[Any], names: list[Optional[str]]) -> Any:
+        if getattr(node, "steps", False):  # a Dataset feature's steps (all decoded record by record): checked whole
+            return node.collate([node.decode(raw, name) for raw, name in zip(rows, names)])
         if hasattr(node, "children"):
             return {k: self._batch(child, columns, rows, names) for k, child in node.children.items()}
         if id(node) not in self.fast:
