@@ -429,8 +429,14 @@ class TFRecordDataset(ResumableState, IterableDataset[Any]):
 
     def _source(self) -> Source:
         # a file read without an index must hold exactly the records counted for it (a stale count would make
-        # ranks unequal or leave records unread): `whole` says a count is the file's total, not a TFDS slice
-        whole = [self.tfds is None] * len(self.paths)
+        # ranks unequal or leave records unread): `whole` says a count is the file's total: every count but a
+        # TFDS slice's, and a slice's too when it takes the whole shard (more records there than dataset_info.json
+        # says would else be dropped unseen)
+        if self.tfds is None:
+            whole = [True] * len(self.paths)
+        else:
+            whole = [skip == 0 and take == expected
+                     for skip, take, expected in zip(self.tfds.skips, self.tfds.counts, self.tfds.expected)]
         return Source(self.paths, self.offsets, self.compression, self.verify, self.on_error,
                       self._counts, whole, self._count_origin(), self.remote, self.max_group_bytes, self._seeks)
 
