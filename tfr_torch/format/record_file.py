@@ -25,6 +25,11 @@ from tfr_torch.format.streams import _BUFFER, _size_of
 
 __all__ = ["RecordFile"]
 
+# The most framed bytes of a compressed record read before its header is checked against the index's size: a stale
+# or forged index line claiming a huge record is refused without that many bytes inflated (larger records read
+# the rest once the header agrees, one more restart).
+_BEFORE_HEADER = 1 << 16
+
 
 class RecordFile:
     """Random access to the records of a TFRecord file by byte offset (from an index).
@@ -70,7 +75,13 @@ class RecordFile:
         checked against the header when given)."""
         # one inflation for a compressed record; one read (not header, then body) from a remote file's blocks
         whole_at_once = (self._seek is not None or self._remote) and size is not None and size >= OVERHEAD
-        whole = self._read_at(offset, cast(int, size)) if whole_at_once else None
+        if not whole_at_once:
+            return self._record(offset, size, None)
+        size = cast(int, size)
+        first = min(size, _BEFORE_HEADER) if self._seek is not None else size
+        whole = self._read_at(offset, first)
+        if first < size and len(whole) == first and parse_header(whole[:HEADER_SIZE]) == size - OVERHEAD:
+            whole = b"".join([whole, self._read_at(offset + first, size - first)])  # the header agrees: the rest
         return self._record(offset, size, whole)
 
     def _record(self, offset: int, size: int | None, whole: bytes | None) -> bytes:
@@ -172,12 +183,24 @@ class RecordFile:
     def _read_many_compressed(self, offsets: np.ndarray, sizes: np.ndarray) -> list[bytes]:
         """Records of a compressed file inflated together, each record's data straight into its own bytes (its
         header and CRC into small ones beside it: no copy of the group); any record that does not check out is
-        checked again whole by `_record`, which raises what is wrong."""
+        checked again whole by `_record`, which raises what is wrong. A record larger than _BEFORE_HEADER gets
+        only its header in the first pass; its data and CRC are read in a second one once the header agrees with
+        the index (nothing is inflated for a size that an index line claims and the header denies)."""
         seek = cast(SeekPoints, self._seek)
+        small = sizes <= _BEFORE_HEADER
         pieces = np.stack([offsets, np.full_like(offsets, HEADER_SIZE),  # header, data, CRC of each record
-                           offsets + HEADER_SIZE, sizes - OVERHEAD,
-                           offsets + sizes - FOOTER_SIZE, np.full_like(offsets, FOOTER_SIZE)], axis=1)
+                           offsets + HEADER_SIZE, np.where(small, sizes - OVERHEAD, 0),
+                           offsets + sizes - FOOTER_SIZE, np.where(small, FOOTER_SIZE, 0)], axis=1)
         parts = seek.read_many(self._read_file_at, pieces[:, 0::2].reshape(-1), pieces[:, 1::2].reshape(-1))
+        large = [k for k in np.flatnonzero(~small).tolist()
+                 if len(parts[3 * k]) == HEADER_SIZE and parse_header(parts[3 * k]) == int(sizes[k]) - OVERHEAD]
+        if large:  # headers that agree with the index: their data and CRC
+            at, n = offsets[large], sizes[large]
+            got = seek.read_many(self._read_file_at,
+                                 np.stack([at + HEADER_SIZE, at + n - FOOTER_SIZE], axis=1).reshape(-1),
+                                 np.stack([n - OVERHEAD, np.full_like(n, FOOTER_SIZE)], axis=1).reshape(-1))
+            for j, k in enumerate(large):
+                parts[3 * k + 1], parts[3 * k + 2] = got[2 * j], got[2 * j + 1]
         out: list[bytes] = []
         for k, (offset, size) in enumerate(zip(offsets.tolist(), sizes.tolist())):
             header, data, footer = parts[3 * k : 3 * k + 3]

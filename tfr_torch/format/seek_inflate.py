@@ -17,6 +17,7 @@ and the ranges themselves.
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Callable, Sequence
 from types import ModuleType
 
@@ -27,6 +28,7 @@ _FEED = 1 << 17  # compressed bytes given to one zlib call
 _PIECE = 1 << 20  # the most decompressed bytes one zlib call makes
 _LEAST = 1 << 16  # the least it is asked for (a call that makes just the bytes wanted costs more calls)
 _GZIP_TRAILER = 8  # CRC-32 and ISIZE after a member's deflate data (RFC 1952 section 2.3.1)
+_GZIP_MAGIC = b"\x1f\x8b"
 
 # Empty deflate blocks (RFC 1951 section 3.2.3), as (value, bit count) fields written from the low bit up.
 # A fixed-Huffman block: BFINAL 0, BTYPE 01, then end-of-block (code 256 is seven 0 bits, section 3.2.6): 10 bits.
@@ -64,6 +66,38 @@ def restart_prefix(bits: int, shared: int) -> bytes:
     return raw[:whole] + bytes([raw[whole] | (shared & (0xFF << need) & 0xFF)])
 
 
+def _gzip_header_length(data: bytes) -> int:
+    """The length of the GZIP member header (RFC 1952 section 2.3.1) that `data` begins with: 0 when `data` ends
+    inside it, -1 when it is not one (magic, method, reserved flags or header CRC wrong, as zlib checks them)."""
+    if data[:2] != _GZIP_MAGIC[: len(data)] or (len(data) > 2 and data[2] != 8):
+        return -1
+    if len(data) < 10:
+        return 0
+    flags = data[3]
+    if flags & 0xE0:
+        return -1
+    pos = 10
+    if flags & 4:  # FEXTRA: a 2-byte length, then that many bytes
+        if len(data) < pos + 2:
+            return 0
+        pos += 2 + int.from_bytes(data[pos : pos + 2], "little")
+        if len(data) < pos:
+            return 0
+    for flag in (8, 16):  # FNAME, FCOMMENT: zero-terminated
+        if flags & flag:
+            zero = data.find(b"\0", pos)
+            if zero < 0:
+                return 0
+            pos = zero + 1
+    if flags & 2:  # FHCRC: the low 16 bits of the CRC-32 of the header so far
+        if len(data) < pos + 2:
+            return 0
+        if zlib.crc32(data[:pos]) & 0xFFFF != int.from_bytes(data[pos : pos + 2], "little"):
+            return -1
+        pos += 2
+    return pos
+
+
 class _Restart:
     """Raw inflation from a point over the compressed bytes [first, end) of a file, across GZIP members."""
 
@@ -75,7 +109,6 @@ class _Restart:
         self._front = b""  # input zlib returned unused at a member's end, given again first
         self._module, self._gzip = module, gzip
         self._z = module.decompressobj(-15, zdict=window) if window else module.decompressobj(-15)
-        self._raw = True  # inflating the member the point is in (raw deflate: its trailer is ours to pass over)
         self.ended = False
         self.status = 0  # 1: corrupt, 2: the input ends inside the stream
 
@@ -93,24 +126,34 @@ class _Restart:
         return data
 
     def _member_end(self) -> None:
-        """After a member (or the ZLIB stream) ends: on to the next GZIP member, or the end."""
+        """After a member (or the ZLIB stream) ends: on to the next GZIP member's deflate data, or the end. As the
+        compiled core does, each member is inflated raw: its trailer (CRC-32, ISIZE) is passed over unchecked, as
+        each record's own CRC32C guards its bytes, so a damaged trailer refuses no record read sequentially."""
         if not self._gzip:
             self.ended = True
             return
-        rest = self._z.unused_data
-        if self._raw:  # pass over the trailer zlib did not read in raw mode
-            while len(rest) < _GZIP_TRAILER:
-                more = self._feed()
-                if not more:
-                    self.status, self.ended = 2, True
-                    return
-                rest += bytes(more)
-            rest = rest[_GZIP_TRAILER:]
-        self._front = rest or bytes(self._feed())
-        if not self._front:
+        rest = bytes(self._z.unused_data)
+        while len(rest) < _GZIP_TRAILER:  # pass over the trailer zlib does not read in raw mode
+            more = self._feed()
+            if not more:
+                self.status, self.ended = 2, True
+                return
+            rest += bytes(more)
+        rest = rest[_GZIP_TRAILER:] or bytes(self._feed())
+        if not rest:  # the input ends after the member
             self.ended = True
             return
-        self._z, self._raw = self._module.decompressobj(31), False  # a header, deflate data and a checked trailer
+        while (length := _gzip_header_length(rest)) == 0:
+            more = self._feed()
+            if not more:
+                self.status, self.ended = 2, True
+                return
+            rest += bytes(more)
+        if length < 0:
+            self.status, self.ended = 1, True
+            return
+        self._front = rest[length:]
+        self._z = self._module.decompressobj(-15)
 
     def piece(self, wanted: int) -> bytes:
         """The next decompressed bytes: `wanted` (the bytes up to the end of the range being read) but at least
