@@ -441,6 +441,9 @@ def test_set_epoch_reshuffles_deterministically_in_persistent_workers(folders):
 
 
 def test_batches_in_reused_memory_stay_intact_while_a_key_is_held(folders):
+    """Frame batches are stacked into reused buffers: a value kept from a batch the loop dropped must keep its bytes
+    while later batches are made. A full gc.collect() after every batch (the slow part, a few seconds) makes any
+    early reuse of the kept memory happen inside the test."""
     def make():
         return FrameDataset(Source(str(folders["even"]), standardize=with_ids), Window(history=3, future=2),
                             batch_size=4, seed=1, shuffle_buffer=6)
