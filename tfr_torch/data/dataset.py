@@ -323,8 +323,13 @@ class TFRecordDataset(ResumableState, IterableDataset[Any]):
         check_rank_world(self._rank_world, "TFRecordDataset")
         return self.__dict__.copy()
 
+    def _worker_info(self) -> Any:
+        """The DataLoader worker this process is (None outside workers); a reader of one unit that a caller has
+        already given to this worker (tfr_torch.hf) answers None, so the unit is read whole."""
+        return get_worker_info()
+
     def _iterate(self, converts_only: bool = False) -> Iterator[Any]:
-        info = get_worker_info()
+        info = self._worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
         self._worker = (worker, workers)
         epoch = self.epoch
@@ -448,7 +453,7 @@ class TFRecordDataset(ResumableState, IterableDataset[Any]):
     def _split_counts(self, worker: int, workers: int, readers: int) -> list[int]:
         """Counts for splitting fewer files than readers by record ranges: in DataLoader workers, counted once
         for the dataset by all workers together (see data/counting.py); in one process, here."""
-        if workers < 2 or get_worker_info() is None:
+        if workers < 2 or self._worker_info() is None:
             return self._ensure_counts(_split_reason(len(self.paths), readers))
         return self._shared.count_shared(self._count_file, worker, workers)
 
@@ -456,7 +461,7 @@ class TFRecordDataset(ResumableState, IterableDataset[Any]):
         """In DataLoader worker 0, once for the dataset: the workers count the files that had no count as built.
         Said even when the other workers have already counted them all (worker 0 may start last)."""
         if (worker == 0 and workers >= 2 and len(self.paths) < readers and self._shared._initial
-                and get_worker_info() is not None and self._shared.first(0)):
+                and self._worker_info() is not None and self._shared.first(0)):
             unknown = len(self._shared._initial)
             self._site.warn(f"counting the records of {unknown} file(s) without an index "
                             f"({_split_reason(len(self.paths), readers)}): the DataLoader workers count them together "

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from tfr_torch.decode.results import RaggedTensor
+from tfr_torch.format.example import ByteStrings
 from tfr_torch.decode.specs import FixedLenFeature, FixedLenSequenceFeature, VarLenFeature, string
 
 __all__ = ["features_from_spec", "features_from_tfds", "spec_from_features", "to_row", "from_row"]
@@ -249,16 +250,45 @@ _NUMPY_OF_TORCH = {torch.bool: np.bool_, torch.int8: np.int64, torch.int16: np.i
                    torch.float64: np.float32}
 
 
-def from_row(key: str, feature: Any, spec: Any, value: Any) -> Any:
-    """A `datasets` row value as encode_example takes it, typed by the spec (an empty list has no type of its own)."""
+def from_row(key: str, feature: Any, spec: Any, value: Any, *, row: Optional[int] = None) -> Any:
+    """A `datasets` row value as encode_example takes it, typed by the spec (an empty list of strings or images
+    is a ByteStrings: a bare `[]` has no type of its own). `row` (the row's position) goes into the errors."""
+    where = f"column {key!r}" if row is None else f"column {key!r}, row {row}"
+    if value is None or (not isinstance(value, (str, bytes, bytearray, Mapping, np.ndarray))
+                         and isinstance(value, Sequence) and any(v is None for v in _flatten_any(value))):
+        raise ValueError(f"{where}: a None value has no tf.train.Example form; fill or drop the missing "
+                         "values first (e.g. Dataset.filter or Dataset.map)")
     if isinstance(feature, datasets.Image):
         return _image_bytes(key, value)
     if isinstance(feature, datasets.List) and isinstance(feature.feature, datasets.Image):
-        return [_image_bytes(key, v) for v in value]
+        return ByteStrings(_image_bytes(key, v) for v in value)
     if spec.dtype == string:
         flat = _flatten(value)
-        return [v.encode("utf-8") if isinstance(v, str) else bytes(v) for v in flat]
+        return ByteStrings(v.encode("utf-8") if isinstance(v, str) else bytes(v) for v in flat)
+    if _is_uint64(feature):
+        too_big = [v for v in _flatten_any(value) if isinstance(v, (int, np.integer)) and int(v) > _INT64_MAX]
+        if too_big:
+            raise ValueError(f"{where}: the uint64 value {int(too_big[0])} is past 2**63 - 1, the largest an "
+                             "int64_list holds; store such values as strings or binary")
     return np.asarray(value, dtype=_NUMPY_OF_TORCH[spec.dtype]).reshape(-1)
+
+
+_INT64_MAX = 2**63 - 1
+
+
+def _is_uint64(feature: Any) -> bool:
+    while isinstance(feature, datasets.List):
+        feature = feature.feature
+    dtype = getattr(feature, "dtype", None)
+    return dtype == "uint64"
+
+
+def _flatten_any(value: Any) -> list[Any]:
+    if isinstance(value, np.ndarray):
+        return list(value.reshape(-1).tolist()) if value.dtype in (object, np.uint64) else []
+    if isinstance(value, (list, tuple)):
+        return [v for item in value for v in _flatten_any(item)]
+    return [value]
 
 
 def _flatten(value: Any) -> list[Any]:

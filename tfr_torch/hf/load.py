@@ -13,6 +13,10 @@ from typing import Any, Optional, Union
 import datasets
 
 from tfr_torch._version import __version__
+from tfr_torch.data.dataset import TFRecordDataset
+from tfr_torch.errors import DecodeError
+from tfr_torch.format.options import CompressionOrAuto
+from tfr_torch.format.reader import read_records
 from tfr_torch.format.paths import PathLike, as_path, expand_paths, file_size, is_url
 from tfr_torch.format.shardset import class_names, find_sidecar, read_sidecar
 from tfr_torch.hf.features import features_from_spec, features_from_tfds, to_row
@@ -25,6 +29,14 @@ HF_KEY = "huggingface"  # the sidecar entry tfr_torch.hf.write adds: {"features"
 AnyDataset = Union[datasets.Dataset, datasets.IterableDataset, datasets.DatasetDict, datasets.IterableDatasetDict]
 
 
+class _UnitDataset(TFRecordDataset):
+    """A TFRecordDataset that reads its unit whole: `datasets` has already given this unit to this DataLoader
+    worker, so splitting it again by worker would lose the other workers' shares."""
+
+    def _worker_info(self) -> Any:
+        return None
+
+
 class _Reader:
     """Reads one unit (a file, or a TFDS split string) into `datasets` rows; pickled to datasets' worker
     processes (num_proc) and streaming workers."""
@@ -33,24 +45,42 @@ class _Reader:
         self.features, self.spec, self.tfds, self.options = features, spec, tfds, dict(options)
 
     def rows(self, unit: str) -> Iterator[dict[str, Any]]:
-        from tfr_torch.data.dataset import TFRecordDataset
-
         if self.tfds is not None:
             from tfr_torch.tfds.features import TFDSDecoder
 
             decoder: Any = TFDSDecoder(self.tfds, decode_images=False)  # a decoder the datasets accept as features
-            dataset = TFRecordDataset(self.tfds, decoder, split=unit, rank=0, world_size=1,
+            dataset: TFRecordDataset = _UnitDataset(self.tfds, decoder, split=unit, rank=0, world_size=1,
                                       verify=self.options["verify"])
         else:
-            dataset = TFRecordDataset(unit, self.spec, index=self.options["index"], rank=0, world_size=1,
+            dataset = _UnitDataset(unit, self.spec, index=self.options["index"], rank=0, world_size=1,
                                       compression=self.options["compression"], verify=self.options["verify"])
         features = self.features
         if self.spec is None and self.tfds is None:
             for record in dataset:
                 yield {RAW_COLUMN: record}
             return
-        for item in dataset:
-            yield {key: to_row(feature, item[key]) for key, feature in features.items()}
+        for row, item in enumerate(dataset):
+            out = {}
+            for key, feature in features.items():
+                try:
+                    out[key] = to_row(feature, item[key])
+                except UnicodeDecodeError as err:
+                    path = unit if self.tfds is None else (dataset.paths[0] if len(dataset.paths) == 1 else None)
+                    offset = _record_offset(unit, row, self.options["compression"]) if self.tfds is None else None
+                    raise DecodeError(f"feature {key!r} of record {row} is not UTF-8 text ({err}); load it as binary "
+                                      "(leave it out of utf8=)", path, offset, key=key, index=row) from err
+            yield out
+
+
+def _record_offset(path: str, row: int, compression: CompressionOrAuto) -> Optional[int]:
+    """The byte offset of record `row` of a file read whole and in order (for compressed files, in the
+    decompressed stream): found again by reading the headers, only when an error must name it."""
+    offset = 0
+    for i, record in enumerate(read_records(path, compression, verify=False)):
+        if i == row:
+            return offset
+        offset += 16 + len(record)  # 8 length bytes, 4 CRC bytes, the data, 4 CRC bytes
+    return None
 
 
 def _generate(units: list[str], reader: _Reader) -> Iterator[dict[str, Any]]:
@@ -187,7 +217,7 @@ def _make(units: list[str], reader: _Reader, hf: datasets.Features, split: str, 
     if make["streaming"]:
         return datasets.IterableDataset.from_generator(_generate, features=hf, gen_kwargs=kwargs,
                                                        split=datasets.NamedSplit(name))
-    fingerprint = _fingerprint([*parts, *units], hf, reader.options)
+    fingerprint = _fingerprint([*parts, *units, f"split={name}"], hf, reader.options)
     return datasets.Dataset.from_generator(_generate, features=hf, gen_kwargs=kwargs, split=datasets.NamedSplit(name),
                                            cache_dir=make["cache_dir"], keep_in_memory=make["keep_in_memory"],
                                            num_proc=make["num_proc"], fingerprint=fingerprint)

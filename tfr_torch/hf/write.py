@@ -99,11 +99,14 @@ def write(dataset: Union[datasets.Dataset, datasets.IterableDataset, datasets.Da
             plain = plain.cast_column(key, datasets.List(datasets.Image(decode=False), length=feature.length))
     with ShardedWriter(out_dir, name, split, shard_size, compression, records_per_shard=records_per_shard,
                        features=spec, tfds=options) as writer:
+        done = 0  # rows written before this batch: the row an error names
         for batch in plain.iter(batch_size=batch_size):
             columns = [(key, features[key], spec[key], batch[key]) for key in features]
-            for i in range(len(columns[0][3]) if columns else 0):
-                writer.write_example({key: from_row(key, feature, s, values[i])
+            rows = len(columns[0][3]) if columns else 0
+            for i in range(rows):
+                writer.write_example({key: from_row(key, feature, s, values[i], row=done + i)
                                       for key, feature, s, values in columns})
+            done += rows
     if not tfds:
         _record_features(out_dir, name, split, features)
     return {split: list(writer.paths)}
