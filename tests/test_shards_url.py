@@ -226,3 +226,15 @@ def test_hugging_face_write_into_a_url(memory_url):
     assert len(paths) == 3 and all(p.startswith(memory_url) for p in paths)
     back = tfr_torch.hf.load(f"{memory_url}/demo-train.tfrecord-*", "auto")
     assert back["id"] == list(range(12)) and back["text"] == [f"t{i}" for i in range(12)]
+
+
+def test_a_refused_resume_leaves_no_staging_folder(tmp_path, memory_url):
+    staging = tmp_path / "staging"
+    with pytest.raises(RuntimeError):
+        with ShardedWriter(memory_url, "ds", "train", records_per_shard=5, staging_dir=staging) as writer:
+            for i in range(12):
+                writer.write(b"%d" % i)
+            raise RuntimeError("stop")
+    with pytest.raises(ValueError, match="cannot resume from .*it was written with settings"):
+        ShardedWriter(memory_url, "ds", "train", records_per_shard=6, staging_dir=staging, resume=True)
+    assert os.listdir(staging) == []

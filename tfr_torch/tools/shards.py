@@ -122,10 +122,14 @@ class ShardedWriter:
             self._staging = tempfile.mkdtemp(prefix=f"tfr_torch-{name}-{split}-",
                                              dir=None if staging_dir is None else os.fspath(staging_dir))
             self._uploader = ThreadPoolExecutor(1, thread_name_prefix="tfr_torch-upload")
-        if resume:
-            self._load_progress()
-        else:
-            self.folder.remove(self._progress_name())
+        try:
+            if resume:
+                self._load_progress()
+            else:
+                self.folder.remove(self._progress_name())
+        except BaseException:  # (a progress file of other settings, a store that refuses): no staging left behind
+            self._drop_staging()
+            raise
 
     # ----- paths ---------------------------------------------------------------------------------------------
 
