@@ -15,8 +15,8 @@ import datasets
 from tfr_torch._version import __version__
 from tfr_torch.data.dataset import TFRecordDataset
 from tfr_torch.errors import DecodeError
+from tfr_torch.format.index import scan_index
 from tfr_torch.format.options import CompressionOrAuto
-from tfr_torch.format.reader import read_records
 from tfr_torch.format.paths import PathLike, as_path, expand_paths, file_size, is_url
 from tfr_torch.format.shardset import class_names, find_sidecar, read_sidecar
 from tfr_torch.hf.features import features_from_spec, features_from_tfds, to_row
@@ -74,13 +74,9 @@ class _Reader:
 
 def _record_offset(path: str, row: int, compression: CompressionOrAuto) -> Optional[int]:
     """The byte offset of record `row` of a file read whole and in order (for compressed files, in the
-    decompressed stream): found again by reading the headers, only when an error must name it."""
-    offset = 0
-    for i, record in enumerate(read_records(path, compression, verify=False)):
-        if i == row:
-            return offset
-        offset += 16 + len(record)  # 8 length bytes, 4 CRC bytes, the data, 4 CRC bytes
-    return None
+    decompressed stream): found again by scanning the headers, only when an error must name it."""
+    index = scan_index(path, compression)
+    return int(index[row, 0]) if row < len(index) else None
 
 
 def _generate(units: list[str], reader: _Reader) -> Iterator[dict[str, Any]]:
