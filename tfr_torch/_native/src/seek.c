@@ -147,6 +147,7 @@ typedef struct {
     const uint8_t *in;
     size_t in_len, pos;
     int gzip, ended;
+    int member_end; /* a gzip member's deflate data has ended; its trailer and the next header are not read yet */
     uint8_t *discard; /* TFR_SEEK_WINDOW bytes: where dropped output goes */
 } restart;
 
@@ -155,6 +156,14 @@ typedef struct {
 static int produce(restart *r, uint8_t *dst, uint64_t n, uint64_t *made) {
     *made = 0;
     while (*made < n && !r->ended) {
+        if (r->member_end) { /* more output is wanted: only now pass into the next member (whose header may be
+                              * damaged: the records before it are whole and must not be refused for it) */
+            r->member_end = 0;
+            int more = next_member(&r->s, r->in, r->in_len, &r->pos, r->discard);
+            if (more < 0) return -more;
+            r->ended = more == 0; /* the input ends after the member */
+            continue;
+        }
         feed(&r->s, r->in, r->in_len, &r->pos);
         uint64_t left = n - *made;
         r->s.next_out = dst ? dst + *made : r->discard;
@@ -168,9 +177,7 @@ static int produce(restart *r, uint8_t *dst, uint64_t n, uint64_t *made) {
                 r->ended = 1;
                 break;
             }
-            int more = next_member(&r->s, r->in, r->in_len, &r->pos, r->discard);
-            if (more < 0) return -more;
-            r->ended = more == 0; /* the input ends after the member */
+            r->member_end = 1;
         } else if (ret != Z_OK) {
             return status_of(ret == Z_NEED_DICT ? Z_DATA_ERROR : ret);
         }
