@@ -534,8 +534,12 @@ class _Objects(BaseHTTPRequestHandler):
         return data
 
     def _common(self, data):
-        self.send_header("ETag", '"' + hashlib.md5(data).hexdigest() + '"')
-        self.send_header("Accept-Ranges", "bytes")
+        if self.server.etag:  # type: ignore[attr-defined]
+            self.send_header("ETag", '"' + hashlib.md5(data).hexdigest() + '"')
+        else:  # what plain web servers for static files send instead
+            self.send_header("Last-Modified", "Thu, 26 Nov 2026 10:00:00 GMT")
+        if self.server.ranges:  # type: ignore[attr-defined]
+            self.send_header("Accept-Ranges", "bytes")
 
     def do_HEAD(self):
         data = self._found()
@@ -551,7 +555,7 @@ class _Objects(BaseHTTPRequestHandler):
         if data is None:
             return
         match = re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers.get("Range", ""))
-        if match is None:
+        if match is None or not self.server.ranges:  # type: ignore[attr-defined]
             start, end = 0, len(data)
             self.send_response(200)
         else:
@@ -570,6 +574,7 @@ def http_server():
     pytest.importorskip("aiohttp")
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Objects)
     server.objects, server.gets = {}, 0  # type: ignore[attr-defined]
+    server.etag = server.ranges = True  # type: ignore[attr-defined]
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -590,3 +595,39 @@ def test_http_urls_are_read_and_cached(http_server, tmp_path):
     before = http_server.gets
     assert list(tfr_torch.read_records(url, remote=options)) == records
     assert http_server.gets == before  # every block from the cache
+
+
+def test_http_servers_without_etag_are_cached_by_last_modified(http_server, tmp_path):
+    """A static web server sends Last-Modified and no ETag: that is the version the block cache keys on (before,
+    such objects were silently never cached)."""
+    http_server.etag = False
+    records = layout("spanning")
+    http_server.objects["/data/a.tfrecord"] = framed(records)
+    url = f"http://127.0.0.1:{http_server.server_address[1]}/data/a.tfrecord"
+    options = cached(tmp_path)
+    assert list(tfr_torch.read_records(url, remote=options)) == records
+    before = http_server.gets
+    assert before > 0
+    assert list(tfr_torch.read_records(url, remote=options)) == records
+    assert http_server.gets == before  # every block from the cache
+
+
+def test_a_server_ignoring_range_requests_is_named_as_such(http_server):
+    """A server that answers a range request with the whole object (200): the error says so, not that the object
+    changed while it was read."""
+    http_server.ranges = False
+    records = layout("spanning")
+    http_server.objects["/data/a.tfrecord"] = framed(records)
+    url = f"http://127.0.0.1:{http_server.server_address[1]}/data/a.tfrecord"
+    with pytest.raises(OSError, match="ignored the byte-range request") as err:
+        list(tfr_torch.read_records(url, remote=OPTIONS))
+    assert url in str(err.value) and "changed" not in str(err.value)
+
+
+def test_a_block_cache_smaller_than_one_block_is_refused(tmp_path):
+    """A cache that cannot hold one block evicted every block before it was read (hundreds of requests for a file
+    of a few KB): refused, naming both sizes. Without a cache folder the limit means nothing and is not checked."""
+    with pytest.raises(ValueError, match=r"cache_bytes \(4096\) must hold at least one block \(block_size 8192\)"):
+        RemoteOptions(block_size=8192, cache_dir=str(tmp_path), cache_bytes=4096)
+    RemoteOptions(block_size=8192, cache_dir=str(tmp_path), cache_bytes=8192)
+    RemoteOptions(block_size=8192, cache_bytes=4096)

@@ -61,7 +61,8 @@ class RemoteOptions:
       (64 KiB).
     - `cache_dir`: a local folder for a block cache shared by workers and processes (None: no cache). Each block
       is fetched once while the cache holds it; reading by offset then fetches whole blocks.
-    - `cache_bytes`: the cache's size limit (10 GiB); least recently used blocks are removed past it.
+    - `cache_bytes`: the cache's size limit (10 GiB; at least one block); least recently used blocks are removed
+      past it.
     - `metadata_ttl`: seconds an object's size and version (its ETag; one HEAD request) are trusted in this
       process once read (60, as gcsfuse and Mountpoint for S3 with a cache): the next epochs open the files
       without a round trip each. 0: every open asks. An object replaced by another program within that time is
@@ -85,6 +86,9 @@ class RemoteOptions:
         check_positive_int(self.block_size, "block_size", "bytes per range request and cached block")
         check_positive_int(self.max_in_flight, "max_in_flight", "range requests at once")
         check_positive_int(self.cache_bytes, "cache_bytes", "the block cache's size limit")
+        if self.cache_dir is not None and self.cache_bytes < self.block_size:
+            raise ValueError(f"cache_bytes ({self.cache_bytes}) must hold at least one block (block_size "
+                             f"{self.block_size}): a smaller cache evicts each block before it is read")
         for name in ("readahead", "merge_gap"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -175,8 +179,8 @@ def forget_object(url: str) -> None:
 def _version(info: dict[str, Any]) -> str:
     """What identifies this version of the object: its ETag (or checksum, generation), else its modification
     time; "" when the filesystem tells neither (then nothing is cached)."""
-    for key in ("ETag", "etag", "md5Hash", "generation", "VersionId", "version_id", "mtime", "LastModified",
-                "last_modified", "updated", "created"):
+    for key in ("ETag", "etag", "md5Hash", "Content-MD5", "Digest", "generation", "VersionId", "version_id",
+                "mtime", "LastModified", "Last-Modified", "last_modified", "updated", "created"):
         value = info.get(key)
         if value:
             return f"{key}={value}"
@@ -491,6 +495,10 @@ class RemoteFile(io.RawIOBase):
             raise OSError(f"cannot read bytes [{start}, {end}) of {self.url}: {exc}") from exc
         if len(data) != end - start:
             forget_object(self.url)  # the next open asks what the object is now
+            if len(data) == self.size:  # not the range asked for, but all of it
+                raise OSError(f"reading bytes [{start}, {end}) of {self.url}: the server ignored the byte-range "
+                              f"request and sent the whole object ({len(data)} bytes); remote files are read by "
+                              f"range requests: serve it from a store that answers them, or copy it to local disk")
             raise OSError(f"reading bytes [{start}, {end}) of {self.url} gave {len(data)} bytes, expected "
                           f"{end - start}: the object changed while it was read? (it had {self.size} bytes and "
                           f"version {self.version or 'unknown'} when opened)")
