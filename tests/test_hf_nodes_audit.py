@@ -572,3 +572,26 @@ def test_a_corrupt_record_names_file_and_offset_through_the_node_and_a_mapper(tm
     with pytest.raises(tfr_torch.TFRecordError) as err:
         ExampleDecoder(ID)([tfr_torch.encode_example({"id": 0}), b"\xff"])
     assert str(err.value) == "example 1: cannot parse 1 bytes as a tf.train.Example: byte 0 ends inside a varint"
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_text_that_is_not_utf8_in_a_tfds_shard_names_the_shard_and_offset(tmp_path, streaming):
+    """A TFDS folder's Text feature holding bytes that are not UTF-8: the error names the shard file, the record's
+    byte offset in it and the key (each whole shard is one unit of work)."""
+    features = datasets.Features({"id": datasets.Value("int64"), "caption": datasets.Value("string")})
+    source = datasets.Dataset.from_dict({"id": list(range(6)), "caption": [f"zz{i:02d}" for i in range(6)]},
+                                        features=features)
+    folder = tmp_path / "data" / "texts" / "1.0.0"
+    hf.write(datasets.DatasetDict({"train": source}), str(folder), "texts", tfds={"version": "1.0.0"})
+    shards = sorted(folder.glob("texts-train.tfrecord-*"))
+    records = list(tfr_torch.read_records(str(shards[0])))
+    bad = next(i for i, r in enumerate(records) if i > 0 and b"zz" in r)
+    records[bad] = records[bad].replace(b"zz", b"\xff\xfe", 1)  # the same length: the metadata still agrees
+    with tfr_torch.TFRecordWriter(str(shards[0])) as writer:
+        for record in records:
+            writer.write(record)
+    offset = sum(16 + len(r) for r in records[:bad])
+    with pytest.raises(Exception) as err:
+        list(hf.load(folder, split="train", streaming=streaming, cache_dir=_cache(tmp_path)))
+    text = _chain(err.value)
+    assert f"{shards[0]}:{offset}:" in text and "'caption'" in text and "not UTF-8" in text, text

@@ -65,11 +65,19 @@ class _Reader:
                 try:
                     out[key] = to_row(feature, item[key])
                 except UnicodeDecodeError as err:
-                    path = unit if self.tfds is None else (dataset.paths[0] if len(dataset.paths) == 1 else None)
-                    offset = _record_offset(unit, row, self.options["compression"]) if self.tfds is None else None
+                    path, offset = self._where(unit, dataset, row)
                     raise DecodeError(f"feature {key!r} of record {row} is not UTF-8 text ({err}); load it as binary "
                                       "(leave it out of utf8=)", path, offset, key=key, index=row) from err
             yield out
+
+    def _where(self, unit: str, dataset: TFRecordDataset, row: int) -> tuple[Optional[str], Optional[int]]:
+        """The file and byte offset of the unit's record `row`, for an error: a file unit, or a TFDS unit that is
+        one whole shard ("train[3shard]"); a slice of a TFDS split names no file."""
+        if self.tfds is None:
+            return unit, _record_offset(unit, row, self.options["compression"])
+        if len(dataset.paths) == 1 and re.fullmatch(r".*\[\d+shard\]", unit):
+            return dataset.paths[0], _record_offset(dataset.paths[0], row, "auto")
+        return (dataset.paths[0] if len(dataset.paths) == 1 else None), None
 
 
 def _record_offset(path: str, row: int, compression: CompressionOrAuto) -> Optional[int]:
