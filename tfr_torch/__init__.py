@@ -70,6 +70,7 @@ _EXPORTS = {
     "TFRecordDataset": "tfr_torch.data.dataset",
     "IndexedTFRecordDataset": "tfr_torch.data.indexed",
     "CachedDataset": "tfr_torch.data.cache",
+    "MixedDataset": "tfr_torch.data.mixed",
     "elastic_state": "tfr_torch.data.elastic",
     "ElasticDistributedSampler": "tfr_torch.data.sampler",
     "decode_raw": "tfr_torch.decode.raw",
@@ -84,7 +85,8 @@ _EXPORTS = {
 # written out (not computed) so that type checkers see the re-exports; a test keeps it equal to _EXPORTS
 __all__ = ["__version__", "CachedDataset", "CorruptRecordError", "DecodeError", "ElasticDistributedSampler",
     "ExamplePlan", "FixedLenFeature",
-    "FixedLenSequenceFeature", "IndexMismatchError", "IndexedTFRecordDataset", "RaggedFeature", "RaggedTensor",
+    "FixedLenSequenceFeature", "IndexMismatchError", "IndexedTFRecordDataset", "MixedDataset", "RaggedFeature",
+    "RaggedTensor",
     "RecordLocation", "RecordReader", "RowLengths", "RowLimits", "RowSplits", "RowStarts", "SequenceFeatures",
     "ShardedWriter",
     "SkippedRecordWarning",
@@ -122,6 +124,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from tfr_torch.data.dataset import TFRecordDataset
     from tfr_torch.data.indexed import IndexedTFRecordDataset
     from tfr_torch.data.cache import CachedDataset
+    from tfr_torch.data.mixed import MixedDataset
     from tfr_torch.data.elastic import elastic_state
     from tfr_torch.data.sampler import ElasticDistributedSampler
     from tfr_torch.decode.raw import decode_raw

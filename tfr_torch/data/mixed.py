@@ -1,0 +1,280 @@
+"""MixedDataset: several IterableDatasets drawn from by weight, as tf.data's `sample_from_datasets`, the `tfrecord`
+package's MultiTFRecordDataset and Hugging Face's `interleave_datasets` do, reproducible and resumable.
+
+Each dataset splits itself across ranks and DataLoader workers as it does alone (a TFRecordDataset gives each
+reader its share); the mixture draws, in each reader, which dataset the next item comes from, with a random stream
+seeded by (seed, epoch, rank, worker). The draws are counted, so `state_dict` says where the mixture stands beside
+each dataset's own state, and a resumed run draws the same sequence from there.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping, Sequence, Sized
+from typing import Any, cast
+
+import numpy as np
+import torch
+from torch.utils.data import IterableDataset, get_worker_info
+
+from tfr_torch.data.distributed import detect_rank_world
+
+__all__ = ["MixedDataset", "MIXED_STATE_VERSION", "STOPS"]
+
+MIXED_STATE_VERSION = 1  # the version of MixedDataset.state_dict's layout
+STOPS = ("all", "first", "cycle")  # when a mixed epoch ends (see MixedDataset)
+_MASK = 0xFFFF_FFFF_FFFF_FFFF
+_CHUNK = 1024  # uniforms drawn at a time
+_SETS = ("exhausted", "cycled", "restart", "started")  # the positions of datasets a state lists
+
+
+class MixedDataset(IterableDataset[Any]):
+    """Items of several IterableDatasets, each next item from a dataset drawn by weight.
+
+    - `datasets`: a dict of name -> dataset (TFRecordDatasets, or any IterableDatasets), or a list (named "0",
+      "1", ...). Each splits itself across ranks and DataLoader workers as it does alone.
+    - `weights`: how often each dataset is drawn, relative to the others (a dict by name or a list; positive
+      finite numbers); None: equally. Use per-record datasets to mix records within a batch (the DataLoader
+      batches the mixture), batched ones (`batch_size=`) to mix whole batches.
+    - `stop`: when an epoch ends.
+      `"all"` (the default, as `tf.data.Dataset.sample_from_datasets`): every item of every dataset once; a
+      dataset that runs out is left out and the others are drawn by their weights from then on. `len()` is the
+      sum of the datasets' lengths.
+      `"first"` (as Hugging Face's `interleave_datasets` default, "first_exhausted"): the epoch ends when the first
+      dataset runs out; the proportions hold to the end, the other datasets' remaining items are not read.
+      `"cycle"` (Hugging Face's "all_exhausted"; the `tfrecord` package's `infinite=True` until each has been
+      read once): a dataset that runs out starts again, until every dataset has run out at least once.
+    - `seed`: with the epoch (`set_epoch`, passed on to the datasets), the rank and the DataLoader worker, seeds the
+      draws: the same arguments give the same mixture.
+
+    `state_dict()` / `load_state_dict()` (the datasets must have them, as TFRecordDataset does) resume a mixed epoch
+    where it stood, with the same datasets, weights and layout (number of DataLoader workers; each reader's
+    state is its own, as torchdata's StatefulDataLoader keeps them).
+
+    >>> mixed = MixedDataset({"web": TFRecordDataset("web-*.tfrecord", spec),
+    ...                       "books": TFRecordDataset("books-*.tfrecord", spec)}, weights={"web": 3, "books": 1})
+    ...                                                                                  # doctest: +SKIP
+    >>> loader = torch.utils.data.DataLoader(mixed, batch_size=64, num_workers=4)       # doctest: +SKIP
+    """
+
+    def __init__(self, datasets: Mapping[str, IterableDataset[Any]] | Sequence[IterableDataset[Any]],
+                 weights: Mapping[str, float] | Sequence[float] | None = None, *, stop: str = "all",
+                 seed: int = 0) -> None:
+        super().__init__()
+        if isinstance(datasets, Mapping):
+            self.names = [str(name) for name in datasets]
+            self.datasets = [datasets[name] for name in datasets]
+        elif isinstance(datasets, Sequence) and not isinstance(datasets, (str, bytes)):
+            self.names = [str(k) for k in range(len(datasets))]
+            self.datasets = list(datasets)
+        else:
+            raise TypeError(f"datasets must be a dict of name -> IterableDataset or a list of them, got "
+                            f"{type(datasets).__name__}")
+        if not self.datasets:
+            raise ValueError("MixedDataset needs at least one dataset")
+        for name, dataset in zip(self.names, self.datasets):
+            if not isinstance(dataset, IterableDataset):
+                raise TypeError(f"dataset {name!r} must be an IterableDataset (such as TFRecordDataset), got "
+                                f"{type(dataset).__name__}")
+        self.weights = _weights(weights, self.names, isinstance(datasets, Mapping))
+        if stop not in STOPS:
+            raise ValueError(f"stop must be one of {', '.join(map(repr, STOPS))}, got {stop!r}")
+        if not isinstance(seed, int) or isinstance(seed, bool):
+            raise TypeError(f"seed must be an int, got {seed!r}")
+        self.stop = stop
+        self.seed = seed
+        self._epoch = torch.zeros((), dtype=torch.int64).share_memory_()  # seen by persistent workers
+        self._live: dict[str, Any] | None = None  # the running epoch's draws (this process)
+        self._resume: dict[str, Any] | None = None  # a loaded state, until the next iteration takes it
+
+    # ----- epochs and length -------------------------------------------------------------------------------------
+
+    def set_epoch(self, epoch: int) -> None:
+        """Set the epoch that seeds the draws, and each dataset's own (those with set_epoch)."""
+        self._epoch.fill_(int(epoch))
+        for dataset in self.datasets:
+            if hasattr(dataset, "set_epoch"):
+                dataset.set_epoch(epoch)
+
+    @property
+    def epoch(self) -> int:
+        return int(self._epoch)
+
+    def __len__(self) -> int:
+        """Items per epoch on this rank with stop="all": the sum of the datasets' lengths (TypeError from a
+        dataset without one). The other stops end at a point the draws decide: no length."""
+        if self.stop != "all":
+            raise TypeError(f"a MixedDataset with stop={self.stop!r} has no length: its epoch ends where the draws "
+                            "make a dataset run out (stop='all' has the sum of the datasets' lengths)")
+        return sum(len(cast(Sized, dataset)) for dataset in self.datasets)  # TypeError from one without a length
+
+    # ----- iteration ---------------------------------------------------------------------------------------------
+
+    def _reader(self) -> tuple[int, int, int]:
+        """(rank, worker, workers) of this reader."""
+        info = get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        ranks = [getattr(d, "rank", None) for d in self.datasets]
+        rank = next((r for r in ranks if isinstance(r, int)), None)
+        return (rank if rank is not None else detect_rank_world()[0]), worker, workers
+
+    def __iter__(self) -> Iterator[Any]:
+        rank, worker, workers = self._reader()
+        epoch = self.epoch
+        live = {"epoch": epoch, "rank": rank, "worker": worker, "workers": workers, "draws": 0,
+                "exhausted": [], "cycled": [], "restart": [], "started": []}
+        resume, self._resume = self._resume, None
+        if resume is not None:
+            self._check_layout(resume, rank, worker, workers)
+            if resume["epoch"] == epoch:
+                live.update({key: list(resume[key]) for key in _SETS}, draws=int(resume["draws"]))
+                fresh = set(resume["exhausted"]) | set(resume["restart"])  # not drawn again, or a new pass
+                for k, (name, dataset) in enumerate(zip(self.names, self.datasets)):
+                    if k not in fresh:
+                        dataset.load_state_dict(resume["datasets"][name])  # type: ignore[attr-defined]
+        self._live = live
+        return self._mix(live)
+
+    def _mix(self, live: dict[str, Any]) -> Iterator[Any]:
+        bits = np.random.PCG64(np.random.SeedSequence(
+            [self.seed & _MASK, live["epoch"] & _MASK, live["rank"], live["worker"]]))
+        bits.advance(live["draws"])  # one 64-bit output per uniform: where a resumed epoch stood
+        draw = np.random.Generator(bits)
+        weights = np.asarray(self.weights, dtype=np.float64)
+        n = len(self.datasets)
+        out = set(live["exhausted"])  # no longer drawn
+        cycled = set(live["cycled"])  # ran out at least once (stop="cycle")
+        restart = set(live["restart"])  # ran out; the next draw of it starts a new pass (stop="cycle")
+        started = set(live["started"])  # yielded an item in its current pass
+
+        def note() -> None:
+            live.update(exhausted=sorted(out), cycled=sorted(cycled), restart=sorted(restart),
+                        started=sorted(started))
+
+        iterators: list[Iterator[Any] | None] = [None] * n
+        uniforms: np.ndarray = np.empty(0)
+        at = 0
+        while len(out) < n:
+            active = np.array([k for k in range(n) if k not in out])
+            cumulative = np.cumsum(weights[active])
+            if at == len(uniforms):
+                uniforms, at = draw.random(_CHUNK), 0
+            u = float(uniforms[at])
+            at += 1
+            live["draws"] += 1
+            k = int(active[min(int(np.searchsorted(cumulative, u * cumulative[-1], side="right")),
+                               len(active) - 1)])
+            iterator = iterators[k]
+            if iterator is None:
+                if k in restart:  # a new pass over a dataset that ran out
+                    restart.discard(k)
+                    started.discard(k)
+                    note()
+                iterator = iterators[k] = iter(self.datasets[k])
+            try:
+                item = next(iterator)
+            except StopIteration:
+                iterators[k] = None
+                if self.stop == "first":
+                    return
+                cycled.add(k)
+                if self.stop == "all" or k not in started:  # "all": done with it; a pass of nothing: empty here
+                    out.add(k)
+                elif len(cycled) < n:
+                    restart.add(k)
+                note()
+                if self.stop == "cycle" and len(cycled) == n:  # every dataset has run out once
+                    return
+                continue
+            if k not in started:
+                started.add(k)
+                note()
+            yield item
+
+    # ----- state -------------------------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where this reader's mixture stands: its epoch, layout and draws, and each dataset's own state_dict (in a
+        DataLoader worker, this worker's part, as torchdata's StatefulDataLoader collects them)."""
+        rank, worker, workers = self._reader()
+        if self._resume is not None:  # loaded, not yet iterated: saved again as it was
+            return dict(self._resume)
+        live = self._live if self._live is not None and self._live["epoch"] == self.epoch else None
+        states = {}
+        for name, dataset in zip(self.names, self.datasets):
+            if not hasattr(dataset, "state_dict"):
+                raise TypeError(f"dataset {name!r} ({type(dataset).__name__}) has no state_dict: a MixedDataset is "
+                                "resumable when each of its datasets is")
+            states[name] = dataset.state_dict()
+        return {"version": MIXED_STATE_VERSION, "kind": "tfr_torch.MixedDataset", "names": list(self.names),
+                "weights": list(self.weights), "stop": self.stop, "seed": self.seed, "epoch": self.epoch,
+                "rank": rank, "worker": worker, "workers": workers,
+                "draws": live["draws"] if live else 0, **{key: list(live[key]) if live else [] for key in _SETS},
+                "datasets": states}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Resume from `state_dict()`: the next iteration of that epoch (set_epoch to it, or it is set here) draws
+        on from where the state was taken, and each dataset resumes from its own state."""
+        if not isinstance(state, Mapping) or state.get("kind") != "tfr_torch.MixedDataset":
+            raise ValueError("not a MixedDataset state (from MixedDataset.state_dict)")
+        if state.get("version") != MIXED_STATE_VERSION:
+            raise ValueError(f"MixedDataset state version {state.get('version')!r}; this tfr_torch reads version "
+                             f"{MIXED_STATE_VERSION}")
+        mine = {"names": list(self.names), "weights": list(self.weights), "stop": self.stop, "seed": self.seed}
+        differ = [f"{key} {state.get(key)!r} (here {value!r})" for key, value in mine.items()
+                  if state.get(key) != value]
+        if differ:
+            raise ValueError(f"this state is of another mixture: {'; '.join(differ)}")
+        if set(state.get("datasets", {})) != set(self.names):
+            raise ValueError(f"this state holds datasets {sorted(state.get('datasets', {}))}, the mixture "
+                             f"{sorted(self.names)}")
+        for key in ("draws", "epoch", "rank", "worker", "workers"):
+            value = state.get(key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"MixedDataset state: {key} must be a non-negative int, got {value!r}")
+        for key in _SETS:
+            value = state.get(key)
+            if not isinstance(value, list) or any(not isinstance(k, int) or not 0 <= k < len(self.names)
+                                                  for k in value):
+                raise ValueError(f"MixedDataset state: {key} must list dataset positions, got {value!r}")
+        self._resume = dict(state)
+        self._epoch.fill_(int(state["epoch"]))
+        for dataset in self.datasets:
+            if hasattr(dataset, "set_epoch"):
+                dataset.set_epoch(int(state["epoch"]))
+
+    def _check_layout(self, state: Mapping[str, Any], rank: int, worker: int, workers: int) -> None:
+        here = {"rank": rank, "worker": worker, "workers": workers}
+        differ = [f"{key} {state[key]} (here {value})" for key, value in here.items() if state[key] != value]
+        if differ:
+            raise ValueError(f"this MixedDataset state was taken by another reader: {'; '.join(differ)}; a mixture "
+                             "resumes with the same ranks and DataLoader workers")
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_live"] = None  # a worker's draws are its own
+        return state
+
+
+def _weights(weights: Mapping[str, float] | Sequence[float] | None, names: list[str], named: bool) -> list[float]:
+    if weights is None:
+        return [1.0] * len(names)
+    if isinstance(weights, Mapping):
+        if not named:
+            raise TypeError("weights by name need datasets by name (a dict); give a list for a list of datasets")
+        if set(map(str, weights)) != set(names):
+            raise ValueError(f"weights name {sorted(map(str, weights))}, the datasets {sorted(names)}")
+        values = [weights[name] for name in names]
+    elif isinstance(weights, Sequence) and not isinstance(weights, (str, bytes)):
+        if len(weights) != len(names):
+            raise ValueError(f"{len(weights)} weights for {len(names)} datasets")
+        values = list(weights)
+    else:
+        raise TypeError(f"weights must be a dict, a list or None, got {type(weights).__name__}")
+    out = []
+    for name, value in zip(names, values):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+            raise ValueError(f"the weight of dataset {name!r} must be a positive finite number, got {value!r} (leave "
+                             "a dataset out rather than weigh it 0)")
+        out.append(float(value))
+    return out
