@@ -22,7 +22,7 @@ import os
 import re
 import warnings
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -35,6 +35,7 @@ from tfr_torch.format.paths import atomic_output, is_url
 
 __all__ = ["CachedDataset", "CACHE_FORMAT"]
 
+CACHE_STATE_VERSION = 1  # the version of CachedDataset.state_dict's layout
 CACHE_FORMAT = "tfr_torch.cache/2"  # 2: each part's CRC-32 and size beside it (`check-*.json`)
 _MANIFEST = "tfr_torch-cache.json"
 _MASK = 0xFFFF_FFFF_FFFF_FFFF  # seeds and epochs as numpy's generators take them (non-negative)
@@ -55,7 +56,8 @@ class CachedDataset(IterableDataset[Any]):
       in the dataset's own `transform`, whose results are what is kept).
 
     Items are copied when kept and when replayed from memory (a tensor changed in place by a training step never
-    changes the cache). `len()` is the dataset's.
+    changes the cache). `len()` is the dataset's. `state_dict()` / `load_state_dict()` resume an epoch where it
+    stood, with the same ranks and DataLoader workers.
 
     >>> train = CachedDataset(TFRecordDataset("train-*.tfrecord", spec, batch_size=64), "/local/cache",
     ...                       shuffle=True)                                                        # doctest: +SKIP
@@ -76,6 +78,9 @@ class CachedDataset(IterableDataset[Any]):
         self.transform = transform
         self._epoch = torch.zeros((), dtype=torch.int64).share_memory_()  # seen by persistent workers
         self._memory: dict[str, list[Any]] = {}
+        self._memory_epoch: dict[str, int] = {}  # the epoch each part in memory was read in
+        self._live: dict[str, Any] | None = None  # where this process's running epoch stands
+        self._resume: dict[str, Any] | None = None  # a loaded state, until the next iteration takes it
         self.directory: str | None = None
         if directory is not None:
             folder = os.fspath(directory)
@@ -93,6 +98,10 @@ class CachedDataset(IterableDataset[Any]):
         if hasattr(self.dataset, "set_epoch"):
             self.dataset.set_epoch(epoch)
 
+    @property
+    def epoch(self) -> int:
+        return int(self._epoch)
+
     def __len__(self) -> int:
         return len(self.dataset)  # type: ignore[arg-type]  # TypeError from len() when the dataset has none
 
@@ -104,6 +113,7 @@ class CachedDataset(IterableDataset[Any]):
     def clear(self) -> None:
         """Forget every kept part (memory and folder); the next epoch reads the dataset again."""
         self._memory.clear()
+        self._memory_epoch.clear()
         if self.directory is not None and os.path.isdir(self.directory):
             for name in os.listdir(self.directory):
                 if _cache_file(name):
@@ -113,12 +123,28 @@ class CachedDataset(IterableDataset[Any]):
 
     def __iter__(self) -> Iterator[Any]:
         key = self._key()
+        epoch = int(self._epoch)
+        resume, self._resume = self._resume, None
+        if resume is not None and resume["epoch"] == epoch and resume["phase"] is not None:
+            if resume["reader"] != key:
+                raise ValueError(f"this CachedDataset state was taken by reader {resume['reader']}, not {key}: a "
+                                 "cache resumes with the same ranks and DataLoader workers")
+            if resume["phase"] == "read":
+                return self._read_resumed(key, resume)
+            items = self._part(key)
+            if items is None:  # a new process (a cache in memory), or a part removed: read it again first
+                items = self._read_part(key, int(resume["kept_epoch"]))
+            return self._replay(key, items, fresh=key not in self._memory, skip=int(resume["yielded"]))
+        items = self._part(key)
+        if items is None:
+            return self._read_through(key)
+        return self._replay(key, items, fresh=self.directory is not None and key not in self._memory)
+
+    def _part(self, key: str) -> list[Any] | None:
         items = self._memory.get(key)
         if items is None and self.directory is not None:
             items = self._load(key)
-        if items is None:
-            return self._read_through(key)
-        return self._replay(items, fresh=self.directory is not None and key not in self._memory)
+        return items
 
     def _read_through(self, key: str) -> Iterator[Any]:
         """Read the source, keeping its items. Where other readers kept their parts in a folder in an earlier epoch
@@ -132,22 +158,125 @@ class CachedDataset(IterableDataset[Any]):
         if set_epoch is not None:
             set_epoch(source_epoch)
         kept = []
+        live = self._live = {"epoch": epoch, "phase": "read", "yielded": 0, "kept_epoch": source_epoch}
         try:
             for item in self.dataset:
                 kept.append(_copy(_plain(item)))  # a copy: the caller may change what it gets in place
+                live["yielded"] += 1
                 yield item if self.transform is None else self.transform(item)
         finally:
             if set_epoch is not None:
                 set_epoch(epoch)
-        # the epoch is complete: keep it
+        self._keep(key, kept, source_epoch)  # the epoch is complete: keep it
+
+    def _read_resumed(self, key: str, resume: Mapping[str, Any]) -> Iterator[Any]:
+        """The rest of a first epoch from where a saved state stood: the source resumes from its own state. What
+        an earlier run yielded of that epoch is not here, so nothing is kept: the next epoch reads the source
+        again and keeps it."""
+        epoch = int(self._epoch)
+        self.dataset.load_state_dict(resume["source"])  # type: ignore[attr-defined]  # state_dict checked it
+        live = self._live = {"epoch": epoch, "phase": "read", "yielded": int(resume["yielded"]),
+                             "kept_epoch": int(resume["kept_epoch"])}
+        try:
+            for item in self.dataset:
+                live["yielded"] += 1
+                yield item if self.transform is None else self.transform(item)
+        finally:
+            if int(resume["kept_epoch"]) != epoch and hasattr(self.dataset, "set_epoch"):
+                self.dataset.set_epoch(epoch)  # it was read as in another epoch (see _read_through)
+
+    def _read_part(self, key: str, source_epoch: int) -> list[Any]:
+        """This reader's part read from the source whole, as in the epoch it was first read (to resume a replayed
+        epoch where the part is no longer kept); kept again."""
+        epoch = int(self._epoch)
+        set_epoch = getattr(self.dataset, "set_epoch", None) if source_epoch != epoch else None
+        if set_epoch is not None:
+            set_epoch(source_epoch)
+        try:
+            kept = [_copy(_plain(item)) for item in self.dataset]
+        finally:
+            if set_epoch is not None:
+                set_epoch(epoch)
+        self._keep(key, kept, source_epoch)
+        return kept
+
+    def _keep(self, key: str, kept: list[Any], source_epoch: int) -> None:
         if self.directory is None:
             self._memory[key] = kept
+            self._memory_epoch[key] = source_epoch
         else:
             path = self._part_path(key)
             with atomic_output(path) as f:
                 torch.save(kept, f)
             with atomic_output(self._check_path(key)) as f:  # after the part: a part without one is not replayed
                 f.write(json.dumps({**_file_crc(path), "epoch": source_epoch}).encode())
+
+    def _part_epoch(self, key: str) -> int:
+        """The epoch this reader's kept part was read in (its source's order and split)."""
+        if key in self._memory_epoch:
+            return self._memory_epoch[key]
+        if self.directory is not None:
+            try:
+                with open(self._check_path(key)) as f:
+                    epoch = json.load(f).get("epoch")
+                if isinstance(epoch, int) and not isinstance(epoch, bool):
+                    return epoch
+            except (OSError, ValueError, AttributeError):
+                pass
+        return 0
+
+    # ----- state -------------------------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where this reader (this DataLoader worker, in a worker process) stands in the current epoch: reading
+        the source (with the source's own state_dict) or replaying its kept part (how many items). torchdata's
+        StatefulDataLoader collects one per worker."""
+        if self._resume is not None:  # loaded, not yet iterated: saved again as it was
+            return dict(self._resume)
+        epoch = int(self._epoch)
+        live = self._live if self._live is not None and self._live["epoch"] == epoch else None
+        state: dict[str, Any] = {"version": CACHE_STATE_VERSION, "kind": "tfr_torch.CachedDataset", "epoch": epoch,
+                                 "reader": self._key(), "shuffle": self.shuffle, "seed": self.seed,
+                                 "phase": None, "yielded": 0, "kept_epoch": epoch}
+        if live is None and self.cached():  # not begun, a part kept: this epoch replays it (also in a new process)
+            state.update(phase="replay", kept_epoch=self._part_epoch(state["reader"]))
+        elif live is not None:
+            state.update(phase=live["phase"], yielded=live["yielded"], kept_epoch=live["kept_epoch"])
+            if live["phase"] == "read":
+                if not hasattr(self.dataset, "state_dict"):
+                    raise TypeError(f"the dataset ({type(self.dataset).__name__}) has no state_dict: a CachedDataset "
+                                    "is resumable in its first epoch when its dataset is")
+                state["source"] = self.dataset.state_dict()
+        return state
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Resume from `state_dict()`: the next iteration of that epoch (set_epoch to it, or it is set here) goes on
+        where the state stood. A replayed epoch replays the rest of its order (a part no longer kept, as in a new
+        process without a folder, is read from the source again first); a first epoch goes on through the
+        source's own state, and is not kept (the next epoch reads and keeps it)."""
+        if not isinstance(state, Mapping) or state.get("kind") != "tfr_torch.CachedDataset":
+            raise ValueError("not a CachedDataset state (from CachedDataset.state_dict)")
+        if state.get("version") != CACHE_STATE_VERSION:
+            raise ValueError(f"CachedDataset state version {state.get('version')!r}; this tfr_torch reads version "
+                             f"{CACHE_STATE_VERSION}")
+        mine = {"shuffle": self.shuffle, "seed": self.seed}
+        differ = [f"{k} {state.get(k)!r} (here {v!r})" for k, v in mine.items() if state.get(k) != v]
+        if differ:
+            raise ValueError(f"this state is of another cache: {'; '.join(differ)}")
+        for key in ("epoch", "yielded", "kept_epoch"):
+            value = state.get(key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"CachedDataset state: {key} must be a non-negative int, got {value!r}")
+        if state.get("phase") not in (None, "read", "replay") or not isinstance(state.get("reader"), str):
+            raise ValueError(f"CachedDataset state: phase {state.get('phase')!r} or reader {state.get('reader')!r} "
+                             "is not one state_dict writes")
+        if state["phase"] == "read":
+            if not isinstance(state.get("source"), Mapping):
+                raise ValueError("CachedDataset state: a first epoch's state holds its dataset's state ('source')")
+            if not hasattr(self.dataset, "load_state_dict"):
+                raise TypeError(f"the dataset ({type(self.dataset).__name__}) has no load_state_dict")
+        self._resume = dict(state)
+        self.set_epoch(int(state["epoch"]))
 
     def _kept_at(self, key: str) -> int | None:
         """The epoch the other readers' parts kept in the folder were read in (their checks say), or None when
@@ -165,13 +294,17 @@ class CachedDataset(IterableDataset[Any]):
                     return epoch
         return None
 
-    def _replay(self, items: list[Any], fresh: bool) -> Iterator[Any]:
+    def _replay(self, key: str, items: list[Any], fresh: bool, skip: int = 0) -> Iterator[Any]:
+        epoch = int(self._epoch)
         order: Any = range(len(items))
         if self.shuffle:
-            order = np.random.default_rng([self.seed & _MASK, int(self._epoch) & _MASK]).permutation(len(items))
+            order = np.random.default_rng([self.seed & _MASK, epoch & _MASK]).permutation(len(items))
         wrap = (get_worker_info() is not None and getattr(self.dataset, "shared_memory", False)
                 and shared_memory_available())
-        for i in order:
+        live = self._live = {"epoch": epoch, "phase": "replay", "yielded": min(skip, len(items)),
+                             "kept_epoch": self._part_epoch(key)}
+        for i in order[live["yielded"]:]:
+            live["yielded"] += 1
             item = items[int(i)] if fresh else _copy(items[int(i)])
             if self.transform is not None:
                 item = self.transform(item)
@@ -261,7 +394,8 @@ class CachedDataset(IterableDataset[Any]):
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state["_memory"] = {}  # each process keeps its own parts
+        state["_memory"], state["_memory_epoch"] = {}, {}  # each process keeps its own parts
+        state["_live"] = None
         return state
 
 
