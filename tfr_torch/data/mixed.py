@@ -9,6 +9,7 @@ each dataset's own state, and a resumed run draws the same sequence from there.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Iterator, Mapping, Sequence, Sized
 from typing import Any, cast
@@ -151,19 +152,21 @@ class MixedDataset(IterableDataset[Any]):
             live.update(exhausted=sorted(out), cycled=sorted(cycled), restart=sorted(restart),
                         started=sorted(started))
 
+        def drawable() -> tuple[list[int], list[float]]:  # the datasets still drawn, their cumulative weights
+            active = [k for k in range(n) if k not in out]
+            return active, np.cumsum(weights[active]).tolist()
+
         iterators: list[Iterator[Any] | None] = [None] * n
-        uniforms: np.ndarray = np.empty(0)
+        uniforms: list[float] = []
         at = 0
-        while len(out) < n:
-            active = np.array([k for k in range(n) if k not in out])
-            cumulative = np.cumsum(weights[active])
+        active, cumulative = drawable()
+        while active:
             if at == len(uniforms):
-                uniforms, at = draw.random(_CHUNK), 0
-            u = float(uniforms[at])
+                uniforms, at = draw.random(_CHUNK).tolist(), 0
+            u = uniforms[at]
             at += 1
             live["draws"] += 1
-            k = int(active[min(int(np.searchsorted(cumulative, u * cumulative[-1], side="right")),
-                               len(active) - 1)])
+            k = active[min(bisect.bisect_right(cumulative, u * cumulative[-1]), len(active) - 1)]
             iterator = iterators[k]
             if iterator is None:
                 if k in restart:  # a new pass over a dataset that ran out
@@ -180,6 +183,7 @@ class MixedDataset(IterableDataset[Any]):
                 cycled.add(k)
                 if self.stop == "all" or k not in started:  # "all": done with it; a pass of nothing: empty here
                     out.add(k)
+                    active, cumulative = drawable()
                 elif len(cycled) < n:
                     restart.add(k)
                 note()
