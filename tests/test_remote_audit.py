@@ -631,3 +631,22 @@ def test_a_block_cache_smaller_than_one_block_is_refused(tmp_path):
         RemoteOptions(block_size=8192, cache_dir=str(tmp_path), cache_bytes=4096)
     RemoteOptions(block_size=8192, cache_dir=str(tmp_path), cache_bytes=8192)
     RemoteOptions(block_size=8192, cache_bytes=4096)
+
+
+def test_a_lying_index_line_does_not_fetch_its_claimed_size_before_the_header_check(store):
+    """Reading by offset from a remote file without a cache: an index line claiming a record far larger than the
+    one whose header is there is refused after at most one block is fetched, not the claimed size (here 200
+    blocks). A true large record is read whole, with one more request."""
+    big = b"\x05" * (40 * BLOCK)
+    records = [example(i, 100) for i in range(50)] + [big] + [example(i, 100) for i in range(50, 250)]
+    url = f"{store}/lying.tfrecord"
+    put(url, framed(records))
+    at = sum(16 + len(r) for r in records[:10])
+    AuditFS.calls = []
+    with RecordFile(url, remote=OPTIONS) as f:
+        with pytest.raises(tfr_torch.TFRecordError, match="the index says"):
+            f.read(at, 200 * BLOCK)
+        fetched = sum(end - start for _, start, end, _ in AuditFS.calls)
+        assert fetched <= 2 * BLOCK, fetched
+        offset = sum(16 + len(r) for r in records[:50])
+        assert f.read(offset, 16 + len(big)) == big

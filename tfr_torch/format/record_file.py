@@ -78,7 +78,10 @@ class RecordFile:
         if not whole_at_once:
             return self._record(offset, size, None)
         size = cast(int, size)
-        first = min(size, _BEFORE_HEADER) if self._seek is not None else size
+        # a remote file: at most one block before the header agrees (a larger record costs one more request)
+        limit = _BEFORE_HEADER if self._seek is not None else getattr(getattr(self._raw, "options", None),
+                                                                       "block_size", size)
+        first = min(size, limit)
         whole = self._read_at(offset, first)
         if first < size and len(whole) == first and parse_header(whole[:HEADER_SIZE]) == size - OVERHEAD:
             whole = b"".join([whole, self._read_at(offset + first, size - first)])  # the header agrees: the rest
