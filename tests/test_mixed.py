@@ -1,7 +1,8 @@
 """MixedDataset: several TFRecordDatasets drawn from by weight (tf.data's sample_from_datasets, HF's
 interleave_datasets). Every item once per epoch with stop="all", over ranks and DataLoader workers; the draws follow
-the weights and are a function of (seed, epoch, rank, worker); stop="first" is a prefix of stop="all"; stop="cycle"
-reads every dataset whole at least once; state_dict resumes a mixed epoch exactly where it stood."""
+the weights and are a function of (seed, epoch, worker), the same on every rank (equal counts per rank);
+stop="first" is a prefix of stop="all"; stop="cycle" reads every dataset whole at least once; state_dict resumes a
+mixed epoch exactly where it stood."""
 
 from __future__ import annotations
 
@@ -230,3 +231,19 @@ def test_stateful_dataloader_with_workers_resumes_the_mixture(files):
     second = loader()
     second.load_state_dict(state)
     assert head + [b["id"].tolist() for b in second] == whole
+
+
+@pytest.mark.parametrize("stop", ["all", "first", "cycle"])
+@pytest.mark.parametrize("workers", [0, 2])
+def test_every_rank_yields_as_many_items_whatever_the_stop(files, stop, workers):
+    """Uneven item counts across DDP ranks hang collectives: the draws are the same on every rank, so ranks with
+    equal shares of each dataset end their epochs at the same step."""
+    counts, seen = [], []
+    for rank in range(3):
+        mixed = MixedDataset(parts(files, rank=rank, world_size=3, shuffle=True), {"a": 1, "b": 2, "c": 4},
+                             stop=stop, seed=11)
+        got = loader_ids(mixed, workers)
+        counts.append(len(got))
+        seen.append(got)
+    assert len(set(counts)) == 1, counts
+    assert seen[0] != seen[1]  # the ranks read their own records

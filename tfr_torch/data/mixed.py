@@ -3,8 +3,9 @@ package's MultiTFRecordDataset and Hugging Face's `interleave_datasets` do, repr
 
 Each dataset splits itself across ranks and DataLoader workers as it does alone (a TFRecordDataset gives each
 reader its share); the mixture draws, in each reader, which dataset the next item comes from, with a random stream
-seeded by (seed, epoch, rank, worker). The draws are counted, so `state_dict` says where the mixture stands beside
-each dataset's own state, and a resumed run draws the same sequence from there.
+seeded by (seed, epoch, worker): the same on every rank, so ranks whose shares are equal end their epochs at the
+same step. The draws are counted, so `state_dict` says where the mixture stands beside each dataset's own state,
+and a resumed run draws the same sequence from there.
 """
 
 from __future__ import annotations
@@ -45,8 +46,10 @@ class MixedDataset(IterableDataset[Any]):
       dataset runs out; the proportions hold to the end, the other datasets' remaining items are not read.
       `"cycle"` (Hugging Face's "all_exhausted"; the `tfrecord` package's `infinite=True` until each has been
       read once): a dataset that runs out starts again, until every dataset has run out at least once.
-    - `seed`: with the epoch (`set_epoch`, passed on to the datasets), the rank and the DataLoader worker, seeds the
-      draws: the same arguments give the same mixture.
+    - `seed`: with the epoch (`set_epoch`, passed on to the datasets) and the DataLoader worker, seeds the draws:
+      the same arguments give the same mixture. Every rank draws the same sequence, so where the datasets give
+      the ranks equal shares (TFRecordDataset does), every rank yields as many items per epoch with any `stop`
+      (DDP's collectives never wait on a rank that has run out).
 
     `state_dict()` / `load_state_dict()` (the datasets must have them, as TFRecordDataset does) resume a mixed epoch
     where it stood, with the same datasets, weights and layout (number of DataLoader workers; each reader's
@@ -137,8 +140,9 @@ class MixedDataset(IterableDataset[Any]):
         return self._mix(live)
 
     def _mix(self, live: dict[str, Any]) -> Iterator[Any]:
-        bits = np.random.PCG64(np.random.SeedSequence(
-            [self.seed & _MASK, live["epoch"] & _MASK, live["rank"], live["worker"]]))
+        # not the rank: every rank draws the same sequence, so with datasets that give the ranks equal shares (as
+        # TFRecordDataset does) every rank's epoch has as many items, whatever `stop` (no rank waits in a collective)
+        bits = np.random.PCG64(np.random.SeedSequence([self.seed & _MASK, live["epoch"] & _MASK, live["worker"]]))
         bits.advance(live["draws"])  # one 64-bit output per uniform: where a resumed epoch stood
         draw = np.random.Generator(bits)
         weights = np.asarray(self.weights, dtype=np.float64)
