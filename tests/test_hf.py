@@ -241,3 +241,64 @@ def test_docs_section_runs(tmp_path, monkeypatch):
     again = hf.load("out", split="train", cache_dir=str(tmp_path / "c2"))
     assert again["id"] == [2 * i for i in range(10)]
     assert sorted(tfr_torch.tfds.read_info("data_dir/golden_copy/1.0.0").splits) == ["train"]
+
+
+def _sequence_file(tmp_path):
+    path = str(tmp_path / "clips.tfrecord")
+    rng = np.random.default_rng(3)
+    rows = []
+    with tfr_torch.TFRecordWriter(path) as writer:
+        for i in range(7):
+            steps = int(rng.integers(0, 5))
+            tokens = [rng.integers(0, 100, int(rng.integers(0, 4))).astype(np.int64) for _ in range(steps)]
+            words = [np.array([f"w{i}{s}{j}".encode() for j in range(int(rng.integers(0, 3)))], dtype=bytes)
+                     for s in range(steps)]
+            emb = rng.random((steps, 2)).astype(np.float32)
+            writer.write(tfr_torch.encode_sequence_example(
+                {"id": i, "title": f"clip {i}".encode()},
+                {"tokens": tokens, "words": words, "emb": list(emb)}))
+            rows.append((i, f"clip {i}", [t.tolist() for t in tokens], [[w.decode() for w in ws] for ws in words],
+                         emb))
+    return path, rows
+
+
+SEQ = tfr_torch.SequenceFeatures(
+    context={"id": tfr_torch.FixedLenFeature([], torch.int64),
+             "title": tfr_torch.FixedLenFeature([], tfr_torch.string)},
+    sequence={"tokens": tfr_torch.VarLenFeature(torch.int64), "words": tfr_torch.VarLenFeature(tfr_torch.string),
+              "emb": tfr_torch.FixedLenSequenceFeature([2], torch.float32)})
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_sequence_examples_load_as_context_and_feature_lists(tmp_path, streaming):
+    """SequenceExamples load with a SequenceFeatures spec: a `context` dict and a `feature_lists` dict of one list
+    per step (empty steps and empty sequences kept), as parse_single_sequence_example decodes them."""
+    path, rows = _sequence_file(tmp_path)
+    ds = hf.load(path, SEQ, utf8=["title", "words"], streaming=streaming, cache_dir=_cache(tmp_path))
+    assert ds.features["context"]["title"] == datasets.Value("string")
+    assert ds.features["feature_lists"]["tokens"] == datasets.List(datasets.List(datasets.Value("int64")))
+    got = list(ds)
+    assert len(got) == len(rows)
+    for row, (i, title, tokens, words, emb) in zip(got, rows):
+        assert row["context"] == {"id": i, "title": title}
+        steps = row["feature_lists"]
+        assert [list(map(int, t)) for t in steps["tokens"]] == tokens
+        assert [list(w) for w in steps["words"]] == words
+        assert np.allclose(np.array(steps["emb"], dtype=np.float32).reshape(-1, 2), emb)
+
+
+def test_a_sequence_features_spec_from_the_sidecar_is_used_by_auto(tmp_path):
+    path, rows = _sequence_file(tmp_path)
+    with tfr_torch.ShardedWriter(str(tmp_path / "out"), "clips", records_per_shard=4, features=SEQ) as writer:
+        for record in tfr_torch.read_records(path):
+            writer.write(record)
+    ds = hf.load(tmp_path / "out", split="train", cache_dir=_cache(tmp_path))
+    assert ds.features["feature_lists"]["words"] == datasets.List(datasets.List(datasets.Value("binary")))
+    assert sorted(r["context"]["id"] for r in ds) == list(range(7))
+
+
+def test_a_feature_list_with_ragged_partitions_is_refused_by_name():
+    spec = tfr_torch.SequenceFeatures(sequence={"r": tfr_torch.RaggedFeature(
+        torch.int64, partitions=[tfr_torch.RaggedFeature.UniformRowLength(2)])})
+    with pytest.raises(TypeError, match="feature list 'r': a RaggedFeature with partitions"):
+        hf.features_from_spec(spec)

@@ -26,6 +26,7 @@ import torch
 
 from tfr_torch.decode.results import RaggedTensor
 from tfr_torch.format.example import ByteStrings
+from tfr_torch.decode.sequence_features import SequenceFeatures
 from tfr_torch.decode.specs import FixedLenFeature, FixedLenSequenceFeature, VarLenFeature, string
 
 __all__ = ["features_from_spec", "features_from_tfds", "spec_from_features", "to_row", "from_row"]
@@ -67,12 +68,16 @@ def _torch_dtype_name(key: str, dtype: Any) -> str:
     return name
 
 
-def features_from_spec(spec: Mapping[str, Any], utf8: bool | Sequence[str] = False, *,
+def features_from_spec(spec: Mapping[str, Any] | SequenceFeatures, utf8: bool | Sequence[str] = False, *,
                        image_keys: Sequence[str] = (), class_names: Optional[Mapping[str, Sequence[str]]] = None,
                        ) -> datasets.Features:
     """`datasets.Features` for a spec of FixedLenFeature / VarLenFeature / FixedLenSequenceFeature. String
     features are binary, or text for the keys in `utf8` (True: all); `image_keys` (encoded images) become
-    `Image()`, the integer keys of `class_names` `ClassLabel`s."""
+    `Image()`, the integer keys of `class_names` `ClassLabel`s. A `SequenceFeatures` (SequenceExamples) gives
+    `{"context": {...}, "feature_lists": {...}}`, the rows as its records decode, each feature list one `List`
+    per step (`utf8` names keys of either spec)."""
+    if isinstance(spec, SequenceFeatures):
+        return _sequence_features(spec, utf8)
     text = _utf8_keys(spec, utf8)
     out: dict[str, Any] = {}
     for key, feature in spec.items():
@@ -98,6 +103,27 @@ def features_from_spec(spec: Mapping[str, Any], utf8: bool | Sequence[str] = Fal
             raise TypeError(f"feature {key!r}: a {type(feature).__name__} has no `datasets` feature here (FixedLen, "
                             "VarLen and FixedLenSequence features do); read its keys as VarLenFeatures")
     return datasets.Features(out)
+
+
+def _sequence_features(spec: SequenceFeatures, utf8: bool | Sequence[str]) -> datasets.Features:
+    from tfr_torch.decode.specs import RaggedFeature
+
+    text = _utf8_keys({**spec.context, **spec.sequence}, utf8)
+    context = features_from_spec(spec.context, sorted(text & {k for k, f in spec.context.items()
+                                                              if getattr(f, "dtype", None) == string}))
+    steps: dict[str, Any] = {}
+    for key, feature in spec.sequence.items():
+        dtype = feature.dtype
+        value = (datasets.Value("string" if key in text else "binary") if dtype == string
+                 else _value(key, _torch_dtype_name(key, dtype)))
+        if isinstance(feature, FixedLenSequenceFeature):
+            steps[key] = _shaped(key, value, [None, *feature.shape], dtype != string)
+        elif isinstance(feature, VarLenFeature) or (isinstance(feature, RaggedFeature) and not feature.partitions):
+            steps[key] = datasets.List(datasets.List(value))
+        else:
+            raise TypeError(f"feature list {key!r}: a RaggedFeature with partitions has no `datasets` feature here; "
+                            "read it as a VarLenFeature (a list per step)")
+    return datasets.Features({"context": dict(context), "feature_lists": steps})
 
 
 def _utf8_keys(spec: Mapping[str, Any], utf8: bool | Sequence[str]) -> set[str]:
@@ -172,6 +198,9 @@ def to_row(feature: Any, value: Any) -> Any:
         if isinstance(feature, datasets.Value) and feature.dtype in _TEXT and isinstance(value, (bytes, bytearray)):
             return bytes(value).decode("utf-8")
         return value
+    if isinstance(value, torch.Tensor) and (value.is_nested or (value.is_sparse and value.dim() == 2)):
+        if isinstance(feature, datasets.List):  # a list per step of a SequenceExample's feature list
+            return [to_row(feature.feature, row) for row in _rows(value)]
     numeric = _numeric(feature)
     if numeric and isinstance(value, torch.Tensor) and not value.is_sparse and not value.is_nested:
         return value.numpy()
@@ -182,6 +211,17 @@ def to_row(feature: Any, value: Any) -> Any:
     if isinstance(feature, datasets.List):
         return [to_row(feature.feature, v) for v in _items(value)]
     return value
+
+
+def _rows(value: torch.Tensor) -> list[torch.Tensor]:
+    """The rows of a nested tensor, or of a 2-D sparse one (a VarLenFeature per step: each row's values, in
+    order; empty rows included)."""
+    if value.is_nested:
+        return list(value.unbind(0))
+    sparse = value.coalesce()
+    rows = sparse.indices()[0]
+    counts = torch.bincount(rows, minlength=int(value.shape[0])).tolist()
+    return list(sparse.values().split(counts))
 
 
 def _numeric(feature: Any) -> bool:

@@ -174,15 +174,11 @@ def _load_files(paths: list[str], features: Any, split: str, utf8: Any, options:
         return _make(paths, _Reader(hf, None, None, options), hf, split, paths, make)
     sidecar = find_sidecar(paths)
     stored = (sidecar.data.get(HF_KEY) or {}).get("features") if sidecar is not None else None
-    if isinstance(features, SequenceFeatures) or (sidecar is not None and isinstance(features, str)
-                                                  and sidecar.sequence_features is not None):
-        raise ValueError("these records are tf.train.SequenceExamples: a Hugging Face dataset is made of Example "
-                         "rows; pass features= a spec of their context, or read them with "
-                         "tfr_torch.TFRecordDataset(paths, features=tfr_torch.SequenceFeatures(...))")
     if isinstance(features, str):
         spec = auto_features(sidecar)  # the sidecar's spec, or the error that says there is none
-        assert not isinstance(spec, SequenceFeatures)  # refused above
-        if stored is not None and utf8 is False:
+        if isinstance(spec, SequenceFeatures):
+            hf = features_from_spec(spec, utf8)
+        elif stored is not None and utf8 is False:
             hf = datasets.Features.from_dict(stored)
         else:
             image = (sidecar.data.get("image") if sidecar is not None else None) or {}
@@ -192,7 +188,7 @@ def _load_files(paths: list[str], features: Any, split: str, utf8: Any, options:
             hf = features_from_spec(spec, utf8, image_keys=[k for k in image_keys if k in spec],
                                     class_names={label: names} if names and label in spec else None)
     else:
-        spec = dict(features)
+        spec = features if isinstance(features, SequenceFeatures) else dict(features)
         hf = features_from_spec(spec, utf8)
     return _make(paths, _Reader(hf, spec, None, options), hf, split, [*paths, repr(spec)], make)
 
