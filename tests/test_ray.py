@@ -681,3 +681,69 @@ def test_convert_engine_errors(image_folder, tmp_path):
         tfr_torch.convert_image_folder(image_folder, str(tmp_path / "o"), "imgs", engine="spark")
     with pytest.raises(ValueError, match="address='auto' names a Ray cluster: it needs engine=\"ray\""):
         tfr_torch.convert_image_folder(image_folder, str(tmp_path / "o"), "imgs", address="auto")
+
+
+def _clips(path: str) -> list[tuple]:
+    rng = np.random.default_rng(8)
+    rows = []
+    with tfr_torch.TFRecordWriter(path) as writer:
+        for i in range(30):
+            steps = int(rng.integers(0, 4))
+            tokens = [rng.integers(0, 50, int(rng.integers(0, 3))).astype(np.int64) for _ in range(steps)]
+            words = [np.array([f"w{i}.{s}.{j}".encode() for j in range(int(rng.integers(0, 3)))], dtype=bytes)
+                     for s in range(steps)]
+            emb = rng.random((steps, 2)).astype(np.float32)
+            writer.write(tfr_torch.encode_sequence_example({"id": i, "title": f"clip {i}".encode()},
+                                                           {"tokens": tokens, "words": words, "emb": list(emb)}))
+            rows.append((i, f"clip {i}", [t.tolist() for t in tokens], [list(w) for w in words], emb))
+    return rows
+
+
+def test_sequence_examples_give_context_and_feature_list_columns(tmp_path):
+    """Slow by nature: a Ray Data read and its execution on the local cluster (tasks, object store)."""
+    import pyarrow as pa
+
+    path = str(tmp_path / "clips.tfrecord")
+    rows = _clips(path)
+    spec = tfr_torch.SequenceFeatures(
+        context={"id": FixedLenFeature([], torch.int64), "title": FixedLenFeature([], string)},
+        sequence={"tokens": VarLenFeature(torch.int64), "words": VarLenFeature(string),
+                  "emb": FixedLenSequenceFeature([2], torch.float32)})
+    ds = tray.read_tfrecords(path, spec, utf8=["title"], batch_rows=7)
+    table = table_of(ds)
+    assert table.schema.field("title").type == pa.string()
+    assert table.schema.field("tokens").type == pa.list_(pa.list_(pa.int64()))
+    assert table.schema.field("words").type == pa.list_(pa.list_(pa.binary()))
+    assert table.column("id").to_pylist() == [r[0] for r in rows]
+    assert table.column("title").to_pylist() == [r[1] for r in rows]
+    assert table.column("tokens").to_pylist() == [r[2] for r in rows]
+    assert table.column("words").to_pylist() == [r[3] for r in rows]
+    batch = ds.take_batch(30, batch_format="numpy")
+    for row, r in zip(batch["emb"], rows):
+        assert np.array_equal(np.asarray(row, dtype=np.float32).reshape(-1, 2), r[4])
+
+
+def test_sequence_example_specs_are_checked_before_any_task(tmp_path):
+    path = str(tmp_path / "clips.tfrecord")
+    _clips(path)
+    both = tfr_torch.SequenceFeatures(context={"id": FixedLenFeature([], torch.int64)},
+                                      sequence={"id": VarLenFeature(torch.int64)})
+    with pytest.raises(ValueError, match=r"features \['id'\] are both context features and feature lists"):
+        tray.read_tfrecords(path, both)
+    with pytest.raises(ValueError, match=r"utf8 names features that are not string features: \['tokens'\]"):
+        tray.read_tfrecords(path, tfr_torch.SequenceFeatures(sequence={"tokens": VarLenFeature(torch.int64)}),
+                            utf8=["tokens"])
+
+
+def test_sequence_examples_with_features_auto_from_the_sidecar(tmp_path):
+    """Slow by nature: a Ray Data read and its execution on the local cluster (tasks, object store)."""
+    path = str(tmp_path / "clips.tfrecord")
+    rows = _clips(path)
+    spec = tfr_torch.SequenceFeatures(context={"id": FixedLenFeature([], torch.int64)},
+                                      sequence={"tokens": VarLenFeature(torch.int64)})
+    with tfr_torch.ShardedWriter(str(tmp_path / "out"), "clips", records_per_shard=8, features=spec) as writer:
+        for record in tfr_torch.read_records(path):
+            writer.write(record)
+    table = table_of(tray.read_tfrecords(str(tmp_path / "out"), "auto", split="train"))
+    got = sorted(zip(table.column("id").to_pylist(), table.column("tokens").to_pylist()))
+    assert got == [(r[0], r[2]) for r in rows]

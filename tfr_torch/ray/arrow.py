@@ -11,6 +11,9 @@ A batch from `ExamplePlan.parse` becomes one `pyarrow.Table`, with the column ty
 | `FixedLenSequenceFeature(shape, dtype)` numeric | Ray's variable-shaped tensor column `[T, *shape]` (T per row) |
 | `RaggedFeature(dtype, ...)` | nested list columns, one level per ragged dimension |
 
+SequenceExamples (a `SequenceFeatures`) are made by `SequenceBlockMaker`: their context as above, their feature lists
+one column each (see its docstring).
+
 SparseFeature has no column form here: read its index and value keys as VarLenFeature columns.
 """
 
@@ -33,10 +36,11 @@ from tfr_torch.decode.specs import (
     VarLenFeature,
     string,
 )
+from tfr_torch.decode.sequence_plan import SequenceExamplePlan
 from tfr_torch.errors import DecodeError
 from tfr_torch.format.location import ExampleName, location_of
 
-__all__ = ["BlockMaker", "RAW_COLUMN"]
+__all__ = ["BlockMaker", "SequenceBlockMaker", "block_maker", "RAW_COLUMN"]
 
 RAW_COLUMN = "bytes"  # the column of raw records (features=None), as ray.data.read_binary_files names it
 
@@ -231,6 +235,104 @@ class BlockMaker:
                     raise DecodeError(f"feature {key!r} in example {i} is not valid UTF-8 text (it was asked for "
                                       "as utf8); read it as binary", path, offset, key=key, index=i) from None
             raise
+
+
+class SequenceBlockMaker(BlockMaker):
+    """Turns batches of tf.train.SequenceExample records into Arrow tables: one column per context feature (as
+    BlockMaker makes them; a SequenceExample's context is read as an Example's features) and one per feature list,
+    each row that record's steps:
+
+    | feature list | Arrow column |
+    |---|---|
+    | `FixedLenSequenceFeature(shape, dtype)` numeric | Ray's variable-shaped tensor column `[T, *shape]` |
+    | `FixedLenSequenceFeature(shape, string)` | a list (steps) of binary values / fixed-size lists of them |
+    | `VarLenFeature(dtype)`, `RaggedFeature(dtype)` without partitions | a list (steps) of lists |
+
+    Context and feature-list keys share the table's columns, so a key may not be in both."""
+
+    def __init__(self, features: Any, utf8: bool | Sequence[str] = False) -> None:
+        context, sequence = dict(features.context), dict(features.sequence)
+        both = sorted(set(context) & set(sequence))
+        if both:
+            raise ValueError(f"features {both} are both context features and feature lists: Ray Data gives each "
+                             "key one column; read them in two passes, one spec each")
+        strings = {k for part in (context, sequence) for k, s in part.items() if getattr(s, "dtype", None) == string}
+        if isinstance(utf8, bool):
+            text = strings if utf8 else set()
+        elif isinstance(utf8, str):
+            raise TypeError(f"utf8 must be a bool or a list of feature keys, got the string {utf8!r}")
+        else:
+            text = set(utf8)
+            unknown = sorted(text - set(context) - set(sequence))
+            if unknown:
+                raise ValueError(f"utf8 names features that are not in the spec: {unknown}")
+            if text - strings:
+                raise ValueError(f"utf8 names features that are not string features: {sorted(text - strings)}")
+        super().__init__(context, sorted(text & set(context)))
+        self.text = text
+        self.sequence = sequence
+        self.sequence_plan = SequenceExamplePlan({}, sequence) if sequence else None
+        for key, spec in sequence.items():
+            value = _value_type(key, spec.dtype, key in text)
+            if isinstance(spec, FixedLenSequenceFeature):
+                self.types[key] = None if spec.dtype != string else pa.list_(_fixed_lists(value, spec.shape))
+            elif isinstance(spec, VarLenFeature) or (isinstance(spec, RaggedFeature) and not spec.partitions):
+                self.types[key] = pa.list_(pa.list_(value))
+            else:
+                raise TypeError(f"feature list {key!r}: expected a FixedLenSequenceFeature, VarLenFeature or "
+                                f"RaggedFeature without partitions, got {spec!r}")
+
+    def make(self, records: Sequence[bytes], names: Sequence[ExampleName]) -> pa.Table:
+        table = super().make(records, names) if self.features else pa.table({})
+        if self.sequence_plan is None:
+            return table
+        # record by record: each record's steps as parse_single_sequence_example gives them
+        steps = [self.sequence_plan.parse([record], [names[i]], single=True)[1] for i, record in enumerate(records)]
+        for key, spec in self.sequence.items():
+            table = table.append_column(key, self._steps(key, spec, [s[key] for s in steps], names))
+        return table
+
+    def _steps(self, key: str, spec: Any, values: list[Any], names: Sequence[ExampleName]) -> pa.Array:
+        if isinstance(spec, FixedLenSequenceFeature) and spec.dtype != string:
+            from ray.data.extensions import ArrowVariableShapedTensorArray
+
+            rows = np.empty(len(values), dtype=object)
+            for i, value in enumerate(values):
+                rows[i] = value.numpy()
+            return ArrowVariableShapedTensorArray.from_numpy(rows)
+        if spec.dtype == string:
+            return self._strings(key, pa.array([_plain(v) for v in values], _as_binary(self.types[key])), names)
+        return pa.array([[row.tolist() for row in _step_rows(v)] for v in values], self.types[key])
+
+
+def _step_rows(value: Any) -> list[Any]:
+    """Each step's values of a per-step list feature: a 2-D sparse tensor (VarLenFeature), a nested tensor or a
+    RaggedTensor (RaggedFeature)."""
+    if isinstance(value, torch.Tensor) and value.is_sparse:
+        sparse = value.coalesce()
+        counts = np.bincount(sparse.indices()[0].numpy(), minlength=int(value.shape[0])).tolist()
+        return list(sparse.values().split(counts))
+    if isinstance(value, torch.Tensor):
+        return list(value.unbind(0))
+    return [torch.as_tensor(row) for row in value.to_list()]
+
+
+def _plain(value: Any) -> Any:
+    """Strings per step as lists (of lists) of bytes."""
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value)
+    if hasattr(value, "to_list"):
+        return value.to_list()
+    return [_plain(v) for v in value]
+
+
+def block_maker(features: Any, utf8: bool | Sequence[str] = False) -> BlockMaker:
+    """The block maker of a spec: Examples (a dict) or SequenceExamples (`SequenceFeatures`)."""
+    from tfr_torch.decode.sequence_features import SequenceFeatures
+
+    if isinstance(features, SequenceFeatures):
+        return SequenceBlockMaker(features, utf8)
+    return BlockMaker(features, utf8)
 
 
 def _as_binary(arrow: pa.DataType) -> pa.DataType:

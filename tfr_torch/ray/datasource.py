@@ -13,6 +13,7 @@ import ray
 from ray.data.block import BlockMetadata
 from ray.data.datasource import Datasource, ReadTask
 
+from tfr_torch.decode.sequence_features import SequenceFeatures
 from tfr_torch.errors import SkippedRecordWarning, TFRecordError
 from tfr_torch.format.compression import compression_from_name
 from tfr_torch.format.index import index_path_for, read_index
@@ -70,7 +71,7 @@ class _Names(Sequence[RecordLocation]):
 class _ReadPieces:
     """The body of one read task: its pieces, record by record, into blocks of `batch_rows` records."""
 
-    def __init__(self, pieces: list[Piece], features: Mapping[str, Any] | None, utf8: Any, compression: str | None,
+    def __init__(self, pieces: list[Piece], features: Any, utf8: Any, compression: str | None,
                  verify: bool, on_error: Any, batch_rows: int | None, skip_log: Any) -> None:
         self.pieces, self.features, self.utf8 = pieces, features, utf8
         self.compression, self.verify, self.on_error = compression, verify, on_error
@@ -79,9 +80,9 @@ class _ReadPieces:
     def __call__(self) -> Iterator[Any]:
         import pyarrow as pa
 
-        from tfr_torch.ray.arrow import RAW_COLUMN, BlockMaker
+        from tfr_torch.ray.arrow import RAW_COLUMN, block_maker
 
-        maker = BlockMaker(self.features, self.utf8) if self.features is not None else None
+        maker = block_maker(self.features, self.utf8) if self.features is not None else None
         rows_cap = self.batch_rows or _BATCH_ROWS
         bytes_cap = None if self.batch_rows else _BATCH_BYTES
         for piece in self.pieces:
@@ -185,7 +186,8 @@ class TFRecordDatasource(Datasource):
     >>> source.skipped  # ["path:offset: what was wrong", ...]
     """
 
-    def __init__(self, paths: PathLike | Sequence[PathLike], features: Mapping[str, Any] | str | None = None, *,
+    def __init__(self, paths: PathLike | Sequence[PathLike],
+                 features: Mapping[str, Any] | SequenceFeatures | str | None = None, *,
                  index: Any = "auto", compression: CompressionOrAuto = "auto", split: str | None = None,
                  verify: bool = True, on_error: OnError = "raise",
                  batch_rows: int | None = None, utf8: bool | Sequence[str] = False) -> None:
@@ -207,9 +209,9 @@ class TFRecordDatasource(Datasource):
         from tfr_torch.format.shardset import find_sidecar
 
         sidecar = find_sidecar(self.paths) if self.tfds is None else None
-        if features is not None and not isinstance(features, (str, Mapping)):
-            raise TypeError(f'features must be None, a spec dict or "auto", got {type(features).__name__} '
-                            "(read_tfrecords makes rows of tf.train.Example records)")
+        if features is not None and not isinstance(features, (str, Mapping, SequenceFeatures)):
+            raise TypeError(f'features must be None, a spec dict, a SequenceFeatures or "auto", got '
+                            f"{type(features).__name__}")
         if isinstance(features, str):
             if features != "auto":
                 raise ValueError(f'features must be None, a spec dict or "auto", got {features!r}')
@@ -220,18 +222,20 @@ class TFRecordDatasource(Datasource):
                                  "their shards (<name>-<split>.tfr_torch.json) and none describes these files; pass "
                                  "a spec (tfr_torch.infer_features(paths) proposes one)")
             elif sidecar.sequence_features is not None:
-                raise ValueError(f"{sidecar.path} describes tf.train.SequenceExample records: read_tfrecords makes "
-                                 "rows of Examples; read these with tfr_torch.TFRecordDataset(paths, "
-                                 "features='auto'), or pass features= a spec of their context")
+                from tfr_torch.decode.sidecar import spec_of_sidecar
+
+                features = spec_of_sidecar(sidecar)  # a SequenceFeatures
             else:
                 features = spec_from_json(sidecar.features)
         if features is not None:
-            from tfr_torch.ray.arrow import BlockMaker
+            from tfr_torch.ray.arrow import block_maker
 
-            BlockMaker(features, utf8)  # check the spec here, before any task runs
+            block_maker(features, utf8)  # check the spec here, before any task runs
         elif utf8 is not False:
             raise ValueError("utf8 applies to string features of a spec; with features=None the rows are raw records")
-        self.features = dict(features) if features is not None else None
+        self.features: Mapping[str, Any] | SequenceFeatures | None = (
+            features if features is None or isinstance(features, SequenceFeatures)
+            else dict(features))
         self.utf8 = utf8
         self.verify = bool(verify)
         self.on_error = on_error
@@ -318,7 +322,8 @@ class TFRecordDatasource(Datasource):
         return None if len(counts) < len(self._files) else int(np.sum(counts))
 
 
-def read_tfrecords(paths: PathLike | Sequence[PathLike], features: Mapping[str, Any] | str | None = None, *,
+def read_tfrecords(paths: PathLike | Sequence[PathLike],
+                   features: Mapping[str, Any] | SequenceFeatures | str | None = None, *,
                    index: Any = "auto", compression: CompressionOrAuto = "auto", split: str | None = None,
                    verify: bool = True, on_error: OnError = "raise",
                    batch_rows: int | None = None, utf8: bool | Sequence[str] = False,
@@ -331,7 +336,9 @@ def read_tfrecords(paths: PathLike | Sequence[PathLike], features: Mapping[str, 
     - `features`: None gives one `bytes` column of raw records; a spec (`{"key": tfr_torch.FixedLenFeature(...)}`)
       gives decoded columns (numeric FixedLen as Ray tensor columns of the spec's shape and dtype, scalars as plain
       columns, VarLen as list columns, strings as binary, or as utf-8 text for the keys in `utf8`); "auto" takes
-      the spec from the sidecar beside the shards.
+      the spec from the sidecar beside the shards. SequenceExamples take a `tfr_torch.SequenceFeatures`: a column
+      per context feature (as for Examples) and one per feature list, each row that record's steps (numeric
+      FixedLenSequence lists as variable-shaped tensors `[T, *shape]`, VarLen and Ragged lists as lists of lists).
     - `index`: "auto" uses `<file>.idx` where present (one big indexed file is split by record ranges over many
       read tasks), None ignores indexes, or one index path per file. Indexes and the sidecar give Ray exact row
       counts without reading the data.
