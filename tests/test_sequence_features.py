@@ -382,26 +382,31 @@ def _sequence_shards(tmp_path):
     return writer.paths
 
 
-def test_hugging_face_refuses_sequence_examples_by_name(tmp_path):
+def test_hugging_face_loads_sequence_examples_as_parse_single_sequence_example(tmp_path):
     pytest.importorskip("datasets")
     from tfr_torch import hf
 
     paths = _sequence_shards(tmp_path)
-    for features in ("auto", SPEC):
-        with pytest.raises(ValueError, match="these records are tf.train.SequenceExamples"):
-            hf.load(paths, features, split="train", cache_dir=str(tmp_path / "cache"))
+    for n, features in enumerate(("auto", SPEC)):
+        rows = list(hf.load(paths, features, split="train", cache_dir=str(tmp_path / f"cache{n}")))
+        assert len(rows) == 4
+        for i, row in enumerate(rows):
+            context, lists = tfr_torch.parse_single_sequence_example(record(i), SPEC.context, SPEC.sequence)
+            assert row["context"]["id"] == int(context["id"]) and row["context"]["name"] == context["name"]
+            assert row["context"]["tags"] == list(context["tags"])
+            assert np.allclose(np.asarray(row["feature_lists"]["frame"], dtype=np.float32).reshape(-1, 2),
+                               lists["frame"].numpy())
+            assert list(row["feature_lists"]["token"]) == lists["token"].tolist()
 
 
-def test_ray_refuses_sequence_examples_by_name(tmp_path):
+def test_ray_reads_sequence_examples_and_refuses_to_write_them(tmp_path):
     pytest.importorskip("ray.data")
     from tfr_torch.ray.datasink import TFRecordDatasink
     from tfr_torch.ray.datasource import TFRecordDatasource
 
     paths = _sequence_shards(tmp_path)
-    with pytest.raises(ValueError, match="describes tf.train.SequenceExample records: read_tfrecords makes rows"):
-        TFRecordDatasource(paths, "auto")
-    with pytest.raises(TypeError, match="makes rows of tf.train.Example records"):
-        TFRecordDatasource(paths, SPEC)
+    assert isinstance(TFRecordDatasource(paths, "auto").features, SequenceFeatures)
+    assert TFRecordDatasource(paths, SPEC).features == SPEC
     with pytest.raises(TypeError, match="writes rows as tf.train.Example records"):
         TFRecordDatasink(str(tmp_path / "out"), "x", "train", "1MB", None, features=SPEC)
 
