@@ -194,6 +194,8 @@ class TFRecordDataset(ResumableState, IterableDataset[Any]):
                             f"(rewritten after it was written?): {shown}. Their records are counted now instead")
             self._count_now()
         if self.tfds is not None:  # dataset_info.json's counts; indexes cut to the records the split selects
+            if self.on_error != "raise":  # a slice inside a shard counts skipped records too: by index positions
+                self.offsets = self.tfds.positions(self.offsets, self.compression)
             self.offsets = self.tfds.windowed(self.offsets)
             self._counts = list(self.tfds.counts)
         if self.world_size > 1:

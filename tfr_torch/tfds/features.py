@@ -195,7 +195,8 @@ class _LeafDecoder:
 
     def output_shape(self) -> Optional[Shape]:
         """The static shape of one record's value (None where unknown), or None when it is not a tensor."""
-        if self.mode == "text" or (self.mode == "image" and not self.decode_images) or self.rank >= 2:
+        if (self.mode == "text" or (self.mode == "plain" and self.leaf.dtype == "string")  # strings: lists of bytes
+                or (self.mode == "image" and not self.decode_images) or self.rank >= 2):
             return None
         return self.seq + self._element_shape()
 
@@ -277,21 +278,21 @@ def _decode_image(data: bytes, channels: Optional[int], key: str, name: Optional
     image = decode_image(data, name=label)
     if image.ndim != 3:
         raise DecodeError(f"{label}: decoded to shape {tuple(image.shape)}, expected [C, H, W]")
-    return _channels(image, channels, label)
+    return _channels(image, channels, label, png=data[:8] == b"\x89PNG\r\n\x1a\n")
 
 
-def _channels(image: torch.Tensor, want: Optional[int], label: str) -> torch.Tensor:
+def _channels(image: torch.Tensor, want: Optional[int], label: str, png: bool = False) -> torch.Tensor:
     """TensorFlow's decode_image(channels=want) conversions: gray is replicated, alpha dropped or set opaque, color
-    turned to gray with ITU-R 601 weights."""
+    turned to gray with ITU-R 601 weights (for a PNG, libpng's fixed-point ones: see _gray)."""
     have = image.shape[0]
     if want in (None, 0) or have == want:
         return image
     color = image[:1] if have in (1, 2) else image[:3]
     alpha = image[have - 1 :] if have in (2, 4) else None
     if want == 1:
-        return color if color.shape[0] == 1 else _gray(color)
+        return color if color.shape[0] == 1 else _gray(color, png)
     if want == 2:
-        gray = color if color.shape[0] == 1 else _gray(color)
+        gray = color if color.shape[0] == 1 else _gray(color, png)
         return torch.cat([gray, alpha if alpha is not None else torch.full_like(gray, 255)])
     rgb = color.expand(3, -1, -1).contiguous() if color.shape[0] == 1 else color
     if want == 3:
@@ -301,7 +302,11 @@ def _channels(image: torch.Tensor, want: Optional[int], label: str) -> torch.Ten
     raise DecodeError(f"{label}: cannot give {want} channels")
 
 
-def _gray(rgb: torch.Tensor) -> torch.Tensor:
+def _gray(rgb: torch.Tensor, png: bool = False) -> torch.Tensor:
+    if png:  # TensorFlow's decode_png: libpng's png_set_rgb_to_gray(0.299, 0.587), weights in 1/32768, truncated;
+        r, g, b = rgb.to(torch.int32)  # a gray pixel (r == g == b) kept as it is
+        gray = torch.where((r == g) & (g == b), r, (9797 * r + 19234 * g + 3737 * b) >> 15)
+        return gray.unsqueeze(0).to(torch.uint8)
     weights = torch.tensor([299, 587, 114], dtype=torch.int32).view(3, 1, 1)
     return ((rgb.to(torch.int32) * weights).sum(0, keepdim=True) + 500).div(1000, rounding_mode="floor").to(torch.uint8)
 
@@ -485,6 +490,8 @@ class TFDSDecoder:
         return tuple(out)
 
     def class_names(self) -> dict[str, list[str]]:
-        """Class names of every ClassLabel feature with names, by feature key."""
-        return {leaf.key: leaf.leaf.names for leaf in self.root.leaves()
-                if leaf.leaf.type == "ClassLabel" and leaf.leaf.names is not None}
+        """Class names of every ClassLabel feature, by feature key: its names, or as TFDS names the classes of a
+        ClassLabel(num_classes=N) declared without names, "0" to "N-1"."""
+        return {leaf.key: leaf.leaf.names if leaf.leaf.names is not None else
+                [str(i) for i in range(leaf.leaf.num_classes or 0)] for leaf in self.root.leaves()
+                if leaf.leaf.type == "ClassLabel" and (leaf.leaf.names is not None or leaf.leaf.num_classes)}

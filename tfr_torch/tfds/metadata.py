@@ -168,6 +168,8 @@ def _read_json(path: str) -> Any:
 
 
 def _int(value: Any, what: str, path: str) -> int:
+    if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):  # int() would truncate
+        raise TFDSMetadataError(f"{what} must be an integer, got {value!r}", path)
     try:
         number = int(value)  # protobuf's JSON writes int64 as strings
     except (TypeError, ValueError):

@@ -52,6 +52,20 @@ class TFDSSource:
             out.append(o[skip : skip + take])
         return out
 
+    def positions(self, offsets: Sequence[Optional[np.ndarray]], compression: Any) -> list[Optional[np.ndarray]]:
+        """`offsets` with an index scanned now for each shard that the split cuts inside (a slice that starts or
+        ends in it) and that has none: a record skipped for an error (on_error="skip") must still count as a
+        position, as in dataset_info.json's shardLengths, or the slice would take records of the next slice."""
+        from tfr_torch.format.index import scan_index
+
+        out, scanned = list(offsets), {}  # a shard that two terms cut ("train[:5]+train[3:8]") is scanned once
+        for i, (path, skip, take, expected) in enumerate(zip(self.paths, self.skips, self.counts, self.expected)):
+            if out[i] is None and not (skip == 0 and take == expected):
+                if path not in scanned:
+                    scanned[path] = scan_index(path, compression)
+                out[i] = scanned[path]
+        return out
+
     def class_names(self) -> dict[str, list[str]]:
         """Class names of every ClassLabel feature that has them, by feature key ("objects/label")."""
         features = self.features
@@ -60,7 +74,8 @@ class TFDSSource:
     @property
     def classes(self) -> Optional[list[str]]:
         """The class names of the dataset's label: the supervised target when it is a ClassLabel, else the only
-        ClassLabel with names; None when there is no such feature."""
+        ClassLabel (named by its labels file or features.json, else "0" to "N-1" as in TFDS); None when there is no
+        such feature."""
         names = self.class_names()
         target = self.info.supervised_keys[1] if self.info.supervised_keys else None
         if target in names:
