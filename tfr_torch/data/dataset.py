@@ -6,6 +6,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import sys
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Literal, overload
 
@@ -369,11 +370,13 @@ class TFRecordDataset(ResumableState, IterableDataset[Any]):
             items = self._batches(drop(blocks, skip * self.batch_size), plan, spans)
         for item in items:
             if transform is not None:
+                _APPLYING.dataset = self  # see applying()
                 if wrap:  # a dict it returns travels as a Batch: its slab tensors (slab_tensor) go without a copy
                     with lending_slabs():
                         item = transform(item)
                 else:
                     item = transform(item)
+                _APPLYING.dataset = _APPLYING.names = None
             if wrap:
                 item = wrap_for_transport(item, parcel)
             self._position += 1
@@ -391,10 +394,12 @@ class TFRecordDataset(ResumableState, IterableDataset[Any]):
             records = flatten(group)
             if len(records) < batch_size and self.drop_last:
                 return
-            if plan is None:
-                yield records
-            else:
-                yield plan.parse(records, _Names(group), spans=True) if spans else plan.parse(records, _Names(group))
+            names = _Names(group)
+            batch = records if plan is None else plan.parse(records, names, spans=True) if spans else plan.parse(
+                records, names)
+            if self.transform is not None:
+                _APPLYING.names = names  # for the transform about to get this batch (see applying())
+            yield batch
 
     def _resumed(self, epoch: int, history: list[dict[str, Any]], layout: Any, worker: int) -> Iterator[Block]:
         """This reader's records in a segment after the first: what the segments of `history` left, split for
@@ -523,6 +528,18 @@ def _converts_only(dataset: TFRecordDataset, caller: Any) -> bool:
     fetcher = caller.f_locals.get("self") if caller is not None else None
     return (getattr(fetcher, "dataset", None) is dataset and getattr(fetcher, "auto_collation", True) is False
             and getattr(fetcher, "collate_fn", None) is default_convert)
+
+
+_APPLYING = threading.local()
+
+
+def applying() -> tuple[Any, Sequence[RecordLocation] | None]:
+    """What a `transform` running in this thread was given by: (the TFRecordDataset applying it, the locations of
+    the records of the batch it got, None for a single record), or (None, None) outside a dataset's transform. A
+    transform keys its random choices by that dataset's `epoch` and `rank`, and names a bad record by its file and
+    offset (DecodeImages), in the main process as in DataLoader workers, under any wrapper (MixedDataset,
+    CachedDataset) that `get_worker_info().dataset` would name instead."""
+    return getattr(_APPLYING, "dataset", None), getattr(_APPLYING, "names", None)
 
 
 class _Names(Sequence[RecordLocation]):

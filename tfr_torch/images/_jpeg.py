@@ -4,8 +4,11 @@ GPU decoders can return pixels for a JPEG cut short (nvImageCodec 0.9 decoded a 
 without an error), where the CPU contract raises DecodeError. So every JPEG of a GPU batch is walked here first:
 its marker segments (each length checked against the bytes that remain), a frame header before the first scan, at
 least one complete scan, and the end-of-image marker after the last one. The tables and headers are checked as
-libjpeg checks them before it decodes (jdmarker.c, jdhuff.c): GPU decoders took a Huffman table with a DC symbol
-over 15 or more codes than its lengths allow, which libjpeg refuses. No pixels are decoded; the entropy-coded data
+libjpeg checks them before it decodes (jdmarker.c, jdhuff.c, jdphuff.c, jdinput.c, jdsample.c): GPU decoders took a
+Huffman table with a DC symbol over 15 or more codes than its lengths allow, which libjpeg refuses. It refuses too:
+sampling factors it cannot upsample or that make an MCU of over 10 blocks, a progressive scan's bad coefficient
+range or bit positions, a table a progressive scan uses but never defined (only sequential scans have standard
+tables), malformed DRI and DAC segments, a side over 65500 pixels. No pixels are decoded; the entropy-coded data
 is skipped by looking for the next marker (0xFF followed by anything but a stuffed 0x00, a restart marker or a fill
 byte).
 """
@@ -27,6 +30,9 @@ _FRAMES = frozenset((0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB,
 _STANDALONE = frozenset((0x01, *range(0xD0, 0xD8)))  # TEM, RSTn: no length field (B.1.1.4)
 # the segments libjpeg reads (jdmarker.c read_markers): the frames it decodes (baseline, extended, progressive,
 # arithmetic), DHT, DAC, DQT, DRI, DNL, SOS, APPn, COM; any other marker is an error there ("unsupported" SOFn too)
+_PROGRESSIVE = frozenset((0xC2, 0xCA))
+_ARITHMETIC = frozenset((0xC9, 0xCA))
+_MAX_SIDE = 65500  # JPEG_MAX_DIMENSION (jdinput.c initial_setup)
 _KNOWN = frozenset((0xC0, 0xC1, 0xC2, 0xC9, 0xCA, 0xC4, 0xCC, 0xDB, 0xDD, 0xDC, 0xDA, 0xFE, *range(0xE0, 0xF0)))
 
 
@@ -51,6 +57,9 @@ def jpeg_problem(data: bytes) -> str | None:
         if pos + 1 >= end:
             return f"no end-of-image marker: the data ends inside a marker at byte {pos}"
         marker = data[pos + 1]
+        if marker == 0x00:  # a stuffed zero where a marker is expected: libjpeg discards it too (next_marker)
+            pos += 2
+            continue
         if marker == 0xD9:
             if scans == 0:
                 return f"end-of-image marker at byte {pos} before any scan"
@@ -78,6 +87,7 @@ def jpeg_problem(data: bytes) -> str | None:
             if frame:
                 return f"a second frame header at byte {pos}"
             frame = True
+            tables.frame = marker
         if marker != 0xDA:
             pos += 2 + length
             continue
@@ -104,7 +114,9 @@ class _Tables:
     tables, and each Huffman table's problem (None when sound; libjpeg checks a Huffman table when a scan uses it)."""
 
     def __init__(self) -> None:
+        self.frame = 0
         self.components: dict[int, int] = {}
+        self.sampling: dict[int, tuple[int, int]] = {}
         self.quantization: set[int] = set()
         self.huffman: dict[tuple[int, int], str | None] = {}
 
@@ -130,14 +142,31 @@ def _segment_problem(marker: int, body: bytes, tables: _Tables) -> str | None:
             return f"a sample precision of {body[0]} bits (8 or 12)"
         if height == 0 or width == 0 or count == 0:
             return f"an image of {width}x{height} pixels with {count} components"
+        if height > _MAX_SIDE or width > _MAX_SIDE:
+            return f"an image of {width}x{height} pixels (libjpeg decodes at most {_MAX_SIDE} a side)"
         for k in range(count):
             ident, sampling, table = body[6 + 3 * k: 9 + 3 * k]
             if not (1 <= sampling >> 4 <= 4 and 1 <= sampling & 15 <= 4):
                 return f"component {ident} has sampling factors {sampling >> 4}x{sampling & 15} (1-4 each)"
             tables.components[ident] = table
+            tables.sampling[ident] = (sampling >> 4, sampling & 15)
+        widest = max(h for h, _ in tables.sampling.values()), max(v for _, v in tables.sampling.values())
+        for ident, (h, v) in tables.sampling.items():  # jdsample.c: "Fractional sampling not implemented yet"
+            if widest[0] % h or widest[1] % v:
+                return (f"component {ident}'s sampling factors {h}x{v} do not divide the largest, "
+                        f"{widest[0]}x{widest[1]} (libjpeg refuses fractional sampling)")
         return None
     if marker == 0xDA:
         return _scan_problem(body, tables)
+    if marker == 0xDD and len(body) != 2:  # jdmarker.c get_dri: a length of 4
+        return f"a restart interval of {len(body)} bytes (2)"
+    if marker == 0xCC:  # jdmarker.c get_dac: (table, value) pairs; DC tables 0-15 with L <= U, AC tables 16-31
+        if len(body) % 2:
+            return f"arithmetic conditioning of {len(body)} bytes (pairs)"
+        for at in range(0, len(body), 2):
+            table, value = body[at], body[at + 1]
+            if table > 31 or (table < 16 and value & 15 > value >> 4):
+                return f"arithmetic conditioning table {table} with value {value} (0-15: L <= U; 16-31)"
     return None
 
 
@@ -146,23 +175,35 @@ def _scan_problem(body: bytes, tables: _Tables) -> str | None:
     if not 1 <= count <= 4 or len(body) != 4 + 2 * count:
         return f"a scan header of {len(body)} bytes for {count} components (1-4; 4, then 2 per component)"
     first, last, approximation = body[1 + 2 * count], body[2 + 2 * count], body[3 + 2 * count] >> 4
+    low = body[3 + 2 * count] & 15
+    progressive = tables.frame in _PROGRESSIVE
+    if progressive and ((last != 0 if first == 0 else first > last or last > 63 or count != 1)
+                        or (approximation != 0 and low != approximation - 1) or low > 13):
+        return (f"a progressive scan of coefficients {first}-{last}, bits {approximation}-{low}, {count} "
+                f"component(s) (libjpeg: DC scans 0-0, AC scans of one component within 1-63, refinements of one "
+                f"bit, at most 13)")
+    blocks = 0
     seen = set()
     for k in range(count):
         ident, huffman = body[1 + 2 * k], body[2 + 2 * k]
         if ident not in tables.components or ident in seen:
             return f"the scan's component {ident} is not a component of the frame, or is named twice"
         seen.add(ident)
+        blocks += tables.sampling[ident][0] * tables.sampling[ident][1]
+        if count > 1 and blocks > 10:  # jdinput.c per_scan_setup: D_MAX_BLOCKS_IN_MCU
+            return f"an interleaved scan of {blocks} or more blocks per MCU (libjpeg decodes at most 10)"
         if tables.components[ident] not in tables.quantization:
             return f"component {ident}'s quantization table {tables.components[ident]} is not defined"
-        used = []  # the Huffman tables this scan decodes with (missing ones: libjpeg's standard tables)
-        if first == 0 and approximation == 0:
+        used = []  # the Huffman tables this scan decodes with (sequential: both, whatever its coefficients)
+        if first == 0 and approximation == 0 or not progressive:
             used.append((0, huffman >> 4))
-        if last > 0:
+        if last > 0 or not progressive:
             used.append((1, huffman & 15))
-        for kind, table in used:
+        for kind, table in used if tables.frame not in _ARITHMETIC else ():  # arithmetic coding has no Huffman
             if table > 3:
                 return f"the scan's component {ident} uses Huffman table {table} (0-3)"
-            if (kind, table) not in tables.huffman and table > 1:  # libjpeg-turbo's standard tables are 0 and 1
+            if (kind, table) not in tables.huffman and (table > 1 or progressive):
+                # libjpeg-turbo's standard tables 0 and 1 stand in for missing ones in sequential scans only
                 return f"the scan uses {'DC' if kind == 0 else 'AC'} Huffman table {table}, which is not defined"
             problem = tables.huffman.get((kind, table))
             if problem is not None:

@@ -1,8 +1,9 @@
 """The Pillow decoder: every format Pillow reads, to the image's own channels at 8 or 16 bits.
 
 Pillow's modes are mapped to the contract here: bilevel and 2/4-bit gray scaled to 0-255, palettes expanded (RGBA
-when the palette has transparency), 16-bit gray kept at 16 bits, 16-bit RGB/RGBA/gray+alpha PNGs read at full depth
-when asked (Pillow itself keeps only their high bytes), CMYK and YCbCr converted to RGB.
+when the palette has transparency; a GIF's gray palette, which Pillow opens as L, too), 16-bit gray kept at 16
+bits, 16-bit RGB/RGBA/gray+alpha PNGs read at full depth when asked (Pillow itself keeps only their high bytes),
+CMYK and YCbCr converted to RGB.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ def _pixels(img: Any, view: bool = False) -> tuple[np.ndarray, int]:
     after this (a decoded one), so an 8-bit L, RGB or RGBA image may come back as a view of Pillow's own memory (see
     _memory_view) instead of np.asarray's copy."""
     mode = img.mode
-    if mode == "P":
+    if mode == "P" or (mode == "L" and img.format == "GIF"):  # Pillow opens a GIF with a gray palette as L
         img = img.convert("RGBA" if "transparency" in img.info else "RGB")
     elif mode in _CONVERT:
         img = img.convert(_CONVERT[mode])

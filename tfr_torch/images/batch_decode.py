@@ -10,6 +10,9 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
+from tfr_torch.data.dataset import applying
+from tfr_torch.errors import DecodeError
+from tfr_torch.format.location import location_of
 from tfr_torch.images import _pixels
 from tfr_torch.images._formats import sniff
 from tfr_torch.images.decode import _decode_one, _resolve
@@ -24,6 +27,8 @@ class DecodeImages:
     DataLoader workers: the training loop gets [B, C, size, size] tensors). Evaluation transforms need nothing
     more; training ones need `index`, an int feature with each record's id, to key their crops (with the epoch and
     rank of the worker's dataset, set by set_epoch and its DDP rank; in the main process epoch 0 and `rank`, or 0).
+    A bad image raises DecodeError naming it by `names` (a feature such as "image/filename"), else by its `index`
+    value, else by its place in the batch.
     The crops are planned from the JPEG headers, then each image is
     decoded, cropped and resized into the batch before the next one is decoded: one decoded image alive at a
     time (its memory reused, still in the cache), read by the resize as a [C, H, W] view without a copy.
@@ -48,19 +53,40 @@ class DecodeImages:
     def __call__(self, batch: Mapping[str, Any]) -> dict[str, Any]:
         from torch.utils.data import get_worker_info
 
-        items = [bytes(e) if not isinstance(e, bytes) else e for e in batch[self.images]]
-        names: list[Optional[str]] = ([str(n.decode() if isinstance(n, bytes) else n) for n in batch[self.names]]
-                                      if self.names is not None else [None] * len(items))
+        encoded = batch[self.images]
+        if isinstance(encoded, (bytes, bytearray, memoryview, str)):  # one record: its bytes would read as images
+            raise TypeError(f"DecodeImages decodes batches: {self.images!r} is one image ({type(encoded).__name__}), "
+                            f"not a list of them; give the TFRecordDataset a batch_size")
+        items = [bytes(e) if not isinstance(e, bytes) else e for e in encoded]
         mode = _pixels.normalize_mode(self.transform.mode)
         backend = _resolve(self.backend)
         indices = [int(i) for i in batch[self.index]] if self.index is not None else list(range(len(items)))
+        names: list[Optional[str]]
+        if self.names is not None:
+            names = [str(n.decode(errors="backslashreplace") if isinstance(n, bytes) else n)  # not UTF-8: escaped
+                     for n in batch[self.names]]
+        elif self.index is not None:  # a bad image named by its record's id
+            names = [f"with {self.index}={i}" for i in indices]
+        else:  # or by its place
+            names = [f"{k} of a batch of {len(items)}" for k in range(len(items))]
         info = get_worker_info()
-        epoch = int(getattr(info.dataset, "epoch", 0)) if info is not None else 0
-        rank = self.rank if self.rank is not None else int(getattr(info.dataset, "rank", 0) or 0) if info else 0
+        source, locations = applying()  # the TFRecordDataset applying this transform, and its batch's records
+        if source is None and info is not None:
+            source = info.dataset
+        epoch = int(getattr(source, "epoch", 0) or 0) if source is not None else 0
+        rank = self.rank if self.rank is not None else int(getattr(source, "rank", 0) or 0) if source is not None else 0
+        if locations is not None and len(locations) != len(items):
+            locations = None
 
         def decode(k: int) -> torch.Tensor:
-            return _decode_one(items[k], mode, torch.uint8, backend, False, False, names[k], contiguous=False,
-                               header=headers[k])
+            try:
+                return _decode_one(items[k], mode, torch.uint8, backend, False, False, names[k], contiguous=False,
+                                   header=headers[k])
+            except DecodeError as err:
+                path, offset = location_of(locations[k]) if locations is not None else (None, None)
+                if path is None or err.path is not None:
+                    raise
+                raise DecodeError(err.message, path, offset, key=self.images, index=k) from None
 
         # crops are planned from the JPEG headers' frame sizes, so each image is decoded, resized and dropped before
         # the next one is decoded; only an image whose header has no size is decoded first

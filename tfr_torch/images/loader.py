@@ -162,7 +162,12 @@ class DeviceLoader:
         return len(self.loader)
 
     def set_epoch(self, epoch: int) -> None:
-        """Set the epoch (crops and the dataset's shuffle); passed to the dataset and the sampler that have one."""
+        """Set the epoch (crops and the dataset's shuffle); passed to the dataset and the sampler that have one.
+        Another epoch than the current one starts it afresh: state_dict() then says nothing of it was handed out."""
+        if int(epoch) != self._epoch:
+            self._samples, self._batches, self._snapshot = 0, 0, None
+            if self._resume is not None and int(self._resume["epoch"]) != int(epoch):
+                self._resume = None  # a state of another epoch: the dataset drops it too
         self._epoch = int(epoch)
         for part in (getattr(self.loader, "dataset", None), getattr(self.loader, "sampler", None)):
             if part is not None and hasattr(part, "set_epoch"):
@@ -174,9 +179,12 @@ class DeviceLoader:
 
     def state_dict(self) -> dict[str, Any]:
         """Where the training loop stands: the batches it has received (not those prefetched), with the wrapped
-        loader's state as it was right after it yielded the last of them."""
+        loader's state as it was right after it yielded the last of them. Raises TypeError mid-epoch when the
+        wrapped loader has no state (a DataLoader with workers): resuming would start the epoch over."""
         if self._resume is not None:
             return dict(self._resume)
+        if self._batches and self._snapshot is None:
+            self._state_owner()  # raises TypeError, naming what it needs
         return {"version": _STATE_VERSION, "epoch": self._epoch, "samples": self._samples, "batches": self._batches,
                 "loader": self._snapshot}
 
@@ -209,6 +217,9 @@ class DeviceLoader:
     # ----- iteration ---------------------------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[Any]:
+        followed = getattr(getattr(self.loader, "dataset", None), "epoch", None)
+        if followed is not None and int(followed) != self._epoch:  # set on the dataset itself: the crops follow it
+            self.set_epoch(int(followed))
         streams = streams_for(self.device)
         samples, batches = 0, 0
         if self._resume is not None:
@@ -271,6 +282,10 @@ class DeviceLoader:
                 if encoded is None:
                     raise KeyError(f"DeviceLoader: the batch has no {self.images!r} (its keys: "
                                    f"{', '.join(map(str, batch))}); pass images= the key of the encoded images")
+                if isinstance(encoded, (bytes, bytearray, memoryview, str)):  # one record, not a batch of them
+                    raise TypeError(f"DeviceLoader decodes batches: {self.images!r} is one image "
+                                    f"({type(encoded).__name__}), not a list of them; batch the records "
+                                    f"(TFRecordDataset's batch_size, or the DataLoader's)")
                 pixels = self._images(list(encoded), batch, streams, epoch, first, number)
                 if isinstance(pixels, torch.Tensor):
                     tensors.append(pixels)
@@ -303,7 +318,8 @@ class DeviceLoader:
                 number: int) -> Union[torch.Tensor, list[torch.Tensor]]:
         items = [bytes(e) if not isinstance(e, bytes) else e for e in encoded]
         if self.names is not None and self.names in batch:
-            names: list[Optional[str]] = [str(n.decode() if isinstance(n, bytes) else n) for n in batch[self.names]]
+            names: list[Optional[str]] = [str(n.decode(errors="backslashreplace") if isinstance(n, bytes) else n)
+                                          for n in batch[self.names]]  # a name that is not UTF-8 is still a name
         else:
             names = [f"epoch {epoch}, batch {number}, item {k}" for k in range(len(items))]
         transform = self.transform

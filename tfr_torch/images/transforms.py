@@ -33,6 +33,7 @@ import torch.nn.functional as F
 
 from tfr_torch import _native
 from tfr_torch.data.transport import slab_tensor as _slab_tensor
+from tfr_torch.images import _pixels
 
 __all__ = ["ImageTransform", "IMAGENET_MEAN", "IMAGENET_STD", "uniforms"]
 
@@ -98,6 +99,11 @@ class ImageTransform:
             raise ValueError(f"dtype must be torch.float32, torch.bfloat16 or torch.uint8, got {self.dtype!r}")
         if (self.mean is None) != (self.std is None):
             raise ValueError("mean and std go together: give both or neither")
+        channels = _pixels._CHANNELS.get(_pixels.normalize_mode(self.mode))  # None: UNCHANGED
+        if self.dtype != torch.uint8 and self.mean is not None and self.std is not None and (  # uint8: not used
+                len(self.mean) != len(self.std) or len(self.mean) not in (1, channels or len(self.mean))):
+            raise ValueError(f"mean and std need one value per channel of mode {self.mode!r} ({channels}) or one for "
+                             f"all, got mean={self.mean!r}, std={self.std!r}")
 
     def plan(self, sizes: Sequence[tuple[int, int]], epoch: int, rank: int, indices: Sequence[int]
              ) -> tuple[np.ndarray, np.ndarray]:
@@ -143,6 +149,10 @@ class ImageTransform:
         "gather"), "resize" (per image, antialiased) or "gather" (the whole batch at once, bilinear)."""
         if not images:
             raise ValueError("apply needs at least one image")
+        channels = [int(image.shape[0]) for image in images]
+        odd = next((k for k, c in enumerate(channels) if c != channels[0]), None)
+        if odd is not None:  # the gather would read one image's samples as another's channels
+            raise ValueError(_mixed_channels(odd, channels[odd], channels[0]))
         device = images[0].device
         if method == "auto":
             method = "gather" if device.type == "cuda" else "resize"
@@ -241,6 +251,8 @@ def _resize_into(crops: Iterable[tuple[torch.Tensor, np.ndarray, bool]], count: 
         if crop.dtype != torch.uint8:
             crop = crop.to(torch.uint8)
         channels = crop.shape[1]
+        if out is not None and channels != out.shape[1]:
+            raise ValueError(_mixed_channels(k, channels, out.shape[1]))
         if crop.stride(1) == 1:  # channels innermost: contiguous channels_last rows for the resize
             crop = _with_padding(crop).contiguous(memory_format=torch.channels_last)
         pixels = F.interpolate(crop, size=(size, size), mode="bilinear", antialias=True, align_corners=False)[0]
@@ -258,6 +270,11 @@ def _resize_into(crops: Iterable[tuple[torch.Tensor, np.ndarray, bool]], count: 
     if out is None:
         raise ValueError("_resize_each needs at least one image")
     return out
+
+
+def _mixed_channels(k: int, channels: int, first: int) -> str:
+    return (f"image {k} of the batch has {channels} channel(s) where the first has {first}: images of one batch "
+            f"need one read mode (ImageTransform's mode, e.g. 'RGB', the default, rather than 'UNCHANGED')")
 
 
 def _planes_into(target: torch.Tensor, pixels: torch.Tensor, flip: bool) -> bool:
