@@ -26,9 +26,9 @@ class DecodeImages:
     """A TFRecordDataset `transform` that decodes and transforms a batch's images where the dataset runs (in
     DataLoader workers: the training loop gets [B, C, size, size] tensors). Evaluation transforms need nothing
     more; training ones need `index`, an int feature with each record's id, to key their crops (with the epoch and
-    rank of the worker's dataset, set by set_epoch and its DDP rank; in the main process epoch 0 and `rank`, or 0).
-    A bad image raises DecodeError naming it by `names` (a feature such as "image/filename"), else by its `index`
-    value, else by its place in the batch.
+    rank of the TFRecordDataset applying it, set by set_epoch and its DDP rank, in workers and in the main process;
+    `rank=` overrides the rank). A bad image raises DecodeError naming its record's file and byte offset, and it by
+    `names` (a feature such as "image/filename"), else by its `index` value, else by its place in the batch.
     The crops are planned from the JPEG headers, then each image is
     decoded, cropped and resized into the batch before the next one is decoded: one decoded image alive at a
     time (its memory reused, still in the cache), read by the resize as a [C, H, W] view without a copy.
