@@ -167,6 +167,29 @@ def test_every_release_decodes_a_gpu_batch_by_the_contract(gpu, release):
     assert all(rest == options for _, rest in nvi.log["created"])
 
 
+def test_auto_decodes_rgb_stored_and_arithmetic_coded_jpegs_on_the_cpu(gpu):
+    """The GPU decoders were measured on sequential Huffman-coded YCbCr and gray JPEGs: a JPEG stored as RGB (an
+    Adobe marker, transform 0) or arithmetic-coded goes to the CPU in an "auto" GPU batch (libjpeg decodes both);
+    named, the GPU decoder is asked."""
+    from tfr_torch.images._formats import sniff
+    from tfr_torch.images.decode import _gpu_decoder
+
+    nvi = gpu(fake_nvimgcodec("0.9", **RELEASES["0.9"]))
+    image = Image.fromarray(np.random.default_rng(4).integers(0, 256, (24, 32, 3), dtype=np.uint8))
+    buffer = io.BytesIO()
+    image.save(buffer, "JPEG", keep_rgb=True, quality=95)
+    stored_rgb = buffer.getvalue()
+    assert sniff(stored_rgb).rgb and not sniff(read("jpeg_rgb420.jpg")).rgb
+    out = decode_image([read("jpeg_rgb420.jpg"), stored_rgb], "RGB", device="cuda")
+    assert nvi.log["decoded"] == [("general", 1)]  # the plain one only
+    assert torch.equal(out[1], decode_image(stored_rgb, "RGB"))
+    plain = read("jpeg_rgb420.jpg")
+    at = plain.index(b"\xff\xc0")
+    arithmetic = plain[:at] + b"\xff\xc9" + plain[at + 2:]  # the frame marker of an arithmetic-coded JPEG
+    assert _gpu_decoder(sniff(arithmetic), "auto") is None and _gpu_decoder(sniff(plain), "auto") is not None
+    assert _gpu_decoder(sniff(stored_rgb), "nvimgcodec") == "nvimgcodec"
+
+
 def test_a_release_without_an_rgb_colour_spec_is_named_and_auto_decodes_on_the_cpu(gpu):
     gpu(fake_nvimgcodec("0.10", colours=("BGR", "GRAY")))
     with pytest.raises(ValueError) as info:

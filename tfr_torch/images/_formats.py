@@ -32,6 +32,7 @@ class Header:
     height: int = 0  # a JPEG's frame size (0 when no frame header was found): the image transforms plan crops by it
     width: int = 0
     frame: int = 0  # a JPEG's start-of-frame marker (0xC0 baseline, 0xC2 progressive, ...; 0 when none was found)
+    rgb: bool = False  # a 3-component JPEG stored as RGB, not YCbCr (libjpeg's rule: an Adobe marker, or R G B ids)
 
     @property
     def progressive(self) -> bool:
@@ -78,6 +79,7 @@ def _png(data: bytes) -> Header:
 def _jpeg(data: bytes) -> Header:
     """Walk the JPEG markers up to the first frame header (SOFn: ITU T.81 B.2.2) or the scan."""
     pos, components, precision, orientation, height, width, frame = 2, 0, 0, 1, 0, 0, 0
+    jfif, adobe, ids = False, -1, b""  # what says its colour space (jdapimin.c default_decompress_parms)
     end = len(data)
     while pos + 4 <= end:
         if data[pos] != 0xFF:
@@ -93,15 +95,21 @@ def _jpeg(data: bytes) -> Header:
         segment = data[pos + 4 : pos + 2 + length]
         if marker == 0xE1 and segment[:6] == b"Exif\x00\x00" and orientation == 1:
             orientation = _exif_orientation(segment[6:])
+        if marker == 0xE0 and segment[:5] == b"JFIF\x00":
+            jfif = True
+        if marker == 0xEE and segment[:5] == b"Adobe" and len(segment) >= 12:
+            adobe = segment[11]
         start_of_frame = (0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF)
         if marker in start_of_frame and len(segment) >= 6:
             precision, components, frame = segment[0], segment[5], marker
             height, width = segment[1] << 8 | segment[2], segment[3] << 8 | segment[4]
+            ids = bytes(segment[6 : 6 + 3 * components : 3])
         if marker in (0xDA, 0xD9):  # start of scan / end of image: no more headers
             break
         pos += 2 + length
+    rgb = components == 3 and not jfif and (adobe == 0 if adobe >= 0 else ids == b"RGB")
     return Header("jpeg", components=components, precision=precision, orientation=orientation, height=height,
-                  width=width, frame=frame)
+                  width=width, frame=frame, rgb=rgb)
 
 
 def _exif_orientation(tiff: bytes) -> int:

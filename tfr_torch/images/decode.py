@@ -13,7 +13,8 @@ else and whenever the others are absent. torchvision never
 gets a PNG (its decoder crashes the process on corrupt PNG data) nor a CMYK JPEG (it returns inverted CMYK).
 
 On a GPU (device="cuda"), "auto" uses only a decoder that meets the contract there (nvImageCodec: within 1 level of
-the CPU result on baseline JPEGs; progressive ones, up to 3 levels off there, are decoded on the CPU); torchvision's
+the CPU result on baseline JPEGs; progressive ones, up to 3 levels off there, and the arithmetic-coded and
+RGB-stored ones, not measured, are decoded on the CPU); torchvision's
 GPU decoder (nvJPEG's own chroma upsampling: up to 96 levels off) and TorchCodec's (not measured yet) run only when
 named. Every JPEG of a GPU batch has its structure checked on the CPU first (_jpeg.jpeg_problem), and an image the
 decoder reports as failed is a DecodeError: no pixels for bytes the CPU
@@ -120,7 +121,9 @@ def choose_backend(data: Data, backend: Optional[str] = None, device: Union[str,
 
 def _gpu_decoder(header: Header, backend: str) -> Optional[str]:
     """The decoder of this image in a GPU batch, or None: it is decoded on the CPU, then moved."""
-    if not _plain_jpeg(header) or (backend == "auto" and header.progressive):
+    # "auto" sends the GPU what its decoders were measured on: sequential Huffman-coded YCbCr or gray JPEGs;
+    # progressive (up to 3 levels off), arithmetic-coded and RGB-stored ones are decoded on the CPU
+    if not _plain_jpeg(header) or (backend == "auto" and (header.frame not in (0xC0, 0xC1) or header.rgb)):
         return None
     for name in _GPU_AUTO if backend == "auto" else (backend,):
         if name in _GPU_ORDER and _available(name) and (name != "torchcodec" or header.orientation == 1):
