@@ -149,7 +149,8 @@ def write_metadata(out_dir: str, name: str, split: str, shards: Sequence[tuple[s
     for stem, names in (class_names or {}).items():
         path = f"{out_dir}/{stem}.labels.txt"
         with atomic_output(path) as f:
-            f.write("".join(f"{n}\n" for n in names).encode("utf-8"))
+            # surrogateescape: a class folder whose name is not UTF-8 keeps its bytes (as the records' class text)
+            f.write("".join(f"{n}\n" for n in names).encode("utf-8", "surrogateescape"))
         written.append(path)
     with atomic_output(features_path) as f:
         f.write(features_text.encode())

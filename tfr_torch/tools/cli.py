@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from tfr_torch._version import __version__
+from tfr_torch.errors import TFRecordError
 from tfr_torch.format.compression import normalize_compression
 from tfr_torch.format.seek import DEFAULT_SPAN
 from tfr_torch.tools.cli_common import UsageError, _problem
@@ -273,6 +274,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except FileNotFoundError as err:  # e.g. a glob pattern that matches nothing
         print(f"tfr-torch {args.command}: {_problem(err)}", file=sys.stderr)
         return 1
+    except ImportError as err:  # a URL whose fsspec package is not installed (s3fs, gcsfs, ...): named by the error
+        print(f"tfr-torch {args.command}: {err}", file=sys.stderr)
+        return 1
+    except TFRecordError as err:  # (the commands report their own; one that gets here is a data problem all the same)
+        print(f"tfr-torch {args.command}: {_problem(err)}", file=sys.stderr)
+        return 1
+    except ValueError as err:  # an argument the library refuses, e.g. a URL of a protocol fsspec does not know
+        print(f"tfr-torch {args.command}: error: {err} (see `tfr-torch {args.command} --help`)", file=sys.stderr)
+        return 2
     except BrokenPipeError:  # e.g. `tfr-torch head ... | head -1`: stop quietly, and keep Python's exit quiet too
         try:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

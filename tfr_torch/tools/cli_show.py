@@ -112,17 +112,23 @@ def _render(record: bytes, kind: str, full: bool) -> dict[str, Any]:
                 return {"sequence_example": {
                     "context": {k: _json_values(v, full) for k, v in sorted(context.items())},
                     "feature_lists": {k: [_json_values(s, full) for s in steps] for k, steps in sorted(lists.items())}}}
-    if kind == "auto":
+    guess = kind == "auto"
+    if guess:
         from tfr_torch.decode.infer import record_kind  # a TensorProto also parses as an empty Example
 
         guessed = record_kind(record)
         kind = {"example": "example", "tensor": "tensor"}.get(guessed, "raw")
-    if kind == "example":
-        return {"example": {k: _json_values(v, full) for k, v in sorted(decode_example(record).items())}}
-    if kind == "tensor":
-        tensor = decode_tensor_proto(record)
-        values, extra = _json_tensor(tensor.dtype, tensor.values, full)
-        return {"tensor": {"dtype": DTYPES[tensor.dtype][0], "shape": list(tensor.shape), "values": values, **extra}}
+    try:
+        if kind == "example":
+            return {"example": {k: _json_values(v, full) for k, v in sorted(decode_example(record).items())}}
+        if kind == "tensor":
+            tensor = decode_tensor_proto(record)
+            values, extra = _json_tensor(tensor.dtype, tensor.values, full)
+            return {"tensor": {"dtype": DTYPES[tensor.dtype][0], "shape": list(tensor.shape), "values": values,
+                               **extra}}
+    except DecodeError:  # auto: what a lenient first parse guessed, the strict decoder refuses (a map entry
+        if not guess:  # without a key, a broken Feature): the record is shown raw
+            raise
     head = record if full else record[:CUT_BYTES]
     raw: dict[str, Any] = {"length": len(record), "base64": base64.b64encode(head).decode("ascii")}
     if len(head) < len(record):

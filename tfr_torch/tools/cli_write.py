@@ -21,6 +21,7 @@ def _cmd_convert(args: argparse.Namespace) -> int:
         raise UsageError(f"argument --mode: JPEG has no alpha channel: {args.mode} needs --format png or raw")
     if args.address is not None and args.engine != "ray":
         raise UsageError("argument --address: names a Ray cluster, so it needs --engine ray")
+    _check_tfds_compression(args.tfds, args.compression)
     from tfr_torch.tools.convert import convert_image_folder
 
     if not os.path.isdir(args.src):
@@ -45,9 +46,16 @@ def _cmd_convert(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_tfds_compression(tfds: bool, compression: str | None) -> None:
+    if tfds and compression not in (None, "none"):
+        raise UsageError(f"argument --compression: TensorFlow Datasets folders (--tfds) hold uncompressed shards, got "
+                         f"--compression {compression}")
+
+
 def _cmd_reshard(args: argparse.Namespace) -> int:
     from tfr_torch.tools.reshard import check_output, reshard, reshard_names
 
+    _check_tfds_compression(args.tfds, args.out_compression)
     paths = _files(args)
     name, split = reshard_names(paths, args.name, args.split)
     try:

@@ -19,6 +19,7 @@ import collections
 import io
 import itertools
 import logging
+import math
 import multiprocessing
 import os
 import sys
@@ -116,8 +117,8 @@ def _check_decodes(img: Any) -> None:
     img.load()
 
 
-def _image_example(encoded: bytes, fmt: str, height: int, width: int, channels: int, label: int, text: str,
-                   filename: str | None) -> bytes:
+def _image_example(encoded: bytes, fmt: str, height: int, width: int, channels: int, label: int, text: str | bytes,
+                   filename: str | bytes | None) -> bytes:
     features = {"image/encoded": encoded, "image/format": fmt, "image/height": height, "image/width": width,
                 "image/channels": channels, "image/class/label": label, "image/class/text": text}
     if filename is not None:
@@ -160,7 +161,9 @@ class _FolderJob:
             return i, None, 0, f"{path}: cannot read the image: {str(exc).split(': ', 1)[-1]}"
         except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
             return i, None, 0, f"{path}: cannot read the image: {exc}"
-        record = _image_example(encoded, fmt, int(height), int(width), channels, label, self.classes[label], rel)
+        # os.fsencode: a name that is not UTF-8 (kept by Python as surrogate escapes) is stored as its bytes on disk
+        record = _image_example(encoded, fmt, int(height), int(width), channels, label,
+                                os.fsencode(self.classes[label]), os.fsencode(rel))
         return i, record, len(data), None
 
 
@@ -172,6 +175,23 @@ def _reencode(pixels: torch.Tensor, fmt: str, quality: int) -> tuple[bytes, str,
         return serialize_tensor(pixels.contiguous()), "raw", int(pixels.shape[0])
     encoded, channels = encode_pixels(pixels, fmt, quality)
     return encoded, fmt, channels
+
+
+def _label_of(target: Any) -> int:
+    """A dataset item's target as its class index: an int, an integral float, or a tensor / array holding one
+    such value. ValueError for anything that would be cut to fit (2.7, several values, past int64)."""
+    if hasattr(target, "item") and hasattr(target, "shape"):
+        if math.prod(target.shape) != 1:
+            raise ValueError(f"the target must be one class index, got a {type(target).__name__} of shape "
+                             f"{tuple(target.shape)}")
+        target = target.item()
+    try:
+        label: int | None = int(target)  # None, "cat": TypeError / ValueError
+    except OverflowError:  # an infinite float
+        label = None
+    if label is None or (label != target and not isinstance(target, str)) or not -(2**63) <= label < 2**63:
+        raise ValueError(f"the target must be an integer class index (int64), got {target!r}")
+    return label
 
 
 class _DatasetJob:
@@ -186,7 +206,7 @@ class _DatasetJob:
 
         try:
             image, target = self.dataset[i]
-            label = int(target.item() if hasattr(target, "item") else target)
+            label = _label_of(target)
             pixels = as_pixels(image, self.mode)
             encoded, fmt, channels = _reencode(pixels, "png" if self.fmt == "keep" else self.fmt, self.quality)
         except (OSError, ValueError, TypeError, SyntaxError, Image.DecompressionBombError) as exc:

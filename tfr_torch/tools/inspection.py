@@ -20,7 +20,7 @@ from tfr_torch.decode.infer import EXAMPLE, RAW, SEQUENCE_EXAMPLE, TENSOR, class
 from tfr_torch.errors import DecodeError
 from tfr_torch.format.columns import decode_column, kind_of
 from tfr_torch.format.framing import OVERHEAD
-from tfr_torch.format.options import CompressionOrAuto, check_compression
+from tfr_torch.format.options import CompressionOrAuto, FeatureKind, check_compression
 from tfr_torch.format.paths import file_size
 from tfr_torch.format.reader import RecordReader
 from tfr_torch.format.tensor import DTYPES
@@ -94,10 +94,20 @@ class _Feature:
 
     def add(self, raws: list[bytes | None], key: str) -> None:
         """Add one chunk of raw Feature bytes (None where a record lacks the key)."""
-        kinds = {found for found in (kind_of(raw, key) for raw in raws) if found is not None}
+        found: list[FeatureKind | None] = []
+        malformed = False
+        for raw in raws:
+            try:
+                found.append(kind_of(raw, key))
+            except DecodeError as exc:  # noted, and left out like an absent one (the rest of the chunk is kept)
+                self.malformed = self.malformed or exc.message
+                found.append(None)
+                malformed = True
+        kinds = {kind for kind in found if kind is not None}
         self.kinds |= kinds
         for kind in sorted(kinds):
-            chosen = raws if len(kinds) == 1 else [r if kind_of(r, key) == kind else None for r in raws]
+            whole = len(kinds) == 1 and not malformed
+            chosen = raws if whole else [r if k == kind else None for r, k in zip(raws, found)]
             try:
                 column = decode_column(chosen, kind, key)
             except DecodeError as exc:

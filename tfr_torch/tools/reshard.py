@@ -138,8 +138,9 @@ def reshard(paths: Sequence[str], out_dir: str, *, shard_size: Any = "128MB", co
                              "with the sidecar instead")
 
         out, tfds_options = reshard_options(paths, out, name, version, features, image)
-    with ShardedWriter(out, name, split, shard_size, compression, features=features, image=image,
-                       tfds=tfds_options) as writer:
+    writer = ShardedWriter(out, name, split, shard_size, compression, features=features, image=image,
+                           tfds=tfds_options)
+    try:
         for path in paths:
             with RecordReader(path) as reader:
                 if reader.compression != "none":
@@ -147,5 +148,9 @@ def reshard(paths: Sequence[str], out_dir: str, *, shard_size: Any = "128MB", co
                 for record in reader:
                     writer.write(record)
                     meter.update(1, len(record) + OVERHEAD)
+    except BaseException:
+        writer.abort(keep_finished=False)  # never resumed: its finished shards would be left behind for good
+        raise
+    paths = writer.close()
     meter.done()
-    return writer.paths
+    return paths

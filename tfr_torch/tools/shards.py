@@ -55,7 +55,8 @@ class ShardedWriter:
 
     Crash-safe: every shard is written atomically; with `resume=True` the shards a previous, interrupted run
     finished are kept (see `resumed_position`), and writing continues after them. Closing removes the shards of
-    an earlier run of the same name and split that had another shard count.
+    an earlier run of the same name and split that had another shard count, and what an interrupted run left
+    unfinished (`.partial` shards it did not reuse, temporary files).
 
     `out_dir` may be an fsspec URL (s3://, gs://, az://, ...): each shard is then made in `staging_dir` (a new
     folder in the system's temporary folder by default; it holds at most two shards), its index and seek points
@@ -74,7 +75,7 @@ class ShardedWriter:
                  resume: bool = False, settings: Mapping[str, Any] | None = None,
                  tfds: Mapping[str, Any] | None = None, seek_span: int | None = DEFAULT_SPAN,
                  staging_dir: PathLike | None = None) -> None:
-        check_compression(compression)  # before the output folder is made
+        check_compression(compression)  # every argument is checked before the output folder is made
         check_set_name(name, split)
         self.seek_span = None if seek_span is None else check_span(seek_span)
         self.folder = OutputFolder(out_dir)
@@ -82,7 +83,6 @@ class ShardedWriter:
         if staging_dir is not None and not self.folder.remote:
             raise ValueError(f"staging_dir is for a URL out_dir (shards are made there, then uploaded); "
                              f"{self.out_dir!r} is a local folder, where shards are made in place")
-        self.folder.makedirs()
         self.name, self.split = name, split
         self.shard_size = parse_size(shard_size)
         if records_per_shard is not None and (not isinstance(records_per_shard, int) or records_per_shard < 1):
@@ -101,13 +101,14 @@ class ShardedWriter:
                 raise ValueError("tfds=: TensorFlow Datasets folders hold tf.train.Example records (features.json has "
                                  "no SequenceExample form); write these SequenceExamples with the sidecar instead")
             self.tfds = tfds_options(tfds, self.features, self.compression)
+        self.folder.makedirs()
         self._settings = {"name": name, "split": split, "shard_size": self.shard_size, "compression": self.compression,
                           "records_per_shard": records_per_shard, **(settings or {})}
         self._done: list[dict[str, Any]] = []  # finished shards
         self._writer: TFRecordWriter | None = None
         self._index: list[tuple[int, int]] = []
         self._pos = 0
-        self._last_position: Any = None
+        self._last_position = "null"  # the JSON of the last record's `position` (and below, its `state`)
         self.resumed_position: Any = None  # the `position` of the last record kept from an interrupted run
         self.resumed_state: dict[str, Any] = {}
         self.closed = False
@@ -175,11 +176,23 @@ class ShardedWriter:
         finished: int = sum(s["records"] for s in self._done)
         return finished + len(self._index)
 
-    def write(self, record: bytes, *, position: Any = None, state: Mapping[str, Any] | None = None) -> None:
+    def write(self, record: bytes | bytearray | memoryview, *, position: Any = None,
+              state: Mapping[str, Any] | None = None) -> None:
         """Append one record. `position` (e.g. the input item's number) and `state` (JSON) are saved with each
         finished shard, so an interrupted run can resume after the last finished shard."""
         if self.closed:
             raise ValueError("write to a closed ShardedWriter")
+        if isinstance(record, (bytearray, memoryview)):
+            record = bytes(record)  # its length in bytes (a memoryview's len() counts items), for the index
+        elif not isinstance(record, bytes):  # refused before a full shard is finished and a new one opened
+            raise TypeError(f"a record must be bytes-like, got {type(record).__name__}")
+        # snapshots (the caller may keep changing its objects), taken first: a value the progress file cannot hold
+        # is refused before anything is written, not when the shard is finished
+        try:
+            position_text, state_text = json.dumps(position), json.dumps(state or {})
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"position and state must be JSON (ints, strings, lists, dicts ...), got position="
+                            f"{position!r} and state={state!r}: {exc}") from None
         framed = len(record) + OVERHEAD
         full = self._writer is not None and (
             (self.records_per_shard is not None and len(self._index) >= self.records_per_shard)
@@ -192,8 +205,7 @@ class ShardedWriter:
         self._writer.write(record)
         self._index.append((self._pos, framed))
         self._pos += framed
-        self._last_position = position
-        self._last_state = json.dumps(state or {})  # a snapshot: the caller may keep changing its objects
+        self._last_position, self._last_state = position_text, state_text
 
     def write_example(self, features: Mapping[str, Any], **kwargs: Any) -> None:
         from tfr_torch.format.example import encode_example
@@ -219,7 +231,7 @@ class ShardedWriter:
             build_seek_points(partial, partial + ".idx.seek", self.compression, self.seek_span)
             files += [name + ".idx.seek"] if os.path.exists(partial + ".idx.seek") else []
         self._done.append({"partial": name, "records": len(self._index), "bytes": os.path.getsize(partial),
-                           "position": self._last_position, "state": json.loads(self._last_state)})
+                           "position": json.loads(self._last_position), "state": json.loads(self._last_state)})
         self._index = []
         if self._uploader is None:
             self._save_progress(self._done)
@@ -251,6 +263,9 @@ class ShardedWriter:
             self._finish_shard()
         self._wait_upload()
         count = len(self._done)
+        if self.tfds is not None and not count:
+            raise ValueError(f"split {self.split!r} of {self.name!r} has no records: TensorFlow Datasets cannot "
+                             "read an empty split (its own writer refuses one: 'No examples were yielded.')")
         finals = [shard_name(self.name, self.split, i, count) for i in range(count)]
         shards = [{"file": final, "records": shard["records"], "bytes": shard["bytes"]}
                   for final, shard in zip(finals, self._done)]
@@ -260,13 +275,15 @@ class ShardedWriter:
         publish_set(self.folder, self.name, self.split, [(s["partial"], f) for s, f in zip(self._done, finals)],
                     shards, text, self.tfds)
         self.folder.remove(self._progress_name())
+        self._remove_partials(self.folder.names())  # those of an earlier, interrupted run that this one did not reuse
         self.closed = True
         self._drop_staging()
         self.paths = [self.folder.join(s["file"]) for s in shards]
         return self.paths
 
-    def abort(self) -> None:
-        """Stop without finishing: finished shards stay (for `resume=True`), the open one is discarded."""
+    def abort(self, keep_finished: bool = True) -> None:
+        """Stop without finishing: the open shard is discarded; the finished ones stay (for `resume=True`), or, with
+        `keep_finished=False` (for a run that is never resumed), are removed with the progress file."""
         if self._writer is not None:
             self._writer.abort()
             self._writer = None
@@ -276,6 +293,21 @@ class ShardedWriter:
         except Exception as exc:  # abort runs while another error propagates: this one is only logged
             _log.warning("ShardedWriter.abort: the last finished shard was not uploaded: %s", exc)
         self._drop_staging()
+        if not keep_finished:
+            self._remove_partials([s["partial"] + suffix for s in self._done for suffix in ("", ".idx", ".idx.seek")])
+            self.folder.remove(self._progress_name())
+
+    def _remove_partials(self, names: Sequence[str]) -> None:
+        """Remove the unfinished shards of this set (with their indexes and seek points) among `names`, and the
+        temporary files of its atomic writes that a killed run left (a shard's can be as large as the shard)."""
+        own = re.escape(f"{self.name}-{self.split}.")
+        partial = own + r"tfrecord-\d+\.partial(\.idx(\.seek)?)?"
+        written = rf"({partial}|{own}progress\.json|{own}tfr_torch\.json)"
+        # AtomicOutput's temporary names: `.{name}.XXXXXXXX.tmp` in a local folder, `{name}.tmp-{uuid}` behind a URL
+        pattern = re.compile(rf"{partial}|\.{written}\.\w{{8}}\.tmp|{written}\.tmp-[0-9a-f]{{32}}")
+        for name in names:
+            if pattern.fullmatch(name):
+                self.folder.remove(name)
 
     def _drop_staging(self) -> None:
         if self._uploader is not None:
