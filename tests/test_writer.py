@@ -167,3 +167,12 @@ def test_records_are_written_in_order_in_large_calls_and_flush_writes_what_is_pe
     w.close()
     assert list(tfr_torch.read_records(path)) == want
     assert w.records == len(want)
+
+
+def test_writing_over_a_folder_is_refused_at_open_naming_it(tmp_path):
+    """The folder was found only at close(), by the rename, in an error naming the temporary file."""
+    folder = tmp_path / "data.tfrecord"
+    folder.mkdir()
+    with pytest.raises(IsADirectoryError, match=f"cannot write '{folder}': it is a folder"):
+        tfr_torch.TFRecordWriter(folder)
+    assert sorted(os.listdir(tmp_path)) == ["data.tfrecord"]  # no temporary file left

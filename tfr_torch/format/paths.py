@@ -229,6 +229,8 @@ class AtomicOutput:
             self._tmp = f"{self._inner}.tmp-{uuid.uuid4().hex}"
             self.file: IO[bytes] = self._fs.open(self._tmp, "wb")
         else:
+            if os.path.isdir(self.path):  # found now, not at the rename, which would name the temporary file
+                raise IsADirectoryError(f"cannot write {self.path!r}: it is a folder")
             folder = os.path.dirname(os.path.abspath(self.path))
             try:
                 fd, self._tmp = tempfile.mkstemp(prefix=f".{os.path.basename(self.path)}.", suffix=".tmp", dir=folder)
