@@ -550,3 +550,17 @@ def test_decode_image_is_public_from_the_images_family_only():
     assert tfr_torch.decode_image is decode_image is home
     with pytest.raises(ImportError):  # the decode layer holds no image codec (the old shim is gone)
         importlib.import_module("tfr_torch.decode.images")
+
+
+@pytest.mark.parametrize("dtype, what", [(np.int32, "mode I (32-bit integer pixels)"),
+                                         (np.float32, "mode F (32-bit float pixels)")])
+def test_32_bit_tiffs_are_refused_as_unsupported_not_as_corrupt(dtype, what):
+    """A valid TIFF of 32-bit samples has no meaning in the 8/16-bit contract: the error says so, instead of calling
+    the file corrupt or truncated."""
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.fromarray(np.arange(16, dtype=dtype).reshape(4, 4)).save(buffer, "TIFF")
+    with pytest.raises(tfr_torch.DecodeError) as info:
+        tfr_torch.decode_image(buffer.getvalue())
+    assert f"a TIFF of pixels that are not supported: Pillow {what} has no 8-bit image meaning" in str(info.value)

@@ -28,6 +28,10 @@ class PillowError(Exception):
     """Pillow could not decode the bytes; the message says why."""
 
 
+class UnsupportedPixels(PillowError):
+    """Pillow decoded the bytes to pixels the contract has no meaning for (32-bit integer or float samples)."""
+
+
 def _open(data: bytes) -> Any:
     from PIL import Image
 
@@ -47,7 +51,7 @@ def _pixels(img: Any, view: bool = False) -> tuple[np.ndarray, int]:
         # 16-bit samples: Pillow scales PPM's maxval to 16 bits, and before Pillow 10 gives 16-bit gray PNGs as "I"
         return np.asarray(img).astype(np.int32)[:, :, None], 16
     elif mode not in _AS_IS:
-        raise PillowError(f"Pillow mode {mode} ({_describe(mode)}) has no 8-bit image meaning")
+        raise UnsupportedPixels(f"Pillow mode {mode} ({_describe(mode)}) has no 8-bit image meaning")
     array = _memory_view(img) if view and img.mode in _VIEWS else None
     if array is None:
         array = np.asarray(img)

@@ -36,7 +36,7 @@ from tfr_torch.errors import DecodeError
 from tfr_torch.images import _accel, _pixels
 from tfr_torch.images._formats import Header, looks_like_tensor_proto, sniff
 from tfr_torch.images._jpeg import jpeg_problem
-from tfr_torch.images._pillow import PillowError, decode_pillow, exif_orientation, padded_base
+from tfr_torch.images._pillow import PillowError, UnsupportedPixels, decode_pillow, exif_orientation, padded_base
 
 __all__ = ["decode_image", "image_backends", "choose_backend", "BACKENDS"]
 
@@ -162,7 +162,8 @@ def _label(name: Optional[str], data: bytes) -> str:
     return f"image {name} ({len(data)} bytes)" if name else f"image ({len(data)} bytes)"
 
 
-def _unreadable(data: bytes, name: Optional[str], header: Header, reason: str) -> DecodeError:
+def _unreadable(data: bytes, name: Optional[str], header: Header, reason: str,
+                unsupported: bool = False) -> DecodeError:
     if not data:
         return DecodeError(f"cannot decode {_label(name, data)}: it is empty")
     if header.format == "unknown" and looks_like_tensor_proto(data):
@@ -171,6 +172,9 @@ def _unreadable(data: bytes, name: Optional[str], header: Header, reason: str) -
     if header.format == "unknown":
         return DecodeError(f"cannot decode {_label(name, data)}: not a known image format (it starts with "
                            f"{data[:8]!r})")
+    if unsupported:
+        return DecodeError(f"cannot decode {_label(name, data)}: a {header.format.upper()} of pixels that are not "
+                           f"supported: {reason}")
     return DecodeError(f"cannot decode {_label(name, data)}: corrupt or truncated {header.format.upper()}: {reason}")
 
 
@@ -223,7 +227,7 @@ def _decode_one(data: bytes, mode: str, dtype: torch.dtype, backend: str, all_fr
             elif not all_frames and pixels.ndim == 4:
                 pixels = pixels[0]
     except (PillowError, _accel.AccelError) as exc:
-        raise _unreadable(data, name, header, str(exc)) from None
+        raise _unreadable(data, name, header, str(exc), isinstance(exc, UnsupportedPixels)) from None
     if header.format == "gif" and mode == "UNCHANGED" and pixels.shape[-3] == 4:
         pixels = pixels[..., :3, :, :]  # GIF is RGB (as TensorFlow and torchvision give it); alpha only when asked
     orientation = 1
