@@ -410,6 +410,17 @@ def test_inspect_value_ranges_nan_and_tensors(tmp_path, write_records):
     assert tensors == {"int16": ["2", "[2, 3] x1, [4, 1] x1", "-3", "5"], "string": ["1", "[2]", "1 bytes", "3 bytes"]}
 
 
+def test_inspect_keeps_its_columns_for_keys_with_tabs_and_line_breaks(tmp_path, write_records):
+    """Any string is a feature key: one with a tab or a line break broke the tab-separated table; it is shown
+    escaped."""
+    path = write_records(tmp_path / "keys.tfrecord", [tfr_torch.encode_example({"a\tb": 1, "line\nbreak": b"x"})])
+    rc, out, err = run("inspect", path)
+    assert (rc, err) == (0, "")
+    assert _table(out, "features:") == {"a\\tb": ["int64_list", "int64", "1", "1/1.00/1", "1", "1"],
+                                         "line\\nbreak": ["bytes_list", "string", "1", "1/1.00/1", "1 bytes",
+                                                           "1 bytes"]}
+
+
 def test_inspect_several_files_with_a_total_and_max_records(tmp_path, write_records):
     a = write_records(tmp_path / "a.tfrecord", [tfr_torch.encode_example({"i": i}) for i in range(5)])
     b = write_records(tmp_path / "b.tfrecord", [tfr_torch.encode_example({"i": 10 + i}) for i in range(5)])

@@ -71,6 +71,12 @@ class _Range:
         return [_number(self.low) + unit, _number(self.high) + unit]
 
 
+def _cell(text: str) -> str:
+    """Text as one cell of a tab-separated line: a key holding tabs or line breaks (any string is a valid feature
+    key) is shown escaped, as Python writes it, so the table keeps its columns."""
+    return text if text.isprintable() else repr(text)[1:-1]
+
+
 def _number(value: Any) -> str:
     if isinstance(value, float):
         if math.isinf(value):
@@ -122,6 +128,7 @@ class _Feature:
             self.values.add(column.values)
 
     def cells(self, key: str) -> list[str]:
+        key = _cell(key)
         if len(self.kinds) != 1:
             return [key, "/".join(sorted(self.kinds)) or "no kind", "-", str(self.records), "-", "-", "-"]
         kind = next(iter(self.kinds))
@@ -132,7 +139,7 @@ class _Feature:
         if self.values.nan:
             notes.append(f"{self.values.nan} NaN")
         if self.malformed:
-            notes.append(f"malformed: {self.malformed}")
+            notes.append(f"malformed: {_cell(self.malformed)}")
         return row + (["; ".join(notes)] if notes else [])
 
 
