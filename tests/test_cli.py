@@ -273,6 +273,9 @@ def test_head_writes_floats_as_their_shortest_decimals(tmp_path, write_records):
 def test_head_zero_records_and_several_files(files):
     a, b = files
     assert run("head", "-n", 0, a, b) == (0, "", "")
+    missing = a.parent / "missing.tfrecord"
+    rc, out, err = run("head", "-n", 0, a, missing)  # nothing to show, but a missing file is an error still
+    assert (rc, out) == (1, "") and str(missing) in err and "No such file" in err
     rc, out, _ = run("head", "-n", 1, a, b)
     lines = [json.loads(line) for line in out.splitlines()]
     assert [(line["file"], line["offset"]) for line in lines] == [(str(a), 0), (str(b), 0)]

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import argparse
 import base64
+import errno
 import json
 import math
+import os
 import sys
 from typing import Any
 
@@ -14,6 +16,7 @@ import numpy as np
 
 from tfr_torch.errors import DecodeError, TFRecordError
 from tfr_torch.format.example import decode_example, decode_sequence_example
+from tfr_torch.format.paths import file_size
 from tfr_torch.format.reader import RecordReader
 from tfr_torch.format.tensor import DTYPES, decode_tensor_proto
 from tfr_torch.tools.cli_common import _files, _problem
@@ -138,7 +141,10 @@ def _render(record: bytes, kind: str, full: bool) -> dict[str, Any]:
 
 def _cmd_head(args: argparse.Namespace) -> int:
     for path in _files(args):
-        if args.n == 0:
+        if args.n == 0:  # nothing to show, but a file that is not there is still an error
+            if file_size(path) is None:
+                print(_problem(FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), path)), file=sys.stderr)
+                return 1
             continue
         try:
             with RecordReader(path, args.compression) as reader:
