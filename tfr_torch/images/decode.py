@@ -16,9 +16,10 @@ On a GPU (device="cuda"), "auto" uses only a decoder that meets the contract the
 the CPU result on baseline JPEGs; progressive ones, up to 3 levels off there, and the arithmetic-coded and
 RGB-stored ones, not measured, are decoded on the CPU); torchvision's
 GPU decoder (nvJPEG's own chroma upsampling: up to 96 levels off) and TorchCodec's (not measured yet) run only when
-named. Every JPEG of a GPU batch has its structure checked on the CPU first (_jpeg.jpeg_problem), and an image the
-decoder reports as failed is a DecodeError: no pixels for bytes the CPU
-path rejects.
+named. Every JPEG of a GPU batch has its structure checked on the CPU first (_jpeg.jpeg_problem): one that fails
+is decoded on the CPU instead, which gives the contract's pixels or its DecodeError (the same as decode_image on the
+CPU: a GPU decoder never sees bytes the CPU path may reject); an image the decoder reports as failed is a
+DecodeError.
 """
 
 from __future__ import annotations
@@ -268,9 +269,8 @@ def decode_views(items: Sequence[bytes], names: Sequence[Optional[str]], mode: s
     for k, (data, header) in enumerate(zip(items, headers)):
         chosen = _gpu_decoder(header, backend) if device.type == "cuda" else None
         if chosen is not None:
-            problem = jpeg_problem(data)
-            if problem is not None:
-                raise _unreadable(data, names[k], header, problem)
+            if jpeg_problem(data) is not None:  # the CPU decides it: the contract's pixels, or its DecodeError
+                continue
             gray = mode in ("GRAY", "GRAY_ALPHA") or (mode == "UNCHANGED" and header.components == 1)
             groups.setdefault((chosen, gray), []).append(k)
     on_gpu = {k for indices in groups.values() for k in indices}
