@@ -190,6 +190,23 @@ def test_auto_decodes_rgb_stored_and_arithmetic_coded_jpegs_on_the_cpu(gpu):
     assert _gpu_decoder(sniff(stored_rgb), "nvimgcodec") == "nvimgcodec"
 
 
+def test_a_jpeg_the_structure_check_refuses_but_the_cpu_decodes_gets_the_cpu_pixels(gpu):
+    """The check refuses a JPEG whose end-of-image marker is zeroed; libjpeg decodes some of those (a warning):
+    such a JPEG is decoded on the CPU, so a GPU batch gives what decode_image gives on the CPU (pixels here), never
+    an error the CPU path would not raise, and the GPU decoder never sees it."""
+    from tfr_torch.images._jpeg import jpeg_problem
+
+    nvi = gpu(fake_nvimgcodec("0.9", **RELEASES["0.9"]))
+    image = Image.fromarray(np.random.default_rng(0).integers(0, 255, (16, 16, 3), dtype=np.uint8))
+    buffer = io.BytesIO()
+    image.save(buffer, "JPEG")
+    zeroed = buffer.getvalue()[:-2] + b"\x00\x00"
+    assert jpeg_problem(zeroed) is not None
+    cpu = decode_image(zeroed, "RGB")  # the CPU path decodes it
+    out = decode_image([read("jpeg_rgb420.jpg"), zeroed], "RGB", device="cuda")
+    assert torch.equal(out[1], cpu) and nvi.log["decoded"] == [("general", 1)]
+
+
 def test_a_release_without_an_rgb_colour_spec_is_named_and_auto_decodes_on_the_cpu(gpu):
     gpu(fake_nvimgcodec("0.10", colours=("BGR", "GRAY")))
     with pytest.raises(ValueError) as info:
