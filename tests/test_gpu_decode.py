@@ -197,12 +197,23 @@ def test_a_jpeg_the_structure_check_refuses_but_the_cpu_decodes_gets_the_cpu_pix
     from tfr_torch.images._jpeg import jpeg_problem
 
     nvi = gpu(fake_nvimgcodec("0.9", **RELEASES["0.9"]))
-    image = Image.fromarray(np.random.default_rng(0).integers(0, 255, (16, 16, 3), dtype=np.uint8))
-    buffer = io.BytesIO()
-    image.save(buffer, "JPEG")
-    zeroed = buffer.getvalue()[:-2] + b"\x00\x00"
+
+    def zeroed(seed: int) -> bytes:
+        image = Image.fromarray(np.random.default_rng(seed).integers(0, 255, (16, 16, 3), dtype=np.uint8))
+        buffer = io.BytesIO()
+        image.save(buffer, "JPEG")
+        return buffer.getvalue()[:-2] + b"\x00\x00"
+
+    def cpu_decodes(data: bytes) -> bool:
+        try:
+            decode_image(data, "RGB")
+            return True
+        except DecodeError:
+            return False
+
+    zeroed = next(z for z in map(zeroed, range(40)) if cpu_decodes(z))  # some are, some are not (1 in 4 or so)
     assert jpeg_problem(zeroed) is not None
-    cpu = decode_image(zeroed, "RGB")  # the CPU path decodes it
+    cpu = decode_image(zeroed, "RGB")
     out = decode_image([read("jpeg_rgb420.jpg"), zeroed], "RGB", device="cuda")
     assert torch.equal(out[1], cpu) and nvi.log["decoded"] == [("general", 1)]
 
