@@ -124,7 +124,10 @@ class CachedDataset(IterableDataset[Any]):
     def __iter__(self) -> Iterator[Any]:
         key = self._key()
         epoch = int(self._epoch)
-        resume, self._resume = self._resume, None
+        # a new pass: until its first item, state_dict says where it starts (the loaded state it resumes, which
+        # stays loaded until then), not where the last pass of this epoch stood
+        self._live = None
+        resume = self._resume
         if resume is not None and resume["epoch"] == epoch and resume["phase"] is not None:
             if resume["reader"] != key:
                 raise ValueError(f"this CachedDataset state was taken by reader {resume['reader']}, not {key}: a "
@@ -158,6 +161,7 @@ class CachedDataset(IterableDataset[Any]):
         if set_epoch is not None:
             set_epoch(source_epoch)
         kept = []
+        self._resume = None
         live = self._live = {"epoch": epoch, "phase": "read", "yielded": 0, "kept_epoch": source_epoch}
         try:
             for item in self.dataset:
@@ -174,6 +178,7 @@ class CachedDataset(IterableDataset[Any]):
         an earlier run yielded of that epoch is not here, so nothing is kept: the next epoch reads the source
         again and keeps it."""
         epoch = int(self._epoch)
+        self._resume = None
         self.dataset.load_state_dict(resume["source"])  # type: ignore[attr-defined]  # state_dict checked it
         live = self._live = {"epoch": epoch, "phase": "read", "yielded": int(resume["yielded"]),
                              "kept_epoch": int(resume["kept_epoch"])}
@@ -231,9 +236,9 @@ class CachedDataset(IterableDataset[Any]):
         """Where this reader (this DataLoader worker, in a worker process) stands in the current epoch: reading
         the source (with the source's own state_dict) or replaying its kept part (how many items). torchdata's
         StatefulDataLoader collects one per worker."""
-        if self._resume is not None:  # loaded, not yet iterated: saved again as it was
-            return dict(self._resume)
         epoch = int(self._epoch)
+        if self._resume is not None and self._resume["epoch"] == epoch:  # loaded, not yet iterated: saved again as
+            return dict(self._resume)  # it was (not after set_epoch to another epoch)
         live = self._live if self._live is not None and self._live["epoch"] == epoch else None
         state: dict[str, Any] = {"version": CACHE_STATE_VERSION, "kind": "tfr_torch.CachedDataset", "epoch": epoch,
                                  "reader": self._key(), "shuffle": self.shuffle, "seed": self.seed,
@@ -301,6 +306,7 @@ class CachedDataset(IterableDataset[Any]):
             order = np.random.default_rng([self.seed & _MASK, epoch & _MASK]).permutation(len(items))
         wrap = (get_worker_info() is not None and getattr(self.dataset, "shared_memory", False)
                 and shared_memory_available())
+        self._resume = None
         live = self._live = {"epoch": epoch, "phase": "replay", "yielded": min(skip, len(items)),
                              "kept_epoch": self._part_epoch(key)}
         for i in order[live["yielded"]:]:
@@ -425,7 +431,7 @@ def _stable_repr(value: Any) -> str:
 
 def describe_source(dataset: Any) -> dict[str, Any]:
     """What identifies the items a dataset yields: its type, its files (name, size, modification time) and its
-    settings. A cache made from a different description is not replayed."""
+    settings; a MixedDataset's, each of its datasets too. A cache made from a different description is not replayed."""
     files = []
     for path in getattr(dataset, "paths", []) or []:
         try:
@@ -434,17 +440,23 @@ def describe_source(dataset: Any) -> dict[str, Any]:
         except OSError:
             files.append([str(path), None, None])  # a URL: its name only
     settings = {}
+    # not the rank: the ranks share a folder, each its own parts; names, weights, stop: a MixedDataset's
     for name in ("features", "batch_size", "drop_last", "shuffle", "seed", "pad", "compression", "on_error",
-                 "transform", "world_size"):  # not the rank: the ranks share a folder, each its own parts
+                 "transform", "world_size", "names", "weights", "stop"):
         if hasattr(dataset, name):
             settings[name] = _stable_repr(getattr(dataset, name))
-    return {"type": f"{type(dataset).__module__}.{type(dataset).__qualname__}", "files": files, "settings": settings}
+    described: dict[str, Any] = {"type": f"{type(dataset).__module__}.{type(dataset).__qualname__}",
+                                 "files": files, "settings": settings}
+    parts = getattr(dataset, "datasets", None)
+    if isinstance(parts, list):  # a MixedDataset: what each of its datasets is
+        described["datasets"] = [describe_source(part) for part in parts]
+    return described
 
 
 def _differences(old: Any, new: dict[str, Any]) -> str:
     if not isinstance(old, dict):
         return "its manifest is missing or unreadable"
-    changed = [k for k in ("type", "files") if old.get(k) != new.get(k)]
+    changed = [k for k in ("type", "files", "datasets") if old.get(k) != new.get(k)]
     old_settings = old.get("settings") or {}
     changed += [f"{k}" for k in sorted(set(old_settings) | set(new["settings"]))
                 if old_settings.get(k) != new["settings"].get(k)]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import numbers
 from collections.abc import Iterator, Mapping, Sequence, Sized
 from typing import Any, cast
 
@@ -104,6 +105,17 @@ class MixedDataset(IterableDataset[Any]):
     def epoch(self) -> int:
         return int(self._epoch)
 
+    @property
+    def rank(self) -> int | None:
+        """The rank the datasets read for (the first that says), or None: what a CachedDataset of this mixture
+        keys its parts by."""
+        return next((r for r in (getattr(d, "rank", None) for d in self.datasets) if isinstance(r, int)), None)
+
+    @property
+    def world_size(self) -> int | None:
+        """The world size the datasets read for (the first that says), or None."""
+        return next((w for w in (getattr(d, "world_size", None) for d in self.datasets) if isinstance(w, int)), None)
+
     def __len__(self) -> int:
         """Items per epoch on this rank with stop="all": the sum of the datasets' lengths (TypeError from a
         dataset without one). The other stops end at a point the draws decide: no length."""
@@ -118,34 +130,40 @@ class MixedDataset(IterableDataset[Any]):
         """(rank, worker, workers) of this reader."""
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
-        ranks = [getattr(d, "rank", None) for d in self.datasets]
-        rank = next((r for r in ranks if isinstance(r, int)), None)
+        rank = self.rank
         return (rank if rank is not None else detect_rank_world()[0]), worker, workers
 
     def __iter__(self) -> Iterator[Any]:
         rank, worker, workers = self._reader()
         epoch = self.epoch
-        live = {"epoch": epoch, "rank": rank, "worker": worker, "workers": workers, "draws": 0,
-                "exhausted": [], "cycled": [], "restart": [], "started": []}
+        live: dict[str, Any] = {"epoch": epoch, "rank": rank, "worker": worker, "workers": workers, "draws": 0,
+                                "exhausted": [], "cycled": [], "restart": [], "started": []}
+        fresh: set[int] = set()  # datasets not drawn again, or whose next draw starts a new pass
         resume, self._resume = self._resume, None
-        if resume is not None:
+        if resume is not None and resume["epoch"] == epoch:  # one of another epoch (set_epoch since) is dropped
             self._check_layout(resume, rank, worker, workers)
-            if resume["epoch"] == epoch:
-                live.update({key: list(resume[key]) for key in _SETS}, draws=int(resume["draws"]))
-                fresh = set(resume["exhausted"]) | set(resume["restart"])  # not drawn again, or a new pass
-                for k, (name, dataset) in enumerate(zip(self.names, self.datasets)):
-                    if k not in fresh:
-                        dataset.load_state_dict(resume["datasets"][name])  # type: ignore[attr-defined]
+            live.update({key: list(resume[key]) for key in _SETS}, draws=int(resume["draws"]))
+            fresh = set(resume["exhausted"]) | set(resume["restart"])
+            for k, (name, dataset) in enumerate(zip(self.names, self.datasets)):
+                if k not in fresh:
+                    dataset.load_state_dict(resume["datasets"][name])  # type: ignore[attr-defined]
         self._live = live
-        return self._mix(live)
+        # every other dataset's pass begins with the mixture's, not at its first draw: until then its state_dict
+        # would say where its last pass stood (the same epoch iterated again), and a state taken then would resume
+        # that
+        iterators: list[Iterator[Any] | None] = [None if k in fresh else iter(dataset)
+                                                 for k, dataset in enumerate(self.datasets)]
+        return self._mix(live, iterators)
 
-    def _mix(self, live: dict[str, Any]) -> Iterator[Any]:
+    def _mix(self, live: dict[str, Any], iterators: list[Iterator[Any] | None]) -> Iterator[Any]:
         # not the rank: every rank draws the same sequence, so with datasets that give the ranks equal shares (as
         # TFRecordDataset does) every rank's epoch has as many items, whatever `stop` (no rank waits in a collective)
         bits = np.random.PCG64(np.random.SeedSequence([self.seed & _MASK, live["epoch"] & _MASK, live["worker"]]))
         bits.advance(live["draws"])  # one 64-bit output per uniform: where a resumed epoch stood
         draw = np.random.Generator(bits)
         weights = np.asarray(self.weights, dtype=np.float64)
+        weights = np.ldexp(weights, -np.frexp(weights.max())[1])  # exactly scaled to the largest in [0.5, 1): a sum
+        # of large weights never overflows to inf (which drew the last dataset only), tiny ones are not subnormal
         n = len(self.datasets)
         out = set(live["exhausted"])  # no longer drawn
         cycled = set(live["cycled"])  # ran out at least once (stop="cycle")
@@ -160,7 +178,6 @@ class MixedDataset(IterableDataset[Any]):
             active = [k for k in range(n) if k not in out]
             return active, np.cumsum(weights[active]).tolist()
 
-        iterators: list[Iterator[Any] | None] = [None] * n
         uniforms: list[float] = []
         at = 0
         active, cumulative = drawable()
@@ -183,6 +200,8 @@ class MixedDataset(IterableDataset[Any]):
             except StopIteration:
                 iterators[k] = None
                 if self.stop == "first":
+                    out.update(range(n))  # the epoch is over: a state taken now resumes nothing
+                    note()
                     return
                 cycled.add(k)
                 if self.stop == "all" or k not in started:  # "all": done with it; a pass of nothing: empty here
@@ -192,6 +211,8 @@ class MixedDataset(IterableDataset[Any]):
                     restart.add(k)
                 note()
                 if self.stop == "cycle" and len(cycled) == n:  # every dataset has run out once
+                    out.update(range(n))  # the epoch is over: a state taken now resumes nothing
+                    note()
                     return
                 continue
             if k not in started:
@@ -205,8 +226,8 @@ class MixedDataset(IterableDataset[Any]):
         """Where this reader's mixture stands: its epoch, layout and draws, and each dataset's own state_dict (in a
         DataLoader worker, this worker's part, as torchdata's StatefulDataLoader collects them)."""
         rank, worker, workers = self._reader()
-        if self._resume is not None:  # loaded, not yet iterated: saved again as it was
-            return dict(self._resume)
+        if self._resume is not None and self._resume["epoch"] == self.epoch:  # loaded, not yet iterated: saved
+            return dict(self._resume)  # again as it was (not after set_epoch to another epoch)
         live = self._live if self._live is not None and self._live["epoch"] == self.epoch else None
         states = {}
         for name, dataset in zip(self.names, self.datasets):
@@ -233,9 +254,10 @@ class MixedDataset(IterableDataset[Any]):
                   if state.get(key) != value]
         if differ:
             raise ValueError(f"this state is of another mixture: {'; '.join(differ)}")
-        if set(state.get("datasets", {})) != set(self.names):
-            raise ValueError(f"this state holds datasets {sorted(state.get('datasets', {}))}, the mixture "
-                             f"{sorted(self.names)}")
+        held = state.get("datasets")
+        if not isinstance(held, Mapping) or set(held) != set(self.names):
+            shown = sorted(map(str, held)) if isinstance(held, Mapping) else f"as a {type(held).__name__}"
+            raise ValueError(f"this state holds datasets {shown}, the mixture {sorted(self.names)}")
         for key in ("draws", "epoch", "rank", "worker", "workers"):
             value = state.get(key)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -279,9 +301,9 @@ def _weights(weights: Mapping[str, float] | Sequence[float] | None, names: list[
         values = list(weights)
     else:
         raise TypeError(f"weights must be a dict, a list or None, got {type(weights).__name__}")
-    out = []
+    out: list[float] = []
     for name, value in zip(names, values):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value <= 0:
             raise ValueError(f"the weight of dataset {name!r} must be a positive finite number, got {value!r} (leave "
                              "a dataset out rather than weigh it 0)")
         out.append(float(value))
