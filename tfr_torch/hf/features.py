@@ -108,7 +108,9 @@ def features_from_spec(spec: Mapping[str, Any] | SequenceFeatures, utf8: bool | 
 def _sequence_features(spec: SequenceFeatures, utf8: bool | Sequence[str]) -> datasets.Features:
     from tfr_torch.decode.specs import RaggedFeature
 
-    text = _utf8_keys({**spec.context, **spec.sequence}, utf8)
+    # the string features of either part (a key may be a context feature and a feature list, one of them a string)
+    text = _utf8_keys({k: f for part in (spec.context, spec.sequence) for k, f in part.items()
+                       if getattr(f, "dtype", None) == string}, utf8)
     context = features_from_spec(spec.context, sorted(text & {k for k, f in spec.context.items()
                                                               if getattr(f, "dtype", None) == string}))
     steps: dict[str, Any] = {}

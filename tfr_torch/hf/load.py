@@ -14,6 +14,7 @@ import datasets
 
 from tfr_torch._version import __version__
 from tfr_torch.data.dataset import TFRecordDataset
+from tfr_torch.decode.sequence_features import SequenceFeatures
 from tfr_torch.errors import DecodeError
 from tfr_torch.format.index import scan_index
 from tfr_torch.format.options import CompressionOrAuto
@@ -59,16 +60,24 @@ class _Reader:
             for record in dataset:
                 yield {RAW_COLUMN: record}
             return
+        sequence = isinstance(self.spec, SequenceFeatures)
         for row, item in enumerate(dataset):
-            out = {}
-            for key, feature in features.items():
-                try:
-                    out[key] = to_row(feature, item[key])
-                except UnicodeDecodeError as err:
-                    path, offset = self._where(unit, dataset, row)
-                    raise DecodeError(f"feature {key!r} of record {row} is not UTF-8 text ({err}); load it as binary "
-                                      "(leave it out of utf8=)", path, offset, key=key, index=row) from err
-            yield out
+            if sequence:  # {"context": {...}, "feature_lists": {...}}: an error names the feature inside
+                yield {part: {key: self._convert(unit, dataset, row, key, feature, item[part][key])
+                              for key, feature in part_features.items()}
+                       for part, part_features in features.items()}
+            else:
+                yield {key: self._convert(unit, dataset, row, key, feature, item[key])
+                       for key, feature in features.items()}
+
+    def _convert(self, unit: str, dataset: TFRecordDataset, row: int, key: str, feature: Any, value: Any) -> Any:
+        """`to_row` of one feature's value; text that is not UTF-8 raises naming the file, offset and feature."""
+        try:
+            return to_row(feature, value)
+        except UnicodeDecodeError as err:
+            path, offset = self._where(unit, dataset, row)
+            raise DecodeError(f"feature {key!r} of record {row} is not UTF-8 text ({err}); load it as binary "
+                              "(leave it out of utf8=)", path, offset, key=key, index=row) from err
 
     def _where(self, unit: str, dataset: TFRecordDataset, row: int) -> tuple[Optional[str], Optional[int]]:
         """The file and byte offset of the unit's record `row`, for an error: a file unit, or a TFDS unit that is
@@ -167,7 +176,6 @@ def _load_folder(folder: str, features: Any, split: Optional[str], utf8: Any, op
 def _load_files(paths: list[str], features: Any, split: str, utf8: Any, options: Mapping[str, Any],
                 make: Mapping[str, Any]) -> Any:
     from tfr_torch.data.arguments import auto_features
-    from tfr_torch.decode.sequence_features import SequenceFeatures
 
     if features is None:
         hf = datasets.Features({RAW_COLUMN: datasets.Value("binary")})

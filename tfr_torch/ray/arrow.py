@@ -228,8 +228,8 @@ class BlockMaker:
             return array.cast(self.types[key])
         except pa.ArrowInvalid:
             for i in range(len(array)):
-                try:
-                    array.slice(i, 1).cast(self.types[key])
+                try:  # a row copied out: a slice of a list array casts (and checks) all its list's values
+                    pa.array(array.slice(i, 1).to_pylist(), array.type).cast(self.types[key])
                 except pa.ArrowInvalid:
                     path, offset = location_of(names[i])
                     raise DecodeError(f"feature {key!r} in example {i} is not valid UTF-8 text (it was asked for "
@@ -239,7 +239,7 @@ class BlockMaker:
 
 class SequenceBlockMaker(BlockMaker):
     """Turns batches of tf.train.SequenceExample records into Arrow tables: one column per context feature (as
-    BlockMaker makes them; a SequenceExample's context is read as an Example's features) and one per feature list,
+    BlockMaker makes them, from the context parse_sequence_example reads) and one per feature list,
     each row that record's steps:
 
     | feature list | Arrow column |
@@ -271,6 +271,7 @@ class SequenceBlockMaker(BlockMaker):
         super().__init__(context, sorted(text & set(context)))
         self.text = text
         self.sequence = sequence
+        self.context_plan = SequenceExamplePlan(context, {}) if context else None
         self.sequence_plan = SequenceExamplePlan({}, sequence) if sequence else None
         for key, spec in sequence.items():
             value = _value_type(key, spec.dtype, key in text)
@@ -283,14 +284,19 @@ class SequenceBlockMaker(BlockMaker):
                                 f"RaggedFeature without partitions, got {spec!r}")
 
     def make(self, records: Sequence[bytes], names: Sequence[ExampleName]) -> pa.Table:
-        table = super().make(records, names) if self.features else pa.table({})
-        if self.sequence_plan is None:
-            return table
-        # record by record: each record's steps as parse_single_sequence_example gives them
-        steps = [self.sequence_plan.parse([record], [names[i]], single=True)[1] for i, record in enumerate(records)]
-        for key, spec in self.sequence.items():
-            table = table.append_column(key, self._steps(key, spec, [s[key] for s in steps], names))
-        return table
+        # the context as parse_sequence_example reads it: each record is parsed whole as a SequenceExample (its
+        # feature lists too, as TensorFlow does) and an error says the record is not one
+        columns: dict[str, Any] = {}
+        if self.context_plan is not None:
+            context = self.context_plan.parse(records, names)[0]
+            columns = {key: self._column(key, spec, context, {}, names) for key, spec in self.features.items()}
+        if self.sequence_plan is not None:
+            # record by record: each record's steps as parse_single_sequence_example gives them
+            steps = [self.sequence_plan.parse([record], [names[i]], single=True)[1]
+                     for i, record in enumerate(records)]
+            for key, spec in self.sequence.items():
+                columns[key] = self._steps(key, spec, [s[key] for s in steps], names)
+        return pa.table(columns)
 
     def _steps(self, key: str, spec: Any, values: list[Any], names: Sequence[ExampleName]) -> pa.Array:
         if isinstance(spec, FixedLenSequenceFeature) and spec.dtype != string:
