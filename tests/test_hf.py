@@ -302,3 +302,25 @@ def test_a_feature_list_with_ragged_partitions_is_refused_by_name():
         torch.int64, partitions=[tfr_torch.RaggedFeature.UniformRowLength(2)])})
     with pytest.raises(TypeError, match="feature list 'r': a RaggedFeature with partitions"):
         hf.features_from_spec(spec)
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_sequence_example_rows_write_back_as_sequence_examples(tmp_path, streaming):
+    """hf.load's rows of SequenceExamples write back as SequenceExamples (the same records' values, TF's
+    parse_single_sequence_example semantics), and load again with the same features from the sidecar."""
+    path, rows = _sequence_file(tmp_path)
+    ds = hf.load(path, SEQ, utf8=["title", "words"], cache_dir=_cache(tmp_path))
+    out = hf.write(ds, str(tmp_path / "out"), "clips", records_per_shard=3)["train"]
+    assert len(out) == 3
+    for record, original in zip([r for p in out for r in tfr_torch.read_records(p)], tfr_torch.read_records(path)):
+        mine = tfr_torch.parse_single_sequence_example(record, SEQ.context, SEQ.sequence)
+        theirs = tfr_torch.parse_single_sequence_example(original, SEQ.context, SEQ.sequence)
+        assert mine[0]["id"] == theirs[0]["id"] and mine[0]["title"] == theirs[0]["title"]
+        for key in ("tokens", "emb"):
+            assert torch.equal(mine[1][key].to_dense(), theirs[1][key].to_dense()), key
+        assert mine[1]["words"] == theirs[1]["words"]
+    back = hf.load(tmp_path / "out", split="train", streaming=streaming, cache_dir=str(tmp_path / "c2"))
+    assert back.features == ds.features
+    assert [_plain(r) for r in back] == [_plain(r) for r in ds]
+    with pytest.raises(ValueError, match="TensorFlow Datasets folders hold tf.train.Example records"):
+        hf.write(ds, str(tmp_path / "tfds"), "clips", tfds=True)

@@ -29,7 +29,8 @@ from tfr_torch.format.example import ByteStrings
 from tfr_torch.decode.sequence_features import SequenceFeatures
 from tfr_torch.decode.specs import FixedLenFeature, FixedLenSequenceFeature, VarLenFeature, string
 
-__all__ = ["features_from_spec", "features_from_tfds", "spec_from_features", "to_row", "from_row"]
+__all__ = ["features_from_spec", "features_from_tfds", "spec_from_features", "sequence_spec_from_features",
+           "is_sequence_features", "to_row", "from_row", "steps_from_row"]
 
 _ARRAYS = {2: datasets.Array2D, 3: datasets.Array3D, 4: datasets.Array4D, 5: datasets.Array5D}
 _HF_OF_TORCH = {torch.float32: "float32", torch.float64: "float64", torch.float16: "float16",
@@ -246,6 +247,46 @@ def spec_from_features(features: Mapping[str, Any]) -> dict[str, Any]:
     for key, feature in features.items():
         out[key] = _spec_of(key, feature)
     return out
+
+
+def is_sequence_features(features: Mapping[str, Any]) -> bool:
+    """Whether `datasets` features are a SequenceExample's rows: exactly a `context` dict and a `feature_lists`
+    dict (what `features_from_spec` makes of a SequenceFeatures)."""
+    return set(features) == {"context", "feature_lists"} and all(isinstance(features[k], dict) for k in features)
+
+
+def sequence_spec_from_features(features: Mapping[str, Any]) -> SequenceFeatures:
+    """The SequenceFeatures `{"context": {...}, "feature_lists": {...}}` rows are written (and read back) with:
+    the context as `spec_from_features` maps columns; each feature list, one entry per step, as
+    `FixedLenSequenceFeature(shape)` (steps of a fixed shape: `List(Value)`, `List(List(Value, length=k))`,
+    `Array2D`-`Array5D` with a variable first dimension) or `VarLenFeature` (steps of any length:
+    `List(List(Value))`)."""
+    steps: dict[str, Any] = {}
+    for key, feature in features["feature_lists"].items():
+        inner = feature.feature if isinstance(feature, datasets.List) else None
+        if isinstance(inner, datasets.List) and inner.length == -1 and not isinstance(inner.feature, datasets.List):
+            steps[key] = VarLenFeature(_leaf_dtype(key, inner.feature))
+            continue
+        spec = _spec_of(key, feature)
+        if isinstance(spec, VarLenFeature):  # one value per step
+            steps[key] = FixedLenSequenceFeature([], spec.dtype, allow_missing=True)
+        elif isinstance(spec, FixedLenSequenceFeature):
+            steps[key] = FixedLenSequenceFeature(list(spec.shape), spec.dtype, allow_missing=True)
+        else:
+            raise TypeError(f"feature list {key!r}: {feature!r} is not a list of steps (a List, or an ArrayND whose "
+                            "first dimension varies)")
+    return SequenceFeatures(spec_from_features(features["context"]), steps)
+
+
+def steps_from_row(key: str, feature: Any, spec: Any, value: Any, *, row: Optional[int] = None) -> list[Any]:
+    """A feature list's row value (one entry per step) as encode_sequence_example takes it: each step typed by
+    the spec, as `from_row` types a column's value."""
+    step = feature.feature if isinstance(feature, datasets.List) else datasets.Value(getattr(feature, "dtype", ""))
+    step_spec = VarLenFeature(spec.dtype) if isinstance(spec, VarLenFeature) else FixedLenFeature(
+        list(spec.shape), spec.dtype)
+    if value is None:
+        raise ValueError(f"feature list {key!r}, row {row}: a None value has no tf.train.SequenceExample form")
+    return [from_row(f"{key}[{t}]", step, step_spec, v, row=row) for t, v in enumerate(value)]
 
 
 def _leaf_dtype(key: str, feature: Any) -> Any:

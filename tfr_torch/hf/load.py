@@ -184,10 +184,10 @@ def _load_files(paths: list[str], features: Any, split: str, utf8: Any, options:
     stored = (sidecar.data.get(HF_KEY) or {}).get("features") if sidecar is not None else None
     if isinstance(features, str):
         spec = auto_features(sidecar)  # the sidecar's spec, or the error that says there is none
-        if isinstance(spec, SequenceFeatures):
-            hf = features_from_spec(spec, utf8)
-        elif stored is not None and utf8 is False:
+        if stored is not None and utf8 is False:  # what tfr_torch.hf.write recorded (Examples or SequenceExamples)
             hf = datasets.Features.from_dict(stored)
+        elif isinstance(spec, SequenceFeatures):
+            hf = features_from_spec(spec, utf8)
         else:
             image = (sidecar.data.get("image") if sidecar is not None else None) or {}
             image_keys = [image.get("key", "image/encoded")] if image else []

@@ -11,7 +11,13 @@ import datasets
 from tfr_torch.format.options import Compression
 from tfr_torch.format.paths import atomic_output
 from tfr_torch.format.shardset import read_sidecar, sidecar_path
-from tfr_torch.hf.features import from_row, spec_from_features
+from tfr_torch.hf.features import (
+    from_row,
+    is_sequence_features,
+    sequence_spec_from_features,
+    spec_from_features,
+    steps_from_row,
+)
 from tfr_torch.hf.load import HF_KEY
 
 __all__ = ["write", "tfds_features"]
@@ -86,6 +92,12 @@ def write(dataset: Union[datasets.Dataset, datasets.IterableDataset, datasets.Da
                          "features, e.g. ds.cast(features), or resolve them with ds._resolve_features()")
     split = split or (str(dataset.split) if dataset.split is not None else "train")
     features = dataset.features
+    if is_sequence_features(features):  # the rows hf.load makes of SequenceExamples
+        if tfds:
+            raise ValueError("tfds=: TensorFlow Datasets folders hold tf.train.Example records; rows of a context "
+                             "and feature lists are written as SequenceExamples with the sidecar instead")
+        return {split: _write_sequences(dataset, out_dir, name, split, shard_size, records_per_shard, compression,
+                                        batch_size)}
     spec = spec_from_features(features)
     options: Optional[dict[str, Any]] = None
     if tfds:
@@ -110,6 +122,38 @@ def write(dataset: Union[datasets.Dataset, datasets.IterableDataset, datasets.Da
     if not tfds:
         _record_features(out_dir, name, split, features)
     return {split: list(writer.paths)}
+
+
+def _write_sequences(dataset: Any, out_dir: str, name: str, split: str, shard_size: Union[int, str],
+                     records_per_shard: Optional[int], compression: Compression, batch_size: int) -> list[str]:
+    """Rows of `{"context": {...}, "feature_lists": {...}}` as tf.train.SequenceExamples (see
+    `sequence_spec_from_features`); the sidecar holds the SequenceFeatures and the `datasets` features."""
+    from tfr_torch.format.example import encode_sequence_example
+    from tfr_torch.tools.shards import ShardedWriter
+
+    features = dataset.features
+    spec = sequence_spec_from_features(features)
+    context, lists = features["context"], features["feature_lists"]
+    with ShardedWriter(out_dir, name, split, shard_size, compression, records_per_shard=records_per_shard,
+                       features=spec) as writer:
+        done = 0
+        for batch in dataset.with_format(None).iter(batch_size=batch_size):
+            rows = _rows_of(batch["context"]), _rows_of(batch["feature_lists"])
+            for i, (c, f) in enumerate(zip(*rows)):
+                writer.write(encode_sequence_example(
+                    {k: from_row(k, context[k], spec.context[k], c[k], row=done + i) for k in context},
+                    {k: steps_from_row(k, lists[k], spec.sequence[k], f[k], row=done + i) for k in lists}))
+            done += len(rows[0])
+    _record_features(out_dir, name, split, features)
+    return list(writer.paths)
+
+
+def _rows_of(column: Any) -> list[dict[str, Any]]:
+    """A struct column of a batch as rows (datasets gives a list of dicts, or a dict of lists)."""
+    if isinstance(column, Mapping):
+        keys = list(column)
+        return [dict(zip(keys, values)) for values in zip(*(column[k] for k in keys))]
+    return list(column)
 
 
 def _record_features(out_dir: str, name: str, split: str, features: datasets.Features) -> None:
