@@ -81,6 +81,8 @@ def set_backend(name: str) -> Backend:
         core = _compiled
     else:
         raise ValueError(f'backend must be "native", "python" or "auto", got {name!r}')
+    # the processes started from now on (DataLoader workers by "spawn") begin with this choice too
+    os.environ["TFR_TORCH_NATIVE"] = "0" if name == "python" else "1"
     return previous
 
 

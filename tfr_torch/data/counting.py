@@ -7,9 +7,10 @@ epoch, in parallel (each counts its share of the files, then takes over any file
 the counts in shared memory: the main process (`len()`), later epochs and persistent workers then use them, and
 nothing is counted twice.
 
-A table slot holds a count (>= 0), UNKNOWN, FAILED, or `CLAIMED - worker` while a worker counts that file. A worker
-never waits on a file nobody counts: a failed or unclaimed file is counted by the waiting worker itself, so a
-worker that fails raises its error and the others raise the same one.
+A table slot holds a count (>= 0), UNKNOWN, FAILED, or `CLAIMED - pid` while the worker of process id `pid` counts
+that file. A worker never waits on a file nobody counts: a failed or unclaimed file, or one whose counter's process
+is gone (a worker of an earlier pass, shut down mid-count when its iterator was dropped), is counted by the waiting
+worker itself, so a worker that fails raises its error and the others raise the same one.
 
 Warnings that a dataset gives from a worker are attributed to the line of user code that built the dataset (the
 only user line there is), and given once per dataset whatever the number of workers and epochs.
@@ -17,6 +18,7 @@ only user line there is), and given once per dataset whatever the number of work
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 import warnings
@@ -96,23 +98,34 @@ class SharedCounts:
         mine = self._initial[worker::workers]
         for f in mine:
             if int(table[f]) == UNKNOWN:
-                self._count_one(f, count, worker)
+                self._count_one(f, count)
         while True:
             values = table.tolist()
             pending = [f for f, v in enumerate(values) if v < 0]
             if not pending:
                 return values
-            orphans = [f for f in pending if values[f] in (UNKNOWN, FAILED)]
-            for f in orphans:  # nobody counts it (or its counter failed): count it here, raising its error
-                self._count_one(f, count, worker)
+            orphans = [f for f in pending if values[f] in (UNKNOWN, FAILED) or not _alive(CLAIMED - values[f])]
+            for f in orphans:  # nobody counts it (its counter failed, or is gone): count it here, raising its error
+                self._count_one(f, count)
             if not orphans:
                 time.sleep(_POLL)
 
-    def _count_one(self, f: int, count: Callable[[int], int], worker: int) -> None:
-        self.table[f] = CLAIMED - worker
+    def _count_one(self, f: int, count: Callable[[int], int]) -> None:
+        self.table[f] = CLAIMED - os.getpid()
         try:
             n = int(count(f))
         except BaseException:
             self.table[f] = FAILED
             raise
         self.table[f] = n
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` exists (a worker that claimed a file and may still count it)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, another user's
+        return True
+    return True
