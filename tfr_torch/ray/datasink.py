@@ -35,8 +35,9 @@ from tfr_torch.format.framing import OVERHEAD
 from tfr_torch.format.folder import OutputFolder
 from tfr_torch.format.paths import PathLike, atomic_output
 from tfr_torch.format.shardset import check_set_name
+from tfr_torch.ray.schema import _arrow_spec, _spec_of_blocks, _strings, _untyped, spec_from_schema
 
-__all__ = ["TFRecordDatasink", "write_tfrecords", "plan_shards", "spec_from_schema"]
+__all__ = ["TFRecordDatasink", "write_tfrecords", "plan_shards", "spec_from_schema"]  # (spec_from_schema: in schema.py)
 
 
 
@@ -58,56 +59,6 @@ def plan_shards(lengths: np.ndarray, shard_size: int, records_per_shard: int | N
             return starts
         starts.append(nxt)
         first, before = nxt, int(ends[nxt - 1])
-
-
-def _arrow_spec(key: str, arrow: Any) -> Any:
-    import pyarrow as pa
-    import torch
-
-    from tfr_torch.decode.specs import FixedLenFeature, VarLenFeature, string
-
-    def scalar(t: Any) -> Any:
-        if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) \
-                or pa.types.is_large_binary(t):
-            return string
-        if pa.types.is_boolean(t):
-            return torch.bool
-        if pa.types.is_integer(t):
-            name = str(t.to_pandas_dtype().__name__)
-            return getattr(torch, name) if name in ("int8", "int16", "int32", "int64", "uint8") else torch.int64
-        if pa.types.is_floating(t):
-            return {16: torch.float16, 32: torch.float32, 64: torch.float64}[t.bit_width]
-        return None
-
-    dtype = scalar(arrow)
-    if dtype is not None:
-        return FixedLenFeature([], dtype)
-    ext = getattr(arrow, "extension_name", "")
-    if isinstance(arrow, pa.ExtensionType) and "tensor" in ext.lower():
-        inner = scalar(arrow.value_type)  # Ray's tensor types (fixed or variable shape) name their element type
-        shape = getattr(arrow, "shape", None)
-        if inner is not None and shape is not None and all(isinstance(d, int) and d >= 0 for d in shape):
-            return FixedLenFeature(list(shape), inner)
-        if inner is not None:
-            return VarLenFeature(inner)
-    if pa.types.is_fixed_size_list(arrow):
-        inner = scalar(arrow.value_type)
-        if inner is not None:
-            return FixedLenFeature([arrow.list_size], inner)
-    if pa.types.is_list(arrow) or pa.types.is_large_list(arrow):
-        inner = scalar(arrow.value_type)
-        if inner is not None:
-            return VarLenFeature(inner)
-    raise TypeError(f"write_tfrecords: column {key!r} has Arrow type {arrow}, which has no tf.train.Feature form "
-                    "(numbers, bool, bytes, str, fixed-shape tensors and lists of them); convert it first, or pass "
-                    "features=None to store no spec")
-
-
-def spec_from_schema(schema: Any) -> dict[str, Any]:
-    """The feature spec that reads back what write_tfrecords writes for a dataset of this Arrow schema: scalars
-    and fixed-shape tensors as FixedLenFeature (of the column's dtype), lists as VarLenFeature, bytes and str as
-    string features."""
-    return {name: _arrow_spec(name, schema.field(name).type) for name in schema.names}
 
 
 @ray.remote
@@ -141,31 +92,35 @@ def _assemble(ranges: list[tuple[str, int, int]], out_dir: str, name: str, compr
             shutil.rmtree(local, ignore_errors=True)
 
 
-def _write_part(blocks: Iterable[Any], task: int, part: str, lengths: list[int]) -> Any:
+def _write_part(blocks: Iterable[Any], task: int, part: str, lengths: list[int]) -> list[Any]:
     """Encode a write task's rows as Examples into the file `part` (atomically), appending each record's length
-    to `lengths`; return the first non-empty block's Arrow schema (None: no rows)."""
+    to `lengths`; return the Arrow schemas of its non-empty blocks (each distinct one once)."""
     from tfr_torch.format.example import encode_example
     from tfr_torch.format.writer import TFRecordWriter
 
-    schema = None
+    schemas: list[Any] = []
     with TFRecordWriter(part) as writer:
         for b, block in enumerate(blocks):
             accessor = BlockAccessor.for_block(block)
             if accessor.num_rows() == 0:
                 continue
-            if schema is None:
-                schema = accessor.to_arrow().schema
+            schema = accessor.to_arrow().schema
+            if schema not in schemas:
+                schemas.append(schema)
+            strings = {name for name in schema.names if _strings(schema.field(name).type)}
+            untyped = {name for name in schema.names if _untyped(schema.field(name).type)}
             columns = accessor.to_batch_format("numpy")
             keys = list(columns)
             for j in range(accessor.num_rows()):
-                row = {key: _value(columns[key][j]) for key in keys}
+                row = {key: _value(columns[key][j], key in strings) for key in keys
+                       if not (key in untyped and _empty(columns[key][j]))}
                 try:
                     record = encode_example(row)
                 except (TypeError, ValueError, OverflowError) as exc:
                     raise type(exc)(f"write_tfrecords: row {j} of block {b} of write task {task}: {exc}") from None
                 writer.write(record)
                 lengths.append(len(record))
-    return schema
+    return schemas
 
 
 class TFRecordDatasink(Datasink[dict[str, Any]]):  # each write task returns a dict
@@ -220,8 +175,10 @@ class TFRecordDatasink(Datasink[dict[str, Any]]):  # each write task returns a d
         for stale in folder.names():  # what an earlier, failed run of this name and split left
             if stale.startswith(prefix) and stale != self.staging_name:
                 folder.remove_tree(stale)
-        if self.features == "auto" and schema is not None:
-            self.features = spec_from_schema(schema)
+        if self.features == "auto" and schema is not None:  # a column with no Feature form fails before any write
+            for name in schema.names:  # (the spec itself comes from every block's schema, after the write)
+                if not _untyped(schema.field(name).type):
+                    _arrow_spec(name, schema.field(name).type)
 
     # ----- tasks ------------------------------------------------------------------------------------------------
 
@@ -233,22 +190,22 @@ class TFRecordDatasink(Datasink[dict[str, Any]]):  # each write task returns a d
             os.makedirs(folder.join(self.staging_name), exist_ok=True)
         lengths: list[int] = []
         try:
-            schema = _write_part(blocks, ctx.task_idx, f"{local}/part" if local else folder.join(part_name), lengths)
+            schemas = _write_part(blocks, ctx.task_idx, f"{local}/part" if local else folder.join(part_name), lengths)
             if local is not None:
                 folder.upload(f"{local}/part", part_name)
         finally:
             if local is not None:
                 shutil.rmtree(local, ignore_errors=True)
         return {"task": ctx.task_idx, "part": folder.join(part_name), "lengths": np.asarray(lengths, dtype=np.int64),
-                "schema": schema}
+                "schemas": schemas}
 
     # ----- driver: after ----------------------------------------------------------------------------------------
 
     def on_write_complete(self, write_result: Any) -> None:
         results = sorted((r for r in write_result.write_returns if r is not None), key=lambda r: r["task"])
-        if self.features == "auto":  # Ray passes on_write_start no schema in most plans: use the first block's
-            schema = next((r["schema"] for r in results if r["schema"] is not None), None)
-            self.features = spec_from_schema(schema) if schema is not None else None
+        if self.features == "auto":  # the spec of every block's schema (not just the first's: see _spec_of_blocks)
+            schemas = [schema for r in results for schema in r["schemas"]]
+            self.features = _spec_of_blocks(schemas) if schemas else None
         lengths = np.concatenate([r["lengths"] for r in results]) if results else np.zeros(0, dtype=np.int64)
         starts = plan_shards(lengths, self.shard_size, self.records_per_shard)
         bounds = list(zip(starts, starts[1:] + [len(lengths)]))
@@ -315,11 +272,20 @@ class TFRecordDatasink(Datasink[dict[str, Any]]):  # each write task returns a d
         OutputFolder(self.out_dir).remove_tree(self.staging_name)
 
 
-def _value(value: Any) -> Any:
-    """A cell of a numpy batch as encode_example takes it (object arrays of lists hold arrays already)."""
+def _value(value: Any, strings: bool = False) -> Any:
+    """A cell of a numpy batch as encode_example takes it (object arrays of lists hold arrays already); an empty
+    list of a column of bytes or str as an empty bytes list (numpy gives it as an untyped object array)."""
     if isinstance(value, np.ndarray) and value.dtype == object:
+        if strings and not value.size:
+            return np.array([], dtype=bytes)
         return list(value)
     return value
+
+
+def _empty(value: Any) -> bool:
+    """An empty list of a column typed by no value (list<null>): left out of its Example, as a missing key reads
+    back as an empty list."""
+    return isinstance(value, np.ndarray) and not value.size
 
 
 def write_tfrecords(dataset: Any, out_dir: PathLike, name: str, split: str = "train", shard_size: int | str = "128MB",
@@ -346,11 +312,9 @@ def write_tfrecords(dataset: Any, out_dir: PathLike, name: str, split: str = "tr
 
     >>> tfr_torch.ray.write_tfrecords(ds, "out/", "mydata", "train", shard_size="128MB")  # doctest: +SKIP
     """
-    from ray.data import DataContext
-
     sink = TFRecordDatasink(out_dir, name, split, shard_size, compression, records_per_shard=records_per_shard,
                             features=features, image=image, tfds=tfds)
-    context = DataContext.get_current()
+    context = dataset.context  # what the write runs with: each dataset holds a copy of the context it was made in
     before = context.execution_options.preserve_order
     context.execution_options.preserve_order = True
     try:

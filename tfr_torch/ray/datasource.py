@@ -16,9 +16,10 @@ from ray.data.datasource import Datasource, ReadTask
 from tfr_torch.decode.sequence_features import SequenceFeatures
 from tfr_torch.errors import SkippedRecordWarning, TFRecordError
 from tfr_torch.format.compression import compression_from_name
+from tfr_torch.format.framing import OVERHEAD
 from tfr_torch.format.index import index_path_for, read_index
 from tfr_torch.format.location import RecordLocation
-from tfr_torch.format.paths import PathLike, as_path, exists, expand_paths, file_size
+from tfr_torch.format.paths import PathLike, as_path, exists, expand_paths, file_size, is_url
 from tfr_torch.format.options import CompressionOrAuto, OnError, check_on_error, compression_name
 from tfr_torch.format.reader import RecordReader
 from tfr_torch.ray.planning import FileInfo, Piece, group_pieces, plan_pieces
@@ -101,25 +102,24 @@ class _ReadPieces:
                     records: list[bytes] = []
                     offsets: list[int] = []
                     size = 0
-                    wanted = piece.count if piece.exact else None
-                    skip = piece.skip
-                    offset = reader.offset
                     for record in reader:
-                        if skip:  # a slice of a file without an index: records before it are read, not kept
-                            skip -= 1
-                            offset = reader.offset
-                            continue
+                        # its number in the piece, counting the bad records skipped before it, as a TFDS slice does
+                        # (dataset_info.json's shard lengths hold them)
+                        position = reader.records - 1 + reader.skipped
+                        if position < piece.skip:  # a slice of a file without an index: records before it are
+                            continue  # read, not kept
+                        if piece.exact and position >= piece.skip + (piece.count or 0):  # past a bad last record
+                            break
                         records.append(record)
-                        offsets.append(offset)
-                        offset = reader.offset
+                        # reader.offset is where the next record starts: this one began its framing before (not
+                        # where the previous one ended, when a bad record between them was skipped)
+                        offsets.append(reader.offset - len(record) - OVERHEAD)
                         size += len(record)
                         if len(records) >= rows_cap or (bytes_cap is not None and size >= bytes_cap):
                             yield self._block(maker, records, piece.path, offsets, pa, RAW_COLUMN)
                             records, offsets, size = [], [], 0
-                        if wanted is not None:
-                            wanted -= 1
-                            if wanted == 0:
-                                break
+                        if piece.exact and position + 1 >= piece.skip + (piece.count or 0):
+                            break
                     if records:
                         yield self._block(maker, records, piece.path, offsets, pa, RAW_COLUMN)
             finally:
@@ -134,15 +134,21 @@ class _ReadPieces:
 
 
 def _shard_files(directory: str, split: str | None) -> list[str]:
-    names = sorted(n for n in os.listdir(directory) if _SHARD.fullmatch(n))
+    from tfr_torch.format.folder import OutputFolder
+
+    names = sorted(n for n in OutputFolder(directory).names() if _SHARD.fullmatch(n))  # a local folder or a URL
     if split is None:
         splits = sorted({n.rsplit(".tfrecord-", 1)[0].rsplit("-", 1)[-1] for n in names})
         raise ValueError(f"{directory} is a folder: pass split= (it holds the splits {splits}) or a list of files")
-    chosen = [f"{directory.rstrip('/')}/{n}" for n in names if n.rsplit(".tfrecord-", 1)[0].endswith(f"-{split}")]
+    chosen = [n for n in names if n.rsplit(".tfrecord-", 1)[0].endswith(f"-{split}")]
     if not chosen:
         raise FileNotFoundError(f"no shards of split {split!r} in {directory} (expected files named "
                                 f"<name>-{split}.tfrecord-NNNNN-of-NNNNN)")
-    return chosen
+    sets = sorted({n.rsplit(".tfrecord-", 1)[0][: -len(split) - 1] for n in chosen})
+    if len(sets) > 1:  # several datasets written into one folder: never read them as one
+        raise ValueError(f"{directory} holds split {split!r} of several shard sets, named {sets}: pass the files of "
+                         f"one (a glob such as {directory.rstrip('/')}/{sets[0]}-{split}.tfrecord-*)")
+    return [f"{directory.rstrip('/')}/{n}" for n in chosen]
 
 
 def _tfds_folder(paths: Any) -> TypeGuard[str | os.PathLike[str]]:
@@ -167,6 +173,8 @@ def _tfds_wire_spec(info: Any) -> dict[str, Any]:
 def _resolve_paths(paths: Any, split: str | None) -> list[str]:
     if isinstance(paths, (str, os.PathLike)) and os.path.isdir(as_path(paths)):
         return _shard_files(as_path(paths), split)
+    if isinstance(paths, str) and split is not None and is_url(paths):  # a folder that write_tfrecords wrote there
+        return _shard_files(paths, split)
     if split is not None:
         raise ValueError(f"split={split!r} selects shards in a folder; paths is not a folder: {paths!r}")
     files = expand_paths(paths)
@@ -240,7 +248,12 @@ class TFRecordDatasource(Datasource):
         self.verify = bool(verify)
         self.on_error = on_error
         self.batch_rows = batch_rows
-        counts = sidecar.counts if sidecar is not None else {}
+        counts: dict[str, int] = {}
+        if sidecar is not None:  # its counts only for shards that still have the size it recorded (see trusted_counts)
+            from tfr_torch.format.shardset import trusted_counts
+
+            trusted, _ = trusted_counts(sidecar, [file_size(p) for p in self.paths], [None] * len(self.paths))
+            counts = {p.rsplit("/", 1)[-1]: c for p, c in zip(self.paths, trusted) if c is not None}
         self._files = [self._file_info(p, index, i, counts) for i, p in enumerate(self.paths)]
         if self.tfds is not None:  # counts from dataset_info.json; split slices as record windows
             self._files = [self._tfds_slice(f, skip, take, expected) for f, skip, take, expected in
@@ -331,8 +344,9 @@ def read_tfrecords(paths: PathLike | Sequence[PathLike],
                    ray_remote_args: dict[str, Any] | None = None) -> Any:
     """Read TFRecord files into a `ray.data.Dataset`, without TensorFlow.
 
-    - `paths`: a file, a list, a glob pattern, fsspec URLs, or a folder of shards with `split=` (the shards named
-      `<name>-<split>.tfrecord-NNNNN-of-NNNNN`, as ShardedWriter and `write_tfrecords` write them).
+    - `paths`: a file, a list, a glob pattern, fsspec URLs, or a folder (local or a URL) of shards with `split=`
+      (the shards named `<name>-<split>.tfrecord-NNNNN-of-NNNNN`, as ShardedWriter and `write_tfrecords` write them;
+      the folder must hold that split of one set only).
     - `features`: None gives one `bytes` column of raw records; a spec (`{"key": tfr_torch.FixedLenFeature(...)}`)
       gives decoded columns (numeric FixedLen as Ray tensor columns of the spec's shape and dtype, scalars as plain
       columns, VarLen as list columns, strings as binary, or as utf-8 text for the keys in `utf8`); "auto" takes
