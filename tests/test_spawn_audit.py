@@ -294,18 +294,27 @@ def test_errors_in_workers_name_the_file_and_offset(tmp_path, context, loader_er
     assert f"{path}:{offset}: corrupt record data: the CRC of its" in str(err)
 
 
-@pytest.mark.xfail(strict=True, reason="torch's DataLoader re-raises a worker's exception as exc_type(text): the "
-                   "TFRecordError's path and offset attributes are None in the main process (needs a change in "
-                   "tfr_torch/errors.py, outside data/ and format/)")
 @pytest.mark.parametrize("context", ["fork", "spawn"])
 def test_errors_from_workers_keep_their_path_and_offset_attributes(tmp_path, context, loader_error):
     """The error a worker raised keeps, in the main process, the `path` and `offset` its message names (the style's
-    "each carries the path and the byte offset"), also through pickle."""
+    "each carries the path and the byte offset"), also through pickle: torch re-raises it as `type(traceback
+    text)`, and the error reads them back from that text (its text unchanged)."""
     path, offset = _corrupt(tmp_path)
     err = loader_error(_loader(TFRecordDataset(path, SPEC, batch_size=2, index=None), context))
     assert type(err) is CorruptRecordError
     again = pickle.loads(pickle.dumps(err))
     assert (again.path, again.offset) == (err.path, err.offset) == (path, offset)
+    assert str(again) == str(err) and str(err).startswith("Caught CorruptRecordError in DataLoader worker process")
+
+
+def test_a_worker_error_text_without_an_offset_leaves_the_attributes_none():
+    """Only the `path:offset: ` form is read back; other texts (an error naming no file) leave None."""
+    text = ("Caught DecodeError in DataLoader worker process 0.\nOriginal Traceback (most recent call last):\n"
+            "  File \"x.py\", line 1, in <module>\ntfr_torch.errors.DecodeError: feature 'a' is missing\n")
+    err = tfr_torch.DecodeError(text)
+    assert (err.path, err.offset) == (None, None) and str(err) == text
+    named = tfr_torch.DecodeError(text.replace("feature 'a'", "s3://b/x.tfrecord:12: feature 'a'"))
+    assert (named.path, named.offset) == ("s3://b/x.tfrecord", 12)
 
 
 # ------------------------------------------------------------------------------------------------ abandoned iterations

@@ -6,6 +6,8 @@ Errors about arguments are plain `ValueError`/`TypeError`.
 
 from __future__ import annotations
 
+import re
+
 from typing import Any
 
 
@@ -49,6 +51,10 @@ class TFRecordError(Exception):
         self.path = path
         self.offset = offset
         super().__init__(self._render())
+        if path is None and offset is None and message.startswith("Caught ") and "\nOriginal Traceback" in message:
+            # torch's DataLoader re-raises a worker's error as `type(its traceback's text)`: the path and offset
+            # the worker's error was rendered with are read back from that text (the message stays the text)
+            self.path, self.offset = _located_in(type(self), message)
 
     def _render(self) -> str:
         where = ""
@@ -59,15 +65,29 @@ class TFRecordError(Exception):
         return where + self.message
 
     def __reduce__(self) -> tuple[Any, ...]:  # keep path/offset when pickled across DataLoader workers
-        return (_rebuild, (type(self), self.message, self.path, self.offset, self.__dict__))
+        return (_rebuild, (type(self), self.message, self.path, self.offset, self.__dict__, self.args))
 
 
 def _rebuild(cls: type[TFRecordError], message: str, path: str | None, offset: int | None,
-             state: dict[str, Any]) -> TFRecordError:
+             state: dict[str, Any], args: tuple[Any, ...] | None = None) -> TFRecordError:
     err = cls.__new__(cls)
     TFRecordError.__init__(err, message, path, offset)
     err.__dict__.update(state)
+    if args is not None:
+        err.args = args  # its text as it was (a worker's error re-raised by a DataLoader is not rendered again)
     return err
+
+
+def _located_in(cls: type, text: str) -> tuple[str | None, int | None]:
+    """(path, offset) of the `path:offset: ` a worker's error of class `cls` began with, from the traceback text
+    torch's DataLoader re-raises it with; (None, None) when its line is not there or names no offset."""
+    head = f"\n{cls.__module__}.{cls.__qualname__}: "
+    at = text.rfind(head)
+    if at < 0:
+        return None, None
+    line = text[at + len(head):].split("\n", 1)[0]
+    found = re.match(r"(.+?):(\d+): ", line)
+    return (found.group(1), int(found.group(2))) if found else (None, None)
 
 
 class CorruptRecordError(TFRecordError):
