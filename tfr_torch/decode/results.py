@@ -128,3 +128,16 @@ _NUMPY_SLICES = {torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8,
 
 def _same(value: Any) -> Any:
     return value
+
+
+def step_rows(value: Any) -> list[torch.Tensor]:
+    """Each step's values of a feature list as parse_single_sequence_example gives it (a 2-D sparse tensor for a
+    VarLenFeature, a nested tensor or a RaggedTensor for a RaggedFeature): one tensor per step, in order, empty
+    steps included."""
+    if isinstance(value, torch.Tensor) and value.is_sparse:
+        sparse = value.coalesce()
+        counts = torch.bincount(sparse.indices()[0], minlength=int(value.shape[0])).tolist()
+        return list(sparse.values().split(counts))
+    if isinstance(value, torch.Tensor):
+        return list(value.unbind(0))
+    return [torch.as_tensor(row) for row in value.to_list()]

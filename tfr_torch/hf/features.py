@@ -24,7 +24,7 @@ import datasets
 import numpy as np
 import torch
 
-from tfr_torch.decode.results import RaggedTensor
+from tfr_torch.decode.results import RaggedTensor, step_rows
 from tfr_torch.format.example import ByteStrings
 from tfr_torch.decode.sequence_features import SequenceFeatures
 from tfr_torch.decode.specs import FixedLenFeature, FixedLenSequenceFeature, VarLenFeature, string
@@ -203,7 +203,7 @@ def to_row(feature: Any, value: Any) -> Any:
         return value
     if isinstance(value, torch.Tensor) and (value.is_nested or (value.is_sparse and value.dim() == 2)):
         if isinstance(feature, datasets.List):  # a list per step of a SequenceExample's feature list
-            return [to_row(feature.feature, row) for row in _rows(value)]
+            return [to_row(feature.feature, row) for row in step_rows(value)]
     numeric = _numeric(feature)
     if numeric and isinstance(value, torch.Tensor) and not value.is_sparse and not value.is_nested:
         return value.numpy()
@@ -214,17 +214,6 @@ def to_row(feature: Any, value: Any) -> Any:
     if isinstance(feature, datasets.List):
         return [to_row(feature.feature, v) for v in _items(value)]
     return value
-
-
-def _rows(value: torch.Tensor) -> list[torch.Tensor]:
-    """The rows of a nested tensor, or of a 2-D sparse one (a VarLenFeature per step: each row's values, in
-    order; empty rows included)."""
-    if value.is_nested:
-        return list(value.unbind(0))
-    sparse = value.coalesce()
-    rows = sparse.indices()[0]
-    counts = torch.bincount(rows, minlength=int(value.shape[0])).tolist()
-    return list(sparse.values().split(counts))
 
 
 def _numeric(feature: Any) -> bool:

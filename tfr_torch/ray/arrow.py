@@ -36,6 +36,7 @@ from tfr_torch.decode.specs import (
     VarLenFeature,
     string,
 )
+from tfr_torch.decode.results import step_rows
 from tfr_torch.decode.sequence_plan import SequenceExamplePlan
 from tfr_torch.errors import DecodeError
 from tfr_torch.format.location import ExampleName, location_of
@@ -49,6 +50,22 @@ _ARROW_OF_TORCH = {
     torch.int64: pa.int64(), torch.int32: pa.int32(), torch.int16: pa.int16(), torch.int8: pa.int8(),
     torch.uint8: pa.uint8(), torch.bool: pa.bool_(),
 }
+
+
+def _text_keys(specs: Sequence[Mapping[str, Any]], utf8: bool | Sequence[str]) -> set[str]:
+    """The string features of `specs` read as utf-8 text: `utf8` False (none), True (all) or their keys, checked."""
+    strings = {k for spec in specs for k, s in spec.items() if getattr(s, "dtype", None) == string}
+    if isinstance(utf8, bool):
+        return strings if utf8 else set()
+    if isinstance(utf8, str):
+        raise TypeError(f"utf8 must be a bool or a list of feature keys, got the string {utf8!r}")
+    text = set(utf8)
+    unknown = sorted(text - {k for spec in specs for k in spec})
+    if unknown:
+        raise ValueError(f"utf8 names features that are not in the spec: {unknown}")
+    if text - strings:
+        raise ValueError(f"utf8 names features that are not string features: {sorted(text - strings)}")
+    return text
 
 
 def _value_type(key: str, dtype: Any, text: bool) -> pa.DataType:
@@ -94,26 +111,14 @@ class BlockMaker:
         from tfr_torch.decode.plan import compile_features
 
         self.features = dict(features)
-        if isinstance(utf8, bool):
-            text = {k for k, s in self.features.items() if getattr(s, "dtype", None) == string} if utf8 else set()
-        elif isinstance(utf8, str):
-            raise TypeError(f"utf8 must be a bool or a list of feature keys, got the string {utf8!r}")
-        else:
-            text = set(utf8)
-            unknown = sorted(text - set(self.features))
-            if unknown:
-                raise ValueError(f"utf8 names features that are not in the spec: {unknown}")
-            not_strings = sorted(k for k in text if getattr(self.features[k], "dtype", None) != string)
-            if not_strings:
-                raise ValueError(f"utf8 names features that are not string features: {not_strings}")
-        self.text = text
+        self.text = _text_keys([self.features], utf8)
         self.types: dict[str, pa.DataType] = {}
         twins = {}
         for key, spec in self.features.items():
             if isinstance(spec, SparseFeature):
                 raise TypeError(f"feature {key!r}: SparseFeature has no column form in Ray Data; read its index key(s) "
                                 f"{list(spec.index_keys)} and value key {spec.value_key!r} as VarLenFeature columns")
-            value = _value_type(key, spec.dtype, key in text)
+            value = _value_type(key, spec.dtype, key in self.text)
             if isinstance(spec, FixedLenFeature):
                 self.types[key] = value if spec.dtype == string or not spec.shape else None  # tensors: Ray's type
                 if spec.dtype == string:
@@ -256,18 +261,7 @@ class SequenceBlockMaker(BlockMaker):
         if both:
             raise ValueError(f"features {both} are both context features and feature lists: Ray Data gives each "
                              "key one column; read them in two passes, one spec each")
-        strings = {k for part in (context, sequence) for k, s in part.items() if getattr(s, "dtype", None) == string}
-        if isinstance(utf8, bool):
-            text = strings if utf8 else set()
-        elif isinstance(utf8, str):
-            raise TypeError(f"utf8 must be a bool or a list of feature keys, got the string {utf8!r}")
-        else:
-            text = set(utf8)
-            unknown = sorted(text - set(context) - set(sequence))
-            if unknown:
-                raise ValueError(f"utf8 names features that are not in the spec: {unknown}")
-            if text - strings:
-                raise ValueError(f"utf8 names features that are not string features: {sorted(text - strings)}")
+        text = _text_keys([context, sequence], utf8)
         super().__init__(context, sorted(text & set(context)))
         self.text = text
         self.sequence = sequence
@@ -308,19 +302,7 @@ class SequenceBlockMaker(BlockMaker):
             return ArrowVariableShapedTensorArray.from_numpy(rows)
         if spec.dtype == string:
             return self._strings(key, pa.array([_plain(v) for v in values], _as_binary(self.types[key])), names)
-        return pa.array([[row.tolist() for row in _step_rows(v)] for v in values], self.types[key])
-
-
-def _step_rows(value: Any) -> list[Any]:
-    """Each step's values of a per-step list feature: a 2-D sparse tensor (VarLenFeature), a nested tensor or a
-    RaggedTensor (RaggedFeature)."""
-    if isinstance(value, torch.Tensor) and value.is_sparse:
-        sparse = value.coalesce()
-        counts = np.bincount(sparse.indices()[0].numpy(), minlength=int(value.shape[0])).tolist()
-        return list(sparse.values().split(counts))
-    if isinstance(value, torch.Tensor):
-        return list(value.unbind(0))
-    return [torch.as_tensor(row) for row in value.to_list()]
+        return pa.array([[row.tolist() for row in step_rows(v)] for v in values], self.types[key])
 
 
 def _plain(value: Any) -> Any:
