@@ -156,22 +156,29 @@ class CachedDataset(IterableDataset[Any]):
         epoch = int(self._epoch)
         kept_at = self._kept_at(key)
         source_epoch = epoch if kept_at is None else kept_at
-        set_epoch: Callable[[int], None] | None = (getattr(self.dataset, "set_epoch", None) if source_epoch != epoch
-                                                   else None)
-        if set_epoch is not None:
-            set_epoch(source_epoch)
         kept = []
         self._resume = None
         live = self._live = {"epoch": epoch, "phase": "read", "yielded": 0, "kept_epoch": source_epoch}
-        try:
+        with self._source_at(source_epoch):
             for item in self.dataset:
                 kept.append(_copy(_plain(item)))  # a copy: the caller may change what it gets in place
                 live["yielded"] += 1
                 yield item if self.transform is None else self.transform(item)
+        self._keep(key, kept, source_epoch)  # the epoch is complete: keep it
+
+    @contextlib.contextmanager
+    def _source_at(self, source_epoch: int) -> Iterator[None]:
+        """The dataset set to `source_epoch` for the time of a read (when that is not the current epoch)."""
+        epoch = int(self._epoch)
+        set_epoch: Callable[[int], None] | None = (getattr(self.dataset, "set_epoch", None) if source_epoch != epoch
+                                                   else None)
+        if set_epoch is not None:
+            set_epoch(source_epoch)
+        try:
+            yield
         finally:
             if set_epoch is not None:
                 set_epoch(epoch)
-        self._keep(key, kept, source_epoch)  # the epoch is complete: keep it
 
     def _read_resumed(self, key: str, resume: Mapping[str, Any]) -> Iterator[Any]:
         """The rest of a first epoch from where a saved state stood: the source resumes from its own state. What
@@ -193,15 +200,8 @@ class CachedDataset(IterableDataset[Any]):
     def _read_part(self, key: str, source_epoch: int) -> list[Any]:
         """This reader's part read from the source whole, as in the epoch it was first read (to resume a replayed
         epoch where the part is no longer kept); kept again."""
-        epoch = int(self._epoch)
-        set_epoch = getattr(self.dataset, "set_epoch", None) if source_epoch != epoch else None
-        if set_epoch is not None:
-            set_epoch(source_epoch)
-        try:
+        with self._source_at(source_epoch):
             kept = [_copy(_plain(item)) for item in self.dataset]
-        finally:
-            if set_epoch is not None:
-                set_epoch(epoch)
         self._keep(key, kept, source_epoch)
         return kept
 
