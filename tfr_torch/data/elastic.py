@@ -28,14 +28,15 @@ from tfr_torch.data.reading import interleave, shuffle_buffer
 from tfr_torch.data.sampler_state import is_sampler_state, merge_sampler_parts, sampler_state_in
 from tfr_torch.data.sharding import epoch_rng, file_order, files_for_worker, rank_quota, worker_block
 
-__all__ = ["STATE_VERSION", "elastic_state", "epoch_sequence", "segment_sequence", "reader_streams", "reader_order",
-           "consumed", "remaining", "segment_rng", "merge_states", "ORDER_KEYS"]
+__all__ = ["STATE_VERSION", "MIXTURE_KIND", "elastic_state", "merge_mixtures", "epoch_sequence", "segment_sequence",
+           "reader_streams", "reader_order", "consumed", "remaining", "segment_rng", "merge_states", "ORDER_KEYS"]
 
 STATE_VERSION = 2
 # What fixes an epoch's order, besides the segments: a state only resumes a dataset that agrees on all of them.
 ORDER_KEYS = ("seed", "files", "fingerprint", "records", "shuffle", "global_shuffle", "pad", "interleave",
               "shuffle_buffer")
 LAYOUT_KEYS = ("world_size", "num_workers", "batch", "split")
+MIXTURE_KIND = "tfr_torch.MixedDataset"  # the "kind" of a MixedDataset state
 SPLITS = ("global", "ranges", "files")
 
 
@@ -244,7 +245,8 @@ def elastic_state(*states: Any) -> dict[str, Any]:
     states of all its readers: `TFRecordDataset.state_dict()` parts, torchdata `StatefulDataLoader.state_dict()`s
     (each worker's part is taken from it), lists of them (what `all_gather_object` gives), or a merged state.
     The same for `ElasticDistributedSampler` states: every rank's `sampler.state_dict()`, or the states of
-    StatefulDataLoaders that read through the sampler (the sampler's part is taken from each).
+    StatefulDataLoaders that read through the sampler (the sampler's part is taken from each); and for
+    `MixedDataset` states (each of its datasets' parts merged; stop "all" or "first").
 
     >>> state = tfr_torch.elastic_state(gathered)   # doctest: +SKIP  (every rank's loader.state_dict())
     >>> dataset.load_state_dict(state)              # doctest: +SKIP  (then a fresh loader, any num_workers)
@@ -252,11 +254,60 @@ def elastic_state(*states: Any) -> dict[str, Any]:
     parts: list[Mapping[str, Any]] = []
     for state in states:
         _collect(state, parts)
+    mixtures = [p for p in parts if p.get("kind") == MIXTURE_KIND]
+    if mixtures:
+        if len(mixtures) != len(parts):
+            raise ValueError(f"give the states of one kind: {len(mixtures)} MixedDataset state(s) and "
+                             f"{len(parts) - len(mixtures)} other state(s) were given")
+        return merge_mixtures(mixtures)
     samplers = [p for p in parts if is_sampler_state(p)]
     if samplers and len(samplers) != len(parts):
         raise ValueError(f"give the states of one kind: {len(samplers)} ElasticDistributedSampler state(s) and "
                          f"{len(parts) - len(samplers)} TFRecordDataset state(s) were given")
     return merge_sampler_parts(samplers) if samplers else merge_states(parts)
+
+
+_MIXTURE_AGREE = ("version", "names", "weights", "stop", "seed", "epoch", "segment", "workers")
+
+
+def merge_mixtures(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """One state of a whole job's mixed epoch (MixedDataset) from every reader's part: each dataset's parts merged
+    as `elastic_state` merges them, and the number of the mixture's next segment (its draws start afresh from
+    (seed, epoch, segment, worker) under the new layout). Or the one merged state given."""
+    merged = [p for p in parts if p.get("merged")]
+    if merged:
+        if len(merged) != len(parts):
+            raise ValueError("give either one merged MixedDataset state or every reader's part, not both")
+        if any(p != merged[0] for p in merged[1:]):
+            raise ValueError("the merged MixedDataset states given differ: give one of them, or the parts")
+        return dict(merged[0])
+    first = parts[0]
+
+    def who(part: Mapping[str, Any]) -> str:
+        return f"rank {part.get('rank')} worker {part.get('worker')}'s part"
+
+    for part in parts[1:]:
+        for key in _MIXTURE_AGREE:
+            if part.get(key, 0 if key == "segment" else None) != first.get(key, 0 if key == "segment" else None):
+                raise ValueError(f"the MixedDataset parts come from different epochs or mixtures: {key}="
+                                 f"{first.get(key)!r} in {who(first)}, {key}={part.get(key)!r} in {who(part)}")
+    if first["stop"] == "cycle":
+        raise ValueError("a MixedDataset with stop='cycle' resumes with the layout it was saved with only (each "
+                         "reader's datasets may be in their second pass): load each reader's own part, with the "
+                         "same world size and num_workers")
+    datasets = {}
+    for name in first["names"]:
+        try:
+            datasets[name] = elastic_state([part["datasets"][name] for part in parts])
+        except ValueError as error:
+            raise ValueError(f"MixedDataset dataset {name!r}: {error}") from None
+    count = len(first["names"])
+    return {"version": first["version"], "kind": MIXTURE_KIND, "merged": True,
+            **{key: first[key] for key in ("names", "weights", "stop", "seed", "epoch")},
+            "segment": int(first.get("segment", 0)) + 1,
+            # stop="first" and every reader's epoch had ended: the resumed epoch yields nothing more
+            "over": first["stop"] == "first" and all(len(part["exhausted"]) == count for part in parts),
+            "datasets": datasets}
 
 
 def _collect(state: Any, parts: list[Mapping[str, Any]]) -> None:

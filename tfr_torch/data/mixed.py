@@ -21,6 +21,8 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from tfr_torch.data.distributed import detect_rank_world
+from tfr_torch.data.elastic import MIXTURE_KIND
+from tfr_torch.data.resumable import _worker_pass
 
 __all__ = ["MixedDataset", "MIXED_STATE_VERSION", "STOPS"]
 
@@ -54,7 +56,10 @@ class MixedDataset(IterableDataset[Any]):
 
     `state_dict()` / `load_state_dict()` (the datasets must have them, as TFRecordDataset does) resume a mixed epoch
     where it stood, with the same datasets, weights and layout (number of DataLoader workers; each reader's
-    state is its own, as torchdata's StatefulDataLoader keeps them).
+    state is its own, as torchdata's StatefulDataLoader keeps them). Under another world size or number of
+    workers: merge every reader's state with `tfr_torch.elastic_state` and load that (stop "all" or "first");
+    each dataset reads its rest exactly once, split over the new readers, and the mixture draws afresh from
+    (seed, epoch, resume count, worker), still the same on every rank.
 
     >>> mixed = MixedDataset({"web": TFRecordDataset("web-*.tfrecord", spec),
     ...                       "books": TFRecordDataset("books-*.tfrecord", spec)}, weights={"web": 3, "books": 1})
@@ -91,6 +96,8 @@ class MixedDataset(IterableDataset[Any]):
         self._epoch = torch.zeros((), dtype=torch.int64).share_memory_()  # seen by persistent workers
         self._live: dict[str, Any] | None = None  # the running epoch's draws (this process)
         self._resume: dict[str, Any] | None = None  # a loaded state, until the next iteration takes it
+        self._elastic: dict[str, Any] | None = None  # a loaded merged state (elastic_state): its epoch's next pass
+        self._elastic_taken = torch.zeros((), dtype=torch.int64).share_memory_()  # which pass took it (workers)
 
     # ----- epochs and length -------------------------------------------------------------------------------------
 
@@ -140,13 +147,20 @@ class MixedDataset(IterableDataset[Any]):
                                 "exhausted": [], "cycled": [], "restart": [], "started": []}
         fresh: set[int] = set()  # datasets not drawn again, or whose next draw starts a new pass
         resume, self._resume = self._resume, None
+        elastic = self._take_elastic(epoch)
+        live["segment"] = elastic["segment"] if elastic is not None else 0
         if resume is not None and resume["epoch"] == epoch:  # one of another epoch (set_epoch since) is dropped
             self._check_layout(resume, rank, worker, workers)
-            live.update({key: list(resume[key]) for key in _SETS}, draws=int(resume["draws"]))
+            live.update({key: list(resume[key]) for key in _SETS}, draws=int(resume["draws"]),
+                        segment=int(resume.get("segment", 0)))
             fresh = set(resume["exhausted"]) | set(resume["restart"])
             for k, (name, dataset) in enumerate(zip(self.names, self.datasets)):
                 if k not in fresh:
                     dataset.load_state_dict(resume["datasets"][name])  # type: ignore[attr-defined]
+        elif elastic is not None and elastic["over"]:  # every reader's stop="first" epoch had ended
+            live["exhausted"] = list(range(len(self.datasets)))
+            self._live = live
+            return iter(())
         self._live = live
         # every other dataset's pass begins with the mixture's, not at its first draw: until then its state_dict
         # would say where its last pass stood (the same epoch iterated again), and a state taken then would resume
@@ -158,7 +172,10 @@ class MixedDataset(IterableDataset[Any]):
     def _mix(self, live: dict[str, Any], iterators: list[Iterator[Any] | None]) -> Iterator[Any]:
         # not the rank: every rank draws the same sequence, so with datasets that give the ranks equal shares (as
         # TFRecordDataset does) every rank's epoch has as many items, whatever `stop` (no rank waits in a collective)
-        bits = np.random.PCG64(np.random.SeedSequence([self.seed & _MASK, live["epoch"] & _MASK, live["worker"]]))
+        entropy = [self.seed & _MASK, live["epoch"] & _MASK, live["worker"]]
+        if live["segment"]:  # resumed under another layout (elastic_state): the rest of the epoch draws afresh
+            entropy.append(live["segment"])
+        bits = np.random.PCG64(np.random.SeedSequence(entropy))
         bits.advance(live["draws"])  # one 64-bit output per uniform: where a resumed epoch stood
         draw = np.random.Generator(bits)
         weights = np.asarray(self.weights, dtype=np.float64)
@@ -228,6 +245,8 @@ class MixedDataset(IterableDataset[Any]):
         rank, worker, workers = self._reader()
         if self._resume is not None and self._resume["epoch"] == self.epoch:  # loaded, not yet iterated: saved
             return dict(self._resume)  # again as it was (not after set_epoch to another epoch)
+        if self._elastic is not None and self._elastic["epoch"] == self.epoch:
+            return dict(self._elastic["state"])  # a merged state loaded, not yet iterated
         live = self._live if self._live is not None and self._live["epoch"] == self.epoch else None
         states = {}
         for name, dataset in zip(self.names, self.datasets):
@@ -235,17 +254,17 @@ class MixedDataset(IterableDataset[Any]):
                 raise TypeError(f"dataset {name!r} ({type(dataset).__name__}) has no state_dict: a MixedDataset is "
                                 "resumable when each of its datasets is")
             states[name] = dataset.state_dict()
-        return {"version": MIXED_STATE_VERSION, "kind": "tfr_torch.MixedDataset", "names": list(self.names),
+        return {"version": MIXED_STATE_VERSION, "kind": MIXTURE_KIND, "names": list(self.names),
                 "weights": list(self.weights), "stop": self.stop, "seed": self.seed, "epoch": self.epoch,
-                "rank": rank, "worker": worker, "workers": workers,
+                "rank": rank, "worker": worker, "workers": workers, "segment": live["segment"] if live else 0,
                 "draws": live["draws"] if live else 0, **{key: list(live[key]) if live else [] for key in _SETS},
                 "datasets": states}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Resume from `state_dict()`: the next iteration of that epoch (set_epoch to it, or it is set here) draws
         on from where the state was taken, and each dataset resumes from its own state."""
-        if not isinstance(state, Mapping) or state.get("kind") != "tfr_torch.MixedDataset":
-            raise ValueError("not a MixedDataset state (from MixedDataset.state_dict)")
+        if not isinstance(state, Mapping) or state.get("kind") != MIXTURE_KIND:
+            raise ValueError("not a MixedDataset state (from MixedDataset.state_dict or tfr_torch.elastic_state)")
         if state.get("version") != MIXED_STATE_VERSION:
             raise ValueError(f"MixedDataset state version {state.get('version')!r}; this tfr_torch reads version "
                              f"{MIXED_STATE_VERSION}")
@@ -258,6 +277,9 @@ class MixedDataset(IterableDataset[Any]):
         if not isinstance(held, Mapping) or set(held) != set(self.names):
             shown = sorted(map(str, held)) if isinstance(held, Mapping) else f"as a {type(held).__name__}"
             raise ValueError(f"this state holds datasets {shown}, the mixture {sorted(self.names)}")
+        if state.get("merged"):
+            self._load_merged(state)
+            return
         for key in ("draws", "epoch", "rank", "worker", "workers"):
             value = state.get(key)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -272,6 +294,49 @@ class MixedDataset(IterableDataset[Any]):
         for dataset in self.datasets:
             if hasattr(dataset, "set_epoch"):
                 dataset.set_epoch(int(state["epoch"]))
+
+    def _load_merged(self, state: Mapping[str, Any]) -> None:
+        """A whole job's state (tfr_torch.elastic_state): each dataset loads its merged part now (they resume under
+        any layout); the mixture's next pass over that epoch draws afresh for the new layout."""
+        for key in ("epoch", "segment"):
+            value = state.get(key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < (0 if key == "epoch" else 1):
+                raise ValueError(f"merged MixedDataset state: {key} must be an int >= {0 if key == 'epoch' else 1}, "
+                                 f"got {value!r}")
+        if not isinstance(state.get("over"), bool):
+            raise ValueError(f"merged MixedDataset state: over must be a bool, got {state.get('over')!r}")
+        epoch = int(state["epoch"])
+        self._resume = None
+        self._epoch.fill_(epoch)
+        for name, dataset in zip(self.names, self.datasets):
+            if hasattr(dataset, "set_epoch"):
+                dataset.set_epoch(epoch)
+            if state["over"]:
+                continue  # the epoch had ended: nothing to resume in it (a second pass over it is a whole one)
+            if not hasattr(dataset, "load_state_dict"):
+                raise TypeError(f"dataset {name!r} ({type(dataset).__name__}) has no load_state_dict")
+            try:
+                dataset.load_state_dict(state["datasets"][name])
+            except ValueError as error:
+                raise ValueError(f"MixedDataset dataset {name!r}: {error}") from None
+        self._elastic = {"epoch": epoch, "segment": int(state["segment"]), "over": bool(state["over"]),
+                         "state": dict(state)}
+        self._elastic_taken.fill_(0)
+
+    def _take_elastic(self, epoch: int) -> dict[str, Any] | None:
+        """The merged state this pass resumes, if any: in this process the next pass of its epoch; in DataLoader
+        workers the first pass whose workers iterate (all of them; as TFRecordDataset takes its own)."""
+        elastic, self._elastic = self._elastic, None  # this copy's pass consults it once
+        if elastic is None or elastic["epoch"] != epoch:
+            return None
+        this_pass = _worker_pass()
+        if this_pass is None:
+            return elastic
+        taken = int(self._elastic_taken)
+        if taken == 0:
+            self._elastic_taken.fill_(this_pass)  # the pass's other workers write the same number
+            return elastic
+        return elastic if taken == this_pass else None
 
     def _check_layout(self, state: Mapping[str, Any], rank: int, worker: int, workers: int) -> None:
         here = {"rank": rank, "worker": worker, "workers": workers}
