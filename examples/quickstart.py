@@ -86,7 +86,8 @@ def demo(out: Path, keep: bool) -> int:
               "each record exactly once")
         seen.append(ids)
     first = tfr_torch.decode_example(next(iter(tfr_torch.read_records(paths[0]))))
-    print(f"first record: caption={first['caption'][0].decode()!r} label={first['label'].tolist()}")
+    print(f"first record, decode_example (each feature a list of values): caption={first['caption'][0].decode()!r} "
+          f"label={first['label'].tolist()}")
     if keep:
         print(f"files are in {out}; try: tfr-torch verify {out}/*.tfrecord; tfr-torch head -n 1 {paths[0]}")
     else:
