@@ -650,3 +650,37 @@ def test_a_lying_index_line_does_not_fetch_its_claimed_size_before_the_header_ch
         assert fetched <= 2 * BLOCK, fetched
         offset = sum(16 + len(r) for r in records[:50])
         assert f.read(offset, 16 + len(big)) == big
+
+
+class _NoCredentials(Exception):
+    """What botocore raises without credentials (NoCredentialsError): not an OSError."""
+
+
+class LockedFS(MemoryFileSystem):
+    """A store that refuses every question, as S3 does to a client without credentials."""
+
+    protocol = "tfrlocked"
+    store: dict = {}
+    pseudo_dirs = [""]
+
+    def info(self, path, **kwargs):
+        raise _NoCredentials("Unable to locate credentials")
+
+
+fsspec.register_implementation("tfrlocked", LockedFS, clobber=True)
+
+
+def test_a_store_that_refuses_every_request_is_named_in_one_line(capsys):
+    """Fixed: a store error that is not an OSError (botocore's NoCredentialsError) came out raw from opening a URL,
+    and as a whole traceback from the CLI."""
+    url = "tfrlocked://bucket/train.tfrecord"
+    with pytest.raises(OSError, match=r"cannot ask the store about tfrlocked://bucket/train\.tfrecord: "
+                                      r"_NoCredentials: Unable to locate credentials") as err:
+        RemoteFile(url, OPTIONS)
+    assert isinstance(err.value.__cause__, _NoCredentials)
+    from tfr_torch.tools.cli import main
+
+    assert main(["count", url]) == 1
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and url in lines[0] and "Unable to locate credentials" in lines[0], lines
+

@@ -243,6 +243,10 @@ class RemoteFile(io.RawIOBase):
             raise FileNotFoundError(f"no such file: {self.url!r}") from None
         except NotImplementedError:  # no listing, so no size: a stream
             raise _NoRangeReads(self.url) from None
+        except OSError:
+            raise  # PermissionError, IsADirectoryError, ... as the store says them
+        except Exception as exc:  # what is not an OSError (botocore's NoCredentialsError, gcsfs's HttpError): say where
+            raise OSError(f"cannot ask the store about {self.url}: {type(exc).__name__}: {exc}") from exc
         if info.get("type") == "directory":
             raise IsADirectoryError(f"{self.url!r} is a folder, not a file")
         if info.get("size") is None:

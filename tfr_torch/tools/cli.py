@@ -289,6 +289,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         except (OSError, ValueError):
             pass
         return 0
+    except OSError as err:  # a file it may not read, a store it cannot reach (credentials, network): one line
+        print(f"tfr-torch {args.command}: {_problem(err)}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print(f"tfr-torch {args.command}: interrupted", file=sys.stderr)
         return 130
