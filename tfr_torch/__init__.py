@@ -39,6 +39,7 @@ _EXPORTS = {
     "IndexMismatchError": "tfr_torch.errors",
     "SkippedRecordWarning": "tfr_torch.errors",
     "RecordLocation": "tfr_torch.format.location",
+    "RemoteOptions": "tfr_torch.format.remote",
     # torch edge
     "serialize_tensor": "tfr_torch.tensors",
     "parse_tensor": "tfr_torch.tensors",
@@ -80,14 +81,16 @@ _EXPORTS = {
     "ShardedWriter": "tfr_torch.tools.shards",
     "convert_image_folder": "tfr_torch.tools.convert",
     "convert_dataset": "tfr_torch.tools.convert",
+    "ConversionResult": "tfr_torch.tools.convert",
 }
 
 # written out (not computed) so that type checkers see the re-exports; a test keeps it equal to _EXPORTS
-__all__ = ["__version__", "CachedDataset", "CorruptRecordError", "DecodeError", "ElasticDistributedSampler",
-    "ExamplePlan", "FixedLenFeature",
+__all__ = ["__version__", "CachedDataset", "ConversionResult", "CorruptRecordError", "DecodeError",
+    "ElasticDistributedSampler", "ExamplePlan", "FixedLenFeature",
     "FixedLenSequenceFeature", "IndexMismatchError", "IndexedTFRecordDataset", "MixedDataset", "RaggedFeature",
     "RaggedTensor",
-    "RecordLocation", "RecordReader", "RowLengths", "RowLimits", "RowSplits", "RowStarts", "SequenceFeatures",
+    "RecordLocation", "RecordReader", "RemoteOptions", "RowLengths", "RowLimits", "RowSplits", "RowStarts",
+    "SequenceFeatures",
     "ShardedWriter",
     "SkippedRecordWarning",
     "SparseBytes", "SparseFeature", "TFRecordDataset", "TFRecordError", "TFRecordWriter", "TruncatedRecordError",
@@ -117,6 +120,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from tfr_torch.format.json_example import decode_json_example
     from tfr_torch.format.index import build_index, check_index, read_index
     from tfr_torch.format.location import RecordLocation
+    from tfr_torch.format.remote import RemoteOptions
     from tfr_torch.format.paths import expand_paths
     from tfr_torch._native import backend, set_backend
     from tfr_torch.format.reader import RecordReader, read_records
@@ -154,7 +158,7 @@ if TYPE_CHECKING:  # pragma: no cover
         string,
     )
     from tfr_torch.tensors import parse_tensor, serialize_tensor
-    from tfr_torch.tools.convert import convert_dataset, convert_image_folder
+    from tfr_torch.tools.convert import ConversionResult, convert_dataset, convert_image_folder
     from tfr_torch.tools.shards import ShardedWriter
 
 
