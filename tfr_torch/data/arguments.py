@@ -15,7 +15,7 @@ from tfr_torch.decode.sidecar import spec_of_sidecar
 from tfr_torch.format.paths import file_sizes
 from tfr_torch.format.shardset import Sidecar
 
-__all__ = ["auto_features", "existing_sizes", "plan_of"]
+__all__ = ["auto_features", "duplicates_warning", "existing_sizes", "plan_of"]
 
 
 def auto_features(sidecar: Sidecar | None) -> dict[str, Any] | SequenceFeatures:
@@ -39,6 +39,23 @@ def existing_sizes(paths: Sequence[str]) -> list[int | None]:
         raise FileNotFoundError(f"{len(missing)} of the dataset's {len(paths)} file(s) do not exist (or are "
                                 f"folders): {shown}")
     return sizes
+
+
+def duplicates_warning(paths: Sequence[str]) -> str | None:
+    """The warning for files named more than once in a dataset's list (a glob and a path that both name one, say):
+    each is read as many times per epoch as it is named, so its records are not read once. None when every file is
+    named once."""
+    seen: dict[str, int] = {}
+    for path in paths:
+        key = path if "://" in path else os.path.normcase(os.path.abspath(os.path.expanduser(path)))  # no I/O
+        seen[key] = seen.get(key, 0) + 1
+    repeated = {k: n for k, n in seen.items() if n > 1}
+    if not repeated:
+        return None
+    shown = ", ".join(f"{k} ({n} times)" for k, n in list(repeated.items())[:3])
+    more = f" and {len(repeated) - 3} more" if len(repeated) > 3 else ""
+    return (f"{len(repeated)} file(s) are named more than once in the dataset's files: {shown}{more}; each is read "
+            "as many times per epoch as it is named (pass each file once to read every record once)")
 
 
 def _is_tfds(paths: Any) -> bool:

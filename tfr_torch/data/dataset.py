@@ -15,7 +15,7 @@ import torch
 from torch.utils.data import IterableDataset, default_convert, get_worker_info
 
 
-from tfr_torch.data.arguments import _is_tfds, auto_features, existing_sizes, plan_of
+from tfr_torch.data.arguments import _is_tfds, auto_features, duplicates_warning, existing_sizes, plan_of
 from tfr_torch.data.counting import SharedCounts, user_site
 from tfr_torch.data.elastic import (
     epoch_sequence,
@@ -154,6 +154,9 @@ class TFRecordDataset(ResumableState, IterableDataset[Any]):
         check_features_argument(features)
         self.paths = expand_paths(paths)
         sizes = existing_sizes(self.paths)
+        repeated = duplicates_warning(self.paths) if self.tfds is None else None  # a TFDS split may slice a shard twice
+        if repeated is not None:
+            self._site.warn(repeated)
         sidecar = find_sidecar(self.paths) if self.tfds is None else None  # ShardedWriter's: spec and record counts
         if isinstance(features, str):  # "auto" (check_features_argument refused anything else)
             features = auto_features(sidecar)
@@ -232,9 +235,12 @@ class TFRecordDataset(ResumableState, IterableDataset[Any]):
         self._shared = SharedCounts([None] * len(self.paths) if counts is None else list(counts))
 
     def _count_file(self, f: int) -> int:
-        """Records of file `f` as reading yields them (under on_error="skip", the ones that survive)."""
+        """Records of file `f` as reading yields them (under on_error="skip" or a callable, the ones that survive).
+        A bad record is left out silently here: the warning, or the call of the `on_error` callable, comes when a
+        reader reads it, once, not also when it is counted."""
         verify = self.verify if self.on_error != "raise" else False  # reading raises on a bad data CRC anyway
-        with RecordReader(self.paths[f], self.compression, verify, on_error=self.on_error) as reader:
+        policy: OnError = "raise" if self.on_error == "raise" else _ignore
+        with RecordReader(self.paths[f], self.compression, verify, on_error=policy) as reader:
             return sum(len(lengths) for lengths, _ in reader.lengths())  # framed, never copied out
 
     def _count_now(self) -> list[int]:
@@ -567,6 +573,10 @@ class _Names(Sequence[RecordLocation]):
         i %= n
         b = bisect.bisect_right(self._ends, i)
         return self._group[b].location(i - (self._ends[b - 1] if b else 0))
+
+
+def _ignore(err: Exception) -> None:
+    """The on_error policy of counting: a bad record is not counted, and said nothing of (reading says it)."""
 
 
 def _chain(streams: Iterable[Iterable[Block]]) -> Iterator[Block]:

@@ -10,7 +10,7 @@ import numpy as np
 from torch.utils.data import Dataset, get_worker_info
 
 from tfr_torch.data.counting import user_site
-from tfr_torch.data.arguments import _is_tfds, auto_features, existing_sizes, plan_of
+from tfr_torch.data.arguments import _is_tfds, auto_features, duplicates_warning, existing_sizes, plan_of
 from tfr_torch.data.indexes import resolve_indexes, seek_points_beside
 from tfr_torch.decode.hints import check_features_argument
 from tfr_torch.decode.sequence_features import SequenceFeatures
@@ -54,6 +54,9 @@ class IndexedTFRecordDataset(Dataset[Any]):
         check_features_argument(features)
         self.paths = expand_paths(paths)
         existing_sizes(self.paths)  # every missing file named now, not at the first access in a worker
+        repeated = duplicates_warning(self.paths) if self.tfds is None else None
+        if repeated is not None:
+            user_site().warn(repeated)
         sidecar = find_sidecar(self.paths) if self.tfds is None else None
         self.metadata: dict[str, Any] | None = sidecar.data if sidecar is not None else None
         if isinstance(features, str):  # "auto": the sidecar's spec

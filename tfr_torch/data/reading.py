@@ -11,12 +11,13 @@ from typing import Any, NamedTuple, cast
 import numpy as np
 
 from tfr_torch.data.sharding import Run
-from tfr_torch.errors import TFRecordError
+from tfr_torch.errors import IndexMismatchError, TFRecordError
 from tfr_torch.format.compression import NONE, compression_from_name, normalize_compression
 from tfr_torch.format.framing import OVERHEAD
 from tfr_torch.format.location import RecordLocation
 from tfr_torch.format.paths import is_url
-from tfr_torch.format.reader import OnError, RecordReader
+from tfr_torch.format.read_errors import _mark_skipped
+from tfr_torch.format.reader import OnError, RecordReader, _resolve_policy
 from tfr_torch.format.record_file import RecordFile
 from tfr_torch.format.remote_open import open_ahead
 
@@ -136,6 +137,13 @@ def iter_run(source: Source, run: Run) -> Iterator[Block]:
                                     f"{checked[run.file]} and this reader was to read records {run.start} to "
                                     f"{run.stop - 1}: the file changed after the dataset was built? Build the dataset "
                                     "again (and rewrite its index or sidecar)", path, reader.offset)
+            if offsets is not None and reader.skipped == 0:  # the index was checked when the dataset was built
+                listed = int(offsets[-1, 0] + offsets[-1, 1])
+                raise IndexMismatchError(f"the file ends after {read} of the {wanted} records (numbers {run.start} to "
+                                         f"{run.stop - 1}) this reader was to read, but its index lists {len(offsets)} "
+                                         f"records ending at byte {listed}: the file changed after the dataset was "
+                                         "built? Rewrite its index (`tfr-torch index FILES`) and build the dataset "
+                                         "again", path, reader.offset)
             return
         if (checked is not None and source.whole is not None and source.whole[run.file]
                 and run.stop == checked[run.file]):
@@ -203,8 +211,11 @@ def iter_random(source: Source, global_ids: np.ndarray, counts: Sequence[int]) -
     the window before is read. Records of GZIP/ZLIB files (read through their seek points) are read in groups of
     `source.group_bytes`: each group's records of a file are inflated together (RecordFile.read_many: one pass over
     the intervals they touch, instead of one restart per record) and yielded in the order asked; a reader then
-    holds at most one group's records of compressed files, plus one run's compressed bytes."""
+    holds at most one group's records of compressed files, plus one run's compressed bytes. A record that does not
+    read (corrupt, truncated) raises, or under `source.on_error` ("skip", a callable) is handed to it and left out,
+    as a sequential reader does."""
     ends = np.cumsum(counts)
+    policy = _resolve_policy(source.on_error)  # None: raise
     tables = cast("Sequence[np.ndarray]", source.offsets)  # reading by offset: every file has its index
     files: dict[int, RecordFile] = {}
     remote = any(is_url(p) for p in source.paths)
@@ -253,16 +264,37 @@ def iter_random(source: Source, global_ids: np.ndarray, counts: Sequence[int]) -
             for f in set(files_of[start:stop]):
                 if packed[f]:
                     at = np.flatnonzero(file_ids[start:stop] == f)
-                    for k, record in zip(at.tolist(), handle(f).read_many(located[start + at, 0],
-                                                                          located[start + at, 1])):
+                    try:
+                        read = handle(f).read_many(located[start + at, 0], located[start + at, 1])
+                    except TFRecordError:
+                        if policy is None:
+                            raise
+                        continue  # a bad record among them: each is read alone below, the bad one handed over
+                    for k, record in zip(at.tolist(), read):
                         ready[k] = record
             for f, (offset, size), got in zip(files_of[start:stop], located[start:stop].tolist(), ready):
-                yield Located(handle(f).read(offset, size) if got is None else got, source.paths[f], offset)
+                data = one(f, offset, size) if got is None else got
+                if data is not None:
+                    yield Located(data, source.paths[f], offset)
 
     def one_by_one(files_of: list[int], rows: list[int]) -> Iterator[Located]:
         for f, i in zip(files_of, rows):
             offset, size = (int(v) for v in tables[f][i])
-            yield Located(handle(f).read(offset, size), source.paths[f], offset)
+            record = one(f, offset, size)
+            if record is not None:
+                yield Located(record, source.paths[f], offset)
+
+    def one(f: int, offset: int, size: int) -> bytes | None:
+        """The record at `offset` of file `f`; None when it does not read and `policy` took its error."""
+        try:
+            return handle(f).read(offset, size)
+        except TFRecordError as err:
+            if policy is None:
+                raise
+            span = (offset, offset + size)  # in the decompressed stream for a GZIP/ZLIB file
+            _mark_skipped(err, 1, False, span, None if handle(f).compressed else span)
+            policy(err)
+            return None
 
     compressed = source.compression not in (None, "")  # "auto" may find some compressed: asked of each file
 
