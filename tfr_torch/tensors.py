@@ -32,7 +32,11 @@ def serialize_tensor(x: torch.Tensor | np.ndarray) -> bytes:
             [3, 4, 5]])
     """
     if isinstance(x, torch.Tensor):
-        x = x.detach().cpu().contiguous()
+        if x.layout != torch.strided:
+            raise TypeError(f"cannot serialize a tensor with layout {x.layout}: tf.io.serialize_tensor takes dense "
+                            "tensors (call .to_dense() first)")
+        # conj() / neg views hold their values lazily (a bit on the tensor): resolve them, as .numpy() requires
+        x = x.detach().cpu().resolve_conj().resolve_neg().contiguous()
         code = _CODE_OF_TORCH.get(x.dtype)
         if code is None:
             raise TypeError(f"cannot serialize a tensor of dtype {x.dtype}: TensorFlow has no such dtype")

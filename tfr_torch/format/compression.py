@@ -1,8 +1,8 @@
 """GZIP and ZLIB compression exactly as TensorFlow's TFRecordOptions does it.
 
 TensorFlow compresses a whole file as one deflate stream with memLevel 9 and window bits 15 (+16 for GZIP);
-CPython's zlib with the same parameters writes identical bytes at levels 1 to 9. Writing always uses zlib (so the
-bytes stay TensorFlow's). Reading (inflating) is format/inflate.py.
+CPython's zlib with the same parameters writes identical bytes at every level, 0 to 9. Writing always uses zlib
+(so the bytes stay TensorFlow's). Reading (inflating) is format/inflate.py.
 """
 
 from __future__ import annotations

@@ -50,9 +50,12 @@ def _torch_like(value: Any) -> bool:
     return torch is not None and isinstance(value, torch.Tensor)
 
 
-def _torch_to_numpy(value: Any) -> np.ndarray:
+def _torch_to_numpy(value: Any, key: str) -> np.ndarray:
     torch = sys.modules["torch"]
-    value = value.detach().cpu()
+    if value.layout != torch.strided:
+        raise TypeError(f"feature {key!r}: cannot encode a tensor with layout {value.layout} (call .to_dense() first)")
+    # conj() / neg views hold their values lazily (a bit on the tensor): resolve them, as .numpy() requires
+    value = value.detach().cpu().resolve_conj().resolve_neg()
     if value.dtype == torch.bfloat16:
         value = value.to(torch.float32)
     array: np.ndarray = value.contiguous().numpy()
@@ -120,7 +123,7 @@ def _list_feature(key: str, items: list[Any], feature: feature_pb2.Feature, nest
     elif kinds == {"nested"}:
         # flatten row-major through an object array, so numpy cannot quietly turn mixed ints and strings into text
         try:
-            array = np.asarray([_torch_to_numpy(i) if _torch_like(i) else i for i in items], dtype=object)
+            array = np.asarray([_torch_to_numpy(i, key) if _torch_like(i) else i for i in items], dtype=object)
         except ValueError:
             array = None
         leaves = array.ravel().tolist() if array is not None else []
@@ -150,7 +153,7 @@ def to_feature(key: str, value: Any, feature: feature_pb2.Feature | None = None)
     elif isinstance(value, feature_pb2.Feature):
         feature.CopyFrom(value)
     elif _torch_like(value):
-        _array_feature(key, _torch_to_numpy(value), feature)
+        _array_feature(key, _torch_to_numpy(value, key), feature)
     else:
         raise TypeError(f"feature {key!r}: cannot encode a value of type {type(value).__name__} (expected int, "
                         "float, bytes, str, a list of them, a numpy array or a torch tensor)")
@@ -177,7 +180,9 @@ def encode_example(features: Mapping[str, Any]) -> bytes:
     """
     example = example_pb2.Example()
     _fill_features(example.features, features)
-    return example.SerializeToString(deterministic=True)  # map entries sorted: the same bytes in every process
+    # map entries in protobuf's deterministic order: the same bytes in every process with the same protobuf runtime
+    # (upb, TensorFlow 2.21's too, puts a key after the longer keys it is a prefix of; pure-Python protobuf sorts)
+    return example.SerializeToString(deterministic=True)
 
 
 def from_feature(feature: feature_pb2.Feature) -> FeatureValue | None:

@@ -101,7 +101,9 @@ def _object(value: Any, what: str) -> dict[str, Any]:
 def _prepare(tree: Any) -> list[str]:
     """Check the parts of a parsed JSON Example that protobuf's reader would let through (message values that
     are not objects, base64, float32 range), round float values; return the feature keys in their JSON order."""
-    feature_map = _object(_object(_object(tree, "tensorflow.Example").get("features"),
+    if not isinstance(tree, dict):  # null too: a message inside an Example may be null, the Example itself not
+        raise _Invalid(f"expected a JSON object for tensorflow.Example, got {json.dumps(tree)[:40]}")
+    feature_map = _object(_object(tree.get("features"),
                                   "tensorflow.Features").get("feature"), "Features.feature")
     for key, feature in feature_map.items():
         if feature is None:

@@ -113,7 +113,9 @@ def decode_tensor_proto(data: bytes, *, what: str = "TensorProto",
     """Parse a serialized TensorProto (tensor_content or any *_val form) as tf.io.parse_tensor reads it.
 
     *_val lists shorter than the shape are completed with their last value (one value broadcasts to the whole
-    shape); no values at all means zeros (empty strings). Raises DecodeError for anything malformed.
+    shape); no values at all means zeros (empty strings). tensor_content, when present, wins over *_val; for
+    strings it is TensorFlow's C++ form (the varint32 lengths of all strings, then the strings). A tensor with no
+    elements ignores both, as TensorFlow does. Raises DecodeError for anything malformed.
 
     `max_bytes` bounds what a payload may expand to: a tensor whose decoded size (for string tensors, also the
     Python lists and references that hold them) exceeds both `max_bytes` and the payload's own size raises
@@ -131,17 +133,19 @@ def decode_tensor_proto(data: bytes, *, what: str = "TensorProto",
     count = math.prod(shape)
     itemsize = 8 if storage is None else storage.itemsize
     nbytes = count * itemsize
-    if proto.tensor_content and code != DataType.STRING:  # stored in full: its size is the payload's
+    if proto.tensor_content and count and code != DataType.STRING:  # stored in full: its size is the payload's
         return _from_content(proto.tensor_content, code, shape, nbytes, what)
+    # (a tensor with no elements ignores its tensor_content, whatever its size, as TensorFlow's Tensor::FromProto)
     if math.prod(d for d in shape if d) * itemsize > _INT64_MAX:
         raise DecodeError(f"{what} has shape {list(shape)}, too large for an array of {name} (even with no elements, "
                           "numpy and torch need the product of its dimensions to fit in 63 bits)")
 
     if code == DataType.STRING:
-        if proto.tensor_content:
-            raise DecodeError(f"{what} of dtype string has tensor_content: expected string_val")
         lists = _nested_lists(shape)
         _check_size(what, shape, nbytes + lists * _LIST_BYTES, len(data), max_bytes)
+        if proto.tensor_content and count:  # TensorFlow's C++ AsProtoTensorContent form; it wins over string_val
+            values = _strings_from_content(proto.tensor_content, count, what)
+            return TensorData(code, shape, nest(values, shape))
         values = list(proto.string_val)
         return TensorData(code, shape, nest(_complete(values, count, b""), shape))
 
@@ -181,6 +185,38 @@ def _from_content(content: bytes, code: int, shape: tuple[int, ...], nbytes: int
     if code == DataType.BOOL:  # any non-zero byte is true; stored as 0/1, so torch's kernels see real bools
         array = array.view(np.uint8) != 0
     return TensorData(code, shape, array.reshape(shape))
+
+
+def _strings_from_content(content: bytes, count: int, what: str) -> list[bytes]:
+    """A string tensor's tensor_content as TensorFlow's DecodeStringList reads it: `count` varint32 lengths, then
+    the strings back to back, filling the rest exactly. Each length takes a byte at least, so a shape larger
+    than the content is refused before any list is built."""
+    if count > len(content):
+        raise DecodeError(f"{what} of dtype string has {count} elements but only {len(content)} bytes of "
+                          f"tensor_content: expected {count} varint lengths, then the strings")
+    lengths: list[int] = []
+    pos = 0
+    for i in range(count):
+        length = shift = 0
+        while True:
+            if pos >= len(content) or shift > 28:
+                raise DecodeError(f"{what} of dtype string has a corrupt tensor_content: the length of string {i} "
+                                  f"(at byte {pos}) is not a varint32")
+            byte = content[pos]
+            pos += 1
+            length |= (byte & 0x7F) << shift
+            shift += 7
+            if byte < 0x80:
+                break
+        lengths.append(length & 0xFFFFFFFF)
+    if sum(lengths) != len(content) - pos:
+        raise DecodeError(f"{what} of dtype string has a corrupt tensor_content: its {count} lengths add up to "
+                          f"{sum(lengths)} bytes, but {len(content) - pos} bytes follow them")
+    values = []
+    for length in lengths:
+        values.append(bytes(content[pos : pos + length]))
+        pos += length
+    return values
 
 
 def _from_values(proto: Any, code: int, shape: tuple[int, ...], count: int, what: str) -> np.ndarray:
