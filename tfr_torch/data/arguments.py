@@ -15,7 +15,7 @@ from tfr_torch.decode.sidecar import spec_of_sidecar
 from tfr_torch.format.paths import file_sizes
 from tfr_torch.format.shardset import Sidecar
 
-__all__ = ["auto_features", "duplicates_warning", "existing_sizes", "plan_of"]
+__all__ = ["auto_features", "check_location_key", "duplicates_warning", "existing_sizes", "plan_of"]
 
 
 def auto_features(sidecar: Sidecar | None) -> dict[str, Any] | SequenceFeatures:
@@ -56,6 +56,25 @@ def duplicates_warning(paths: Sequence[str]) -> str | None:
     more = f" and {len(repeated) - 3} more" if len(repeated) > 3 else ""
     return (f"{len(repeated)} file(s) are named more than once in the dataset's files: {shown}{more}; each is read "
             "as many times per epoch as it is named (pass each file once to read every record once)")
+
+
+def check_location_key(key: Any, features: Any, as_supervised: bool) -> str | None:
+    """A dataset's `location_key` checked: a str that no feature (or a SequenceExample's "context" /
+    "feature_lists") already names, for items that are dicts (decoded, not raw bytes nor (input, target) pairs)."""
+    if key is None:
+        return None
+    if not isinstance(key, str) or not key:
+        raise TypeError(f"location_key must be a non-empty str (the key of each item's \"path:offset\"), got {key!r}")
+    if features is None:
+        raise ValueError("location_key needs features=: raw records are bytes, with no key to hold a location")
+    if as_supervised:
+        raise ValueError("location_key does not go with as_supervised=True: its items are (input, target) pairs, "
+                         "with no key to hold a location")
+    taken = ("context", "feature_lists") if isinstance(features, SequenceFeatures) else (
+        list(features.keys()) if hasattr(features, "keys") else [])
+    if key in taken:
+        raise ValueError(f"location_key {key!r} is already a key of the decoded items: choose another")
+    return key
 
 
 def _is_tfds(paths: Any) -> bool:

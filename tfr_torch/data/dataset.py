@@ -8,14 +8,21 @@ import itertools
 import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, Literal, overload
+from typing import Any, Literal, cast, overload
 
 import numpy as np
 import torch
 from torch.utils.data import IterableDataset, default_convert, get_worker_info
 
 
-from tfr_torch.data.arguments import _is_tfds, auto_features, duplicates_warning, existing_sizes, plan_of
+from tfr_torch.data.arguments import (
+    _is_tfds,
+    auto_features,
+    check_location_key,
+    duplicates_warning,
+    existing_sizes,
+    plan_of,
+)
 from tfr_torch.data.counting import SharedCounts, user_site
 from tfr_torch.data.elastic import (
     epoch_sequence,
@@ -106,6 +113,9 @@ class TFRecordDataset(ResumableState, IterableDataset[Any]):
       groups of at most this many bytes, in the shuffled order: each group's records of a file are inflated in one
       pass over the intervals they touch instead of one restart per record. A reader holds at most one group's
       records (plus one run's compressed bytes); larger groups make an epoch cheaper (see the README).
+    - `location_key`: a key under which each decoded item gets its record's location, "path:offset" (a list of
+      them in a batch; the offset in the decompressed stream for GZIP/ZLIB files), as TFDS's `add_tfds_id`: to log
+      or find the records of a batch. DeviceLoader names a bad image by it.
     - A TensorFlow Datasets folder (`~/tensorflow_datasets/mnist` or its version folder) with `split` in TFDS's
       syntax ("train[:10%]", "train+test"): its shards, counts and features from its metadata, decoded as TFDS
       does (images as uint8 [C, H, W]); `as_supervised=True` gives (input, target) pairs. See tfr_torch.tfds.
@@ -139,6 +149,7 @@ class TFRecordDataset(ResumableState, IterableDataset[Any]):
         as_supervised: bool = False,
         remote: RemoteOptions | None = None,
         max_group_bytes: int = GROUP_BYTES,
+        location_key: str | None = None,
     ) -> None:
         super().__init__()
         # the options first: a bad value raises here, naming it, before any file is looked at (not in a worker)
@@ -162,6 +173,7 @@ class TFRecordDataset(ResumableState, IterableDataset[Any]):
             features = auto_features(sidecar)
         if features is not None:
             plan_of(features)  # check the spec now, in the main process
+        self.location_key = check_location_key(location_key, features, as_supervised)
         if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
             raise ValueError(f"batch_size must be None or a positive int, got {batch_size!r}")
         if not isinstance(shuffle_buffer, int) or shuffle_buffer < 0:
@@ -390,8 +402,15 @@ class TFRecordDataset(ResumableState, IterableDataset[Any]):
 
     def _rows(self, blocks: Iterator[Block], plan: Any) -> Iterator[Any]:
         """One decoded dict per record, decoded _ROW_CHUNK records at a time (see ExamplePlan.iter_rows)."""
+        key = self.location_key
         for group in regroup(blocks, _ROW_CHUNK):
-            yield from plan.iter_rows(flatten(group), _Names(group))
+            rows = plan.iter_rows(flatten(group), _Names(group))
+            if key is None:
+                yield from rows
+                continue
+            for row, where in zip(rows, _Names(group).texts()):
+                row[key] = where
+                yield row
 
     def _batches(self, blocks: Iterator[Block], plan: Any, spans: bool = False) -> Iterator[Any]:
         batch_size = self.batch_size
@@ -403,6 +422,8 @@ class TFRecordDataset(ResumableState, IterableDataset[Any]):
             names = _Names(group)
             batch = records if plan is None else plan.parse(records, names, spans=True) if spans else plan.parse(
                 records, names)
+            if self.location_key is not None:  # decoded (check_location_key): a dict
+                cast("dict[str, Any]", batch)[self.location_key] = names.texts()
             if self.transform is not None:
                 _APPLYING.names = names  # for the transform about to get this batch (see applying())
             yield batch
@@ -557,6 +578,10 @@ class _Names(Sequence[RecordLocation]):
 
     def __len__(self) -> int:
         return self._ends[-1] if self._ends else 0
+
+    def texts(self) -> list[str]:
+        """Every record's location as "path:offset" (what `location_key` puts in the items)."""
+        return [text for block in self._group for text in block.texts()]
 
     @overload
     def __getitem__(self, i: int) -> RecordLocation: ...

@@ -10,7 +10,14 @@ import numpy as np
 from torch.utils.data import Dataset, get_worker_info
 
 from tfr_torch.data.counting import user_site
-from tfr_torch.data.arguments import _is_tfds, auto_features, duplicates_warning, existing_sizes, plan_of
+from tfr_torch.data.arguments import (
+    _is_tfds,
+    auto_features,
+    check_location_key,
+    duplicates_warning,
+    existing_sizes,
+    plan_of,
+)
 from tfr_torch.data.indexes import resolve_indexes, seek_points_beside
 from tfr_torch.decode.hints import check_features_argument
 from tfr_torch.decode.sequence_features import SequenceFeatures
@@ -36,6 +43,8 @@ class IndexedTFRecordDataset(Dataset[Any]):
     `transform` is applied to what is returned. `metadata` is that sidecar (or None), `classes` its class names.
     In DataLoader workers, decoded dicts are marked so that the batches the default collate makes of them reach
     the main process through shared memory (see TFRecordDataset's `shared_memory`; False turns it off).
+    `location_key`: a key under which each decoded item gets its record's location, "path:offset" (as
+    TFRecordDataset's).
 
     >>> ds = IndexedTFRecordDataset("train-*.tfrecord", features=spec)  # doctest: +SKIP
     >>> sampler = torch.utils.data.DistributedSampler(ds)                 # doctest: +SKIP
@@ -44,7 +53,8 @@ class IndexedTFRecordDataset(Dataset[Any]):
     def __init__(self, paths: PathLike | Sequence[PathLike],
                  features: Mapping[str, Any] | SequenceFeatures | Literal["auto"] | None = None,
                  index: Any = "auto", *, transform: Callable[[Any], Any] | None = None, verify: bool = True,
-                 shared_memory: bool = True, split: str | None = None, as_supervised: bool = False) -> None:
+                 shared_memory: bool = True, split: str | None = None, as_supervised: bool = False,
+                 location_key: str | None = None) -> None:
         self.tfds = None  # a TFDS dataset folder and split (see TFRecordDataset)
         if split is not None or as_supervised or _is_tfds(paths):
             from tfr_torch.tfds.source import open_tfds
@@ -63,6 +73,7 @@ class IndexedTFRecordDataset(Dataset[Any]):
             features = auto_features(sidecar)
         self.features = features
         self._plan = plan_of(features) if features is not None else None  # checks the spec now
+        self.location_key = check_location_key(location_key, features, as_supervised)
         self.transform = transform
         self.verify = verify
         self.shared_memory = bool(shared_memory)
@@ -175,6 +186,8 @@ class IndexedTFRecordDataset(Dataset[Any]):
     def __getitem__(self, index: int) -> Any:
         data, name = self._read(index)
         item = data if self.features is None else self._plan_here().parse([data], [name], single=True)
+        if self.location_key is not None:  # decoded (check_location_key): a dict
+            cast("dict[str, Any]", item)[self.location_key] = str(name)
         return self._finish(item, self._mark())
 
     def __getitems__(self, indices: Sequence[int]) -> list[Any]:
@@ -189,7 +202,14 @@ class IndexedTFRecordDataset(Dataset[Any]):
             return [self._finish(data, mark) for data in records]
         rows = self._plan_here().iter_rows(records, names)
         mark = self._mark()
-        return [self._finish(row, mark) for row in rows]
+        key = self.location_key
+        if key is None:
+            return [self._finish(row, mark) for row in rows]
+        out = []
+        for row, name in zip(rows, names):
+            row[key] = str(name)
+            out.append(self._finish(row, mark))
+        return out
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()

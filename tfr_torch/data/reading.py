@@ -61,6 +61,17 @@ class Block:
             return RecordLocation(*self.where[i])
         return RecordLocation(self.path, self.start + sum(map(len, self.records[:i])) + OVERHEAD * i)
 
+    def texts(self) -> list[str]:
+        """Every record's location as its text, "path:offset" (str(location(i)) for each i, in one pass)."""
+        if self.where is not None:
+            return [f"{path}:{offset}" for path, offset in self.where]
+        out = []
+        at = self.start
+        for record in self.records:
+            out.append(f"{self.path}:{at}")
+            at += len(record) + OVERHEAD
+        return out
+
     def head(self, n: int) -> Block:
         return Block(self.records[:n], self.path, self.start, None if self.where is None else self.where[:n])
 

@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from tfr_torch.errors import DecodeError
+from tfr_torch.format.location import ExampleName, location_of
 from tfr_torch.images import _accel, _pixels
 from tfr_torch.images._formats import Header, looks_like_tensor_proto, sniff
 from tfr_torch.images._jpeg import jpeg_problem
@@ -159,24 +160,29 @@ def _as_bytes(data: Any) -> bytes:
                     f"or a list of them, got {what}")
 
 
-def _label(name: Optional[str], data: bytes) -> str:
-    return f"image {name} ({len(data)} bytes)" if name else f"image ({len(data)} bytes)"
+def _label(name: Optional[ExampleName], data: bytes) -> str:
+    """How a message names an image: by its name, or (a RecordLocation, which the error carries) by its size."""
+    if name and location_of(name)[0] is None:
+        return f"image {name} ({len(data)} bytes)"
+    return f"image ({len(data)} bytes)"
 
 
-def _unreadable(data: bytes, name: Optional[str], header: Header, reason: str,
+def _unreadable(data: bytes, name: Optional[ExampleName], header: Header, reason: str,
                 unsupported: bool = False) -> DecodeError:
+    path, offset = location_of(name)  # a RecordLocation name: the error says the record's file and offset
+    label = _label(name, data)
     if not data:
-        return DecodeError(f"cannot decode {_label(name, data)}: it is empty")
-    if header.format == "unknown" and looks_like_tensor_proto(data):
-        return DecodeError(f"cannot decode {_label(name, data)}: it is a serialize_tensor payload (image/format "
-                           f"\"raw\"), not an encoded image; read it with tfr_torch.parse_tensor(data, torch.uint8)")
-    if header.format == "unknown":
-        return DecodeError(f"cannot decode {_label(name, data)}: not a known image format (it starts with "
-                           f"{data[:8]!r})")
-    if unsupported:
-        return DecodeError(f"cannot decode {_label(name, data)}: a {header.format.upper()} of pixels that are not "
-                           f"supported: {reason}")
-    return DecodeError(f"cannot decode {_label(name, data)}: corrupt or truncated {header.format.upper()}: {reason}")
+        message = f"cannot decode {label}: it is empty"
+    elif header.format == "unknown" and looks_like_tensor_proto(data):
+        message = (f"cannot decode {label}: it is a serialize_tensor payload (image/format \"raw\"), not an encoded "
+                   "image; read it with tfr_torch.parse_tensor(data, torch.uint8)")
+    elif header.format == "unknown":
+        message = f"cannot decode {label}: not a known image format (it starts with {data[:8]!r})"
+    elif unsupported:
+        message = f"cannot decode {label}: a {header.format.upper()} of pixels that are not supported: {reason}"
+    else:
+        message = f"cannot decode {label}: corrupt or truncated {header.format.upper()}: {reason}"
+    return DecodeError(message, path, offset)
 
 
 def _finish(pixels: torch.Tensor, depth: int, mode: str, dtype: torch.dtype, orientation: int,
@@ -204,7 +210,8 @@ def _contiguous(pixels: torch.Tensor) -> torch.Tensor:
 
 
 def _decode_one(data: bytes, mode: str, dtype: torch.dtype, backend: str, all_frames: bool, exif: bool,
-                name: Optional[str], contiguous: bool = True, header: Optional[Header] = None) -> torch.Tensor:
+                name: Optional[ExampleName], contiguous: bool = True, header: Optional[Header] = None
+                ) -> torch.Tensor:
     """One image by the contract; `header`: sniff(data) when the caller has it already."""
     header = sniff(data) if header is None else header
     if not data:
@@ -254,15 +261,15 @@ def _decode_gpu_batch(items: list[bytes], names: list[Optional[str]], mode: str,
 Region = tuple[int, int, int, int]  # top, left, bottom, right
 
 
-def decode_views(items: Sequence[bytes], names: Sequence[Optional[str]], mode: str, dtype: torch.dtype,
+def decode_views(items: Sequence[bytes], names: Sequence[Optional[ExampleName]], mode: str, dtype: torch.dtype,
                  backend: str, exif: bool, device: torch.device, regions: Optional[Sequence[Optional[Region]]] = None,
                  stream: Optional[int] = None, contiguous: bool = False, headers: Optional[Sequence[Header]] = None
                  ) -> list[tuple[torch.Tensor, tuple[int, int]]]:
     """(pixels [C, H, W], origin) per item on `device`, by the contract; `origin` (top, left) is where the pixels sit
     in the whole image: (0, 0) unless the decoder decoded only the item's region. With `contiguous=False` the pixels
     may be [C, H, W] views of [H, W, C] memory (for the image transforms). On a GPU, every JPEG of the batch has its
-    structure checked before any of them is decoded; a bad one raises DecodeError naming it. `headers`: the items'
-    sniff() results, when the caller has them."""
+    structure checked before any of them is decoded; a bad one raises DecodeError naming it (a RecordLocation
+    name sets the error's path and offset). `headers`: the items' sniff() results, when the caller has them."""
     headers = [sniff(d) for d in items] if headers is None else headers
     out: list[Optional[tuple[torch.Tensor, tuple[int, int]]]] = [None] * len(items)
     groups: dict[tuple[str, bool], list[int]] = {}

@@ -34,6 +34,8 @@ from typing import Any, Optional, Union
 import numpy as np
 import torch
 
+from tfr_torch.errors import DecodeError
+from tfr_torch.format.location import ExampleName, RecordLocation
 from tfr_torch.images import _pixels
 from tfr_torch.images._formats import sniff
 from tfr_torch.images._ahead import Ahead
@@ -105,8 +107,10 @@ class DeviceLoader:
     - `transform`: an ImageTransform (training or evaluation); None decodes only (a list of uint8 [C, H, W]).
     - `prefetch`: batches prepared ahead of the one being trained on (default 2).
     - `backend`: the decoder (see decode_image; "auto" picks one that meets the contract).
-    - `names`: a key of the batch whose values name the records in errors (e.g. "image/filename"); by default a
-      bad image is named by its place: "epoch E, batch B, item I".
+    - `names`: a key of the batch whose values name the records in errors (e.g. "image/filename"); by default the
+      record locations the wrapped dataset puts in its batches (TFRecordDataset's `location_key`): a bad image's
+      DecodeError then has its record's `path` and `offset`; without them it is named by its place: "epoch E,
+      batch B, item I".
     - `rank`: for the random crops; by default the wrapped dataset's `rank`, else 0.
     - `thread`: pull and prepare the next batches in a background thread (default: on a GPU), so that decoding's
       host work (JPEG checks, decoder calls, kernel launches) overlaps the training loop's own; False prepares them
@@ -149,6 +153,7 @@ class DeviceLoader:
         self.device_transform = device_transform
         self.mode = _pixels.normalize_mode(transform.mode if transform is not None else "RGB")
         dataset = getattr(loader, "dataset", None)
+        self._location_key: Optional[str] = getattr(dataset, "location_key", None)  # TFRecordDataset's
         self.rank = int(rank if rank is not None else getattr(dataset, "rank", 0) or 0)
         self._epoch = int(getattr(dataset, "epoch", 0) or 0)
         self._samples = 0  # samples handed out this epoch
@@ -248,17 +253,21 @@ class DeviceLoader:
                   ) -> Iterator[_Ready]:
         """The wrapped loader's batches, each pulled and prepared on the device `prefetch` batches before the
         training loop gets it (in this thread; Ahead moves the whole of it to a background thread)."""
-        queue: collections.deque[_Ready] = collections.deque()
+        queue: collections.deque[_Ready | BaseException] = collections.deque()
         pulled = [samples, number]
 
         def fill(depth: int) -> None:
-            while len(queue) < depth:
+            while len(queue) < depth and not (queue and isinstance(queue[-1], BaseException)):
                 try:
                     batch = next(source)
                 except StopIteration:
                     return
-                snapshot = self._take_snapshot()
-                ready = self._prepare(batch, streams, epoch, pulled[0], pulled[1])
+                try:
+                    snapshot = self._take_snapshot()
+                    ready = self._prepare(batch, streams, epoch, pulled[0], pulled[1])
+                except Exception as exc:  # raised in its place: the batches before it are handed out first
+                    queue.append(exc)
+                    return
                 ready.snapshot = snapshot
                 pulled[0] += ready.samples
                 pulled[1] += 1
@@ -270,6 +279,8 @@ class DeviceLoader:
             if not queue:
                 return
             ready = queue.popleft()
+            if isinstance(ready, BaseException):
+                raise ready
             fill(depth)  # the next batches go to the device before this one is handed out
             yield ready
 
@@ -317,9 +328,13 @@ class DeviceLoader:
     def _images(self, encoded: list[Any], batch: Mapping[str, Any], streams: Streams, epoch: int, first: int,
                 number: int) -> Union[torch.Tensor, list[torch.Tensor]]:
         items = [bytes(e) if not isinstance(e, bytes) else e for e in encoded]
+        located = self.names is None and self._location_key is not None and self._location_key in batch
+        names: list[Optional[ExampleName]]
         if self.names is not None and self.names in batch:
-            names: list[Optional[str]] = [str(n.decode(errors="backslashreplace") if isinstance(n, bytes) else n)
-                                          for n in batch[self.names]]  # a name that is not UTF-8 is still a name
+            names = [str(n.decode(errors="backslashreplace") if isinstance(n, bytes) else n)
+                     for n in batch[self.names]]  # a name that is not UTF-8 is still a name
+        elif located:
+            names = [_location(text) for text in batch[self._location_key]]  # type: ignore[index]
         else:
             names = [f"epoch {epoch}, batch {number}, item {k}" for k in range(len(items))]
         transform = self.transform
@@ -330,8 +345,14 @@ class DeviceLoader:
             if all(h.height and h.width for h in headers):  # plan the crops now: decode only their regions
                 boxes, _ = transform.plan([(h.height, h.width) for h in headers], epoch, self.rank, indices)
                 regions = [_region(b, h.height, h.width) for b, h in zip(boxes, headers)]
-        decoded = decode_views(items, names, self.mode, torch.uint8, self.backend, False, self.device, regions,
-                               streams.stream_id(), contiguous=transform is None, headers=headers)
+        try:
+            decoded = decode_views(items, names, self.mode, torch.uint8, self.backend, False, self.device, regions,
+                                   streams.stream_id(), contiguous=transform is None, headers=headers)
+        except DecodeError as err:
+            where = RecordLocation(err.path, err.offset) if err.path is not None and err.offset is not None else None
+            if not located or where not in names:
+                raise
+            raise DecodeError(err.message, err.path, err.offset, key=self.images, index=names.index(where)) from None
         if transform is None:
             return [pixels for pixels, _ in decoded]
         sizes = []  # the whole image's: its header's (a region may have been decoded), else the pixels'
@@ -366,6 +387,13 @@ def _collect(value: Any, tensors: list[torch.Tensor], first: bool = False) -> No
     elif isinstance(value, (list, tuple)):
         for item in value:
             _collect(item, tensors, first)
+
+
+def _location(text: Any) -> ExampleName:
+    """A record's location from its text in a batch ("path:offset", TFRecordDataset's `location_key`)."""
+    text = text.decode(errors="backslashreplace") if isinstance(text, bytes) else str(text)
+    path, _, offset = text.rpartition(":")
+    return RecordLocation(path, int(offset)) if path and offset.isdigit() else text
 
 
 def _region(box: np.ndarray, height: int, width: int) -> tuple[int, int, int, int]:
