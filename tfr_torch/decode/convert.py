@@ -11,11 +11,12 @@ from tfr_torch.decode.dtypes import DType
 from tfr_torch.decode.specs import string, wire_kind
 from tfr_torch.format.tensor import nest
 
-__all__ = ["DoesNotFit", "direct_numpy", "to_torch", "wire_default", "nest", "NUMPY_OF_WIRE"]
+__all__ = ["NARROW_INTS", "DoesNotFit", "direct_numpy", "to_torch", "wire_default", "nest", "NUMPY_OF_WIRE"]
 
 NUMPY_OF_WIRE = {"float": np.float32, "int64": np.int64}
 _DIRECT_DTYPE = {"float": torch.float32, "int64": torch.int64}  # the torch dtypes of wire values as they are
 _NUMPY_OF_TORCH = {torch.int32: np.int32, torch.int16: np.int16, torch.int8: np.int8, torch.uint8: np.uint8}
+NARROW_INTS = frozenset((*_NUMPY_OF_TORCH, torch.bool))  # the dtypes an int64 value may not fit (DoesNotFit)
 
 
 class DoesNotFit(ValueError):
@@ -62,7 +63,8 @@ def wire_default(default: Any, dtype: DType, count: int, key: str, what: str) ->
         if isinstance(default, torch.Tensor):
             default = default.detach().cpu().to(torch.float64 if wire_kind(dtype) == "float" else torch.int64).numpy()
         try:
-            flat = np.asarray(default, dtype=NUMPY_OF_WIRE[wire_kind(dtype)]).ravel()
+            with np.errstate(over="ignore"):  # a float beyond float32's range is inf there, as in TensorFlow
+                flat = np.asarray(default, dtype=NUMPY_OF_WIRE[wire_kind(dtype)]).ravel()
         except (TypeError, ValueError, OverflowError):
             raise TypeError(f"{what} {key!r}: default_value {default!r} is not a {wire_kind(dtype)} value") from None
         if wire_kind(dtype) == "int64":  # as TensorFlow: 1.5 is no int64 ("Cannot convert 1.5 to ... int64")

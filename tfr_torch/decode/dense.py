@@ -78,18 +78,25 @@ class FixedLenDecoder:
             tensor = units.convert(np.asarray(col.values), spec.dtype, key, lambda pos: 0).reshape(1, *spec.shape)
             return tensor[0] if single else tensor
         missing = ~col.present
-        if self.default is None and missing.any():
-            raise units.error(key, int(np.flatnonzero(missing)[0]),
-                              f"is required but missing (FixedLenFeature with shape {_shape_text(spec.shape)}, "
-                              f"{self.kind}, and no default_value)")
+        # the first example that is missing a required feature or holds another count of values: TensorFlow
+        # checks example by example, so whichever comes first is the one to name
         wrong = col.present & (col.counts != n)
-        if wrong.any():
-            i = int(np.flatnonzero(wrong)[0])
+        bad = (wrong | missing) if self.default is None else wrong
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
             found = int(col.counts[i])
-            detail = (f"holds an empty list, expected {n} {self.kind} values (shape {_shape_text(spec.shape)}); "
-                      "an empty list is an error even with a default_value, as in TensorFlow") if found == 0 else (
-                      f"holds {found} {self.kind} values, expected {n} (shape {_shape_text(spec.shape)})")
-            raise units.error(key, i, detail)
+            if missing[i]:
+                detail = (f"is required but missing (FixedLenFeature with shape {_shape_text(spec.shape)}, "
+                          f"{self.kind}, and no default_value)")
+            elif found == 0:
+                detail = (f"holds an empty list, expected {n} {self.kind} values (shape {_shape_text(spec.shape)}); "
+                          "an empty list is an error even with a default_value, as in TensorFlow")
+            else:
+                detail = f"holds {found} {self.kind} values, expected {n} (shape {_shape_text(spec.shape)})"
+            # a value of an earlier example that does not fit the dtype is that example's problem, so it comes first
+            before = int(col.counts[:i].sum())  # the earlier examples all hold n values (or none)
+            raise units.first_error(key, i, detail, col.values, before, spec.dtype,
+                                    lambda pos: int(np.flatnonzero(col.present[:i])[pos // max(n, 1)]))
         b = units.n
         if spec.dtype == string:
             if not spec.shape and not missing.any():  # the common case: one string per example
@@ -169,8 +176,11 @@ class FixedLenSequenceDecoder:
             uneven = col.counts % n != 0
             if uneven.any():
                 i = int(np.flatnonzero(uneven)[0])
-                raise units.error(key, i, f"holds {int(col.counts[i])} {self.kind} values, not a multiple of {n} "
-                                          f"(FixedLenSequenceFeature shape {_shape_text(spec.shape)})")
+                ends = np.cumsum(col.counts)
+                raise units.first_error(key, i, f"holds {int(col.counts[i])} {self.kind} values, not a multiple of "
+                                                f"{n} (FixedLenSequenceFeature shape {_shape_text(spec.shape)})",
+                                        col.values, int(col.counts[:i].sum()), spec.dtype,
+                                        lambda pos: int(np.searchsorted(ends, pos, side="right")), by_example=True)
             steps = col.counts // n
         return _pad(col.values, col.counts, steps, units, self, single)
 

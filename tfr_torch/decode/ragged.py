@@ -22,6 +22,7 @@ from tfr_torch.decode.specs import (
     wire_kind,
 )
 from tfr_torch.decode.units import Units
+from tfr_torch.errors import DecodeError
 from tfr_torch.format.columns import Column
 from tfr_torch.format.options import FeatureKind
 
@@ -74,15 +75,33 @@ class RaggedDecoder:
         values = units.column(self.value_key, self.kind)
         width = int(np.prod(self.inner_shape)) if self.inner_shape else 1
         uneven = values.counts % width != 0
-        if uneven.any():
-            u = int(np.flatnonzero(uneven)[0])
-            raise units.error(self.key, u, f"holds {int(values.counts[u])} values, not a multiple of the "
-                                           f"UniformRowLength {width}")
+        first_uneven = int(np.flatnonzero(uneven)[0]) if uneven.any() else units.n
+        ends = np.cumsum(values.counts)
+
+        def unit_of(pos: int) -> int:
+            return int(np.searchsorted(ends, pos, side="right"))
+
         rows = values.counts // width
         levels: list[np.ndarray] = []  # row splits, outermost first, concatenated over units
+        per_unit: list[tuple[int, list[np.ndarray]]] = []
+        columns: dict[str, Column] = {}
         if self.row_partitions:
             columns = {p.key: units.column(p.key, "int64") for p in self.row_partitions if hasattr(p, "key")}
-            per_unit = [self._unit_levels(units, u, int(rows[u]), columns) for u in range(units.n)]
+        # unit by unit, so the first unit that breaks the feature is the one named (its values, its partitions,
+        # or an earlier unit's value that does not fit the dtype)
+        for u in range(first_uneven if self.row_partitions else 0):
+            try:
+                per_unit.append(self._unit_levels(units, u, int(rows[u]), columns))
+            except DecodeError as exc:
+                misfit = units.misfit_before(self.key, values.values, int(values.counts[:u].sum()),
+                                             self.spec.dtype, unit_of)
+                raise (misfit or exc) from None
+        if first_uneven < units.n:
+            u = first_uneven
+            raise units.first_error(self.key, u, f"holds {int(values.counts[u])} values, not a multiple of the "
+                                                 f"UniformRowLength {width}", values.values,
+                                    int(values.counts[:u].sum()), self.spec.dtype, unit_of)
+        if self.row_partitions:
             rows = np.array([r for r, _ in per_unit], dtype=np.int64)
             for depth in range(len(self.row_partitions)):
                 pieces, offset = [np.zeros(1, dtype=np.int64)], 0
@@ -105,9 +124,7 @@ class RaggedDecoder:
             if self.inner_shape:  # group the bytes into rows of the uniform inner shape
                 flat = [nest(flat[i : i + width], self.inner_shape) for i in range(0, len(flat), width)]
             return RaggedTensor(flat, tuple(torch.from_numpy(s) for s in nested)).to_list() if nested else flat
-        ends = np.cumsum(values.counts)
-        tensor = units.convert(np.asarray(values.values), self.spec.dtype, self.key,
-                               lambda pos: int(np.searchsorted(ends, pos, side="right")))
+        tensor = units.convert(np.asarray(values.values), self.spec.dtype, self.key, unit_of)
         tensor = tensor.reshape(-1, *self.inner_shape)
         if not nested:  # one example, no row partitions: dense, as TensorFlow returns it
             return tensor

@@ -132,20 +132,27 @@ class SparseFeatureDecoder:
         spec = self.spec
         values = units.column(spec.value_key, self.kind)
         index_columns = [units.column(k, "int64") for k in spec.index_keys]
-        for index_key, col in zip(spec.index_keys, index_columns):
+        # the first example that breaks the feature: (example, a count before a range within it, key order, detail)
+        first: tuple[int, int, int, str] | None = None
+        for rank, (index_key, col) in enumerate(zip(spec.index_keys, index_columns)):
             wrong = col.counts != values.counts
             if wrong.any():
                 i = int(np.flatnonzero(wrong)[0])
-                raise units.error(self.key, i, f"has {int(col.counts[i])} indices in {index_key!r} but "
-                                               f"{int(values.counts[i])} values in {spec.value_key!r}")
-        for index_key, col, size in zip(spec.index_keys, index_columns, spec.sizes):
+                found = (i, 0, rank, f"has {int(col.counts[i])} indices in {index_key!r} but "
+                                      f"{int(values.counts[i])} values in {spec.value_key!r}")
+                first = found if first is None or found < first else first
+        for rank, (index_key, col, size) in enumerate(zip(spec.index_keys, index_columns, spec.sizes)):
             index_values = np.asarray(col.values)  # an int64 column: already an array
             out = (index_values < 0) | (index_values >= size)
             if out.any():
                 pos = int(np.flatnonzero(out)[0])
-                unit = int(np.searchsorted(np.cumsum(values.counts), pos, side="right"))
-                raise units.error(self.key, unit, f"has index {int(col.values[pos])} in {index_key!r}, outside "
-                                                  f"[0, {size})")
+                i = int(np.searchsorted(np.cumsum(col.counts), pos, side="right"))
+                found = (i, 1, rank, f"has index {int(col.values[pos])} in {index_key!r}, outside [0, {size})")
+                first = found if first is None or found < first else first
+        if first is not None:
+            ends = np.cumsum(values.counts)
+            raise units.first_error(self.key, first[0], first[3], values.values, int(values.counts[: first[0]].sum()),
+                                    spec.dtype, lambda pos: int(np.searchsorted(ends, pos, side="right")))
         unit = _indices(values.counts)[0]
         indices = np.stack([unit] + [np.asarray(c.values) for c in index_columns]) if len(unit) else np.zeros(
             (1 + len(index_columns), 0), dtype=np.int64)

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from tfr_torch.decode.convert import DoesNotFit, to_torch
+from tfr_torch.decode.convert import NARROW_INTS, DoesNotFit, to_torch
 
 from tfr_torch.errors import DecodeError
 from tfr_torch.format.columns import Column, ColumnKindError, decode_column
@@ -76,6 +76,29 @@ class Units:
             if by_example:
                 raise self.locator.error(key, where, str(exc), what=self.what) from None
             raise self.error(key, where, str(exc)) from None
+
+    def misfit_before(self, key: str, values: Any, before: int, dtype: Any, unit_of: Callable[[int], int],
+                      by_example: bool = False) -> DecodeError | None:
+        """The error of the first of the first `before` `values` (`unit_of` maps their positions to units) that
+        does not fit `dtype`, else None: a problem found at a unit comes after the earlier units' values, since
+        each feature reports the first unit that breaks it."""
+        if before and dtype in NARROW_INTS:
+            try:
+                self.convert(np.asarray(values[:before]), dtype, key, unit_of, by_example)
+            except DecodeError as exc:
+                return exc
+        return None
+
+    def first_error(self, key: str, unit: int, detail: str, values: Any, before: int, dtype: Any,
+                    unit_of: Callable[[int], int], by_example: bool = False) -> DecodeError:
+        """The error to raise for a problem (`detail`) found at `unit`, unless a value of an earlier unit does
+        not fit `dtype` (see misfit_before)."""
+        misfit = self.misfit_before(key, values, before, dtype, unit_of, by_example)
+        if misfit is not None:
+            return misfit
+        if by_example:
+            return self.locator.error(key, unit, detail, what=self.what)
+        return self.error(key, unit, detail)
 
     def preset(self, key: str, kind: FeatureKind, column: Column) -> None:
         """Give the column of `key` read as `kind`, already decoded."""
