@@ -804,3 +804,42 @@ def test_nested_tensors_are_not_taken_for_slab_tensors():
     assert not transport._slab_tensor(nested)
     got = _send(Batch({"n": nested, "x": torch.arange(4)}))
     assert [t.tolist() for t in got["n"].unbind()] == [[0, 1, 2], [0, 1, 2, 3, 4]]
+
+
+_SPARSE_SCRIPT = r"""
+import sys, warnings
+import torch, tfr_torch
+path = sys.argv[1]
+with tfr_torch.TFRecordWriter(path) as w:
+    for i in range(40):
+        w.write_example({"id": i, "tok": list(range(i % 5 + 1))})
+spec = {"id": tfr_torch.FixedLenFeature([], torch.int64), "tok": tfr_torch.VarLenFeature(torch.int64)}
+flat = tfr_torch.TFRecordDataset(path, spec, batch_size=8)
+nested = tfr_torch.TFRecordDataset(path, spec, batch_size=8, transform=lambda b: {"x": {"tok": b["tok"]},
+                                                                                    "id": [b["id"]]})
+want = {tuple(b["id"].tolist()): b["tok"].to_dense() for b in flat}
+warnings.simplefilter("always")
+with warnings.catch_warnings(record=True) as caught:
+    got = list(torch.utils.data.DataLoader(flat, batch_size=None, num_workers=2))
+    deep = list(torch.utils.data.DataLoader(nested, batch_size=None, num_workers=2))
+assert {tuple(b["id"].tolist()): b["tok"].to_dense() for b in got}.keys() == want.keys()
+for b in got:
+    assert b["tok"].layout == torch.sparse_coo and b["tok"].is_coalesced()
+    assert torch.equal(b["tok"].to_dense(), want[tuple(b["id"].tolist())])
+for b in deep:
+    assert torch.equal(b["x"]["tok"].to_dense(), want[tuple(b["id"][0].tolist())])
+print("|".join(str(w.message) for w in caught))
+"""
+
+
+def test_sparse_batches_from_workers_arrive_whole_and_without_torchs_invariant_warning(tmp_path):
+    """Fixed: every program reading VarLenFeatures through DataLoader workers printed torch's "Sparse invariant
+    checks are implicitly disabled ... SEGFAULT" warning (torch's rebuild of a pickled sparse tensor). A fresh
+    process: torch gives that warning once per process."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _SPARSE_SCRIPT, str(tmp_path / "v.tfrecord")], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Sparse invariant" not in done.stdout + done.stderr

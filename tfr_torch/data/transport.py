@@ -214,7 +214,36 @@ def _flatten(value: Any, path: tuple[Any, ...], plan: list[tuple[Any, str, Any]]
             plan.append((path, "b", value))
             return None
         return [_flatten(item, (*path, i), plan) for i, item in enumerate(value)]
-    return value  # travels in the pickle, the usual way (tuples, sparse tensors, RaggedTensor, scalars, ...)
+    return _portable(value)  # travels in the pickle, the usual way (tuples, sparse tensors, RaggedTensor, ...)
+
+
+class _SparseCOO:
+    """A sparse COO tensor on its way through the pickle: its indices and values go as torch sends dense tensors,
+    and it is rebuilt without torch's "Sparse invariant checks are implicitly disabled" warning, which torch's own
+    rebuild gives in the main process at every batch (the tensor was made by the worker's decoder: nothing to
+    check)."""
+
+    __slots__ = ("tensor",)
+
+    def __init__(self, tensor: torch.Tensor) -> None:
+        self.tensor = tensor
+
+    def __reduce__(self) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+        t = self.tensor
+        return _rebuild_sparse, (t._indices(), t._values(), tuple(t.shape), t.is_coalesced())
+
+
+def _rebuild_sparse(indices: torch.Tensor, values: torch.Tensor, size: tuple[int, ...], coalesced: bool
+                    ) -> torch.Tensor:
+    return torch.sparse_coo_tensor(indices, values, size, is_coalesced=coalesced, check_invariants=False)
+
+
+def _portable(value: Any) -> Any:
+    """`value`, or a sparse COO tensor wrapped to travel without torch's warning (see _SparseCOO)."""
+    if (type(value) is torch.Tensor and value.layout == torch.sparse_coo and value.device.type == "cpu"
+            and not value.requires_grad):
+        return _SparseCOO(value)
+    return value
 
 
 def _plan_size(plan: list[tuple[Any, str, Any]]) -> int:
@@ -275,10 +304,10 @@ def _reduce(items: list[tuple[Any, Any]], container: Container) -> tuple[Callabl
                 plan.append((key, "b", value))
                 size += _pad(total)
             else:
-                inline.append((key, value))
+                inline.append((key, _portable(value)))
         slab = pool.take(size) if plan else None
         if slab is None and not lent:
-            return _rebuild_inline, (container, list(items))
+            return _rebuild_inline, (container, [(key, _portable(value)) for key, value in items])
         ref, entries = None, []
         if slab is not None:
             entries = _write(plan, slab.mm)
@@ -312,7 +341,7 @@ def _reduce_nested(items: list[tuple[Any, Any]]) -> tuple[Callable[..., Any], tu
             plan = copied
         slab = pool.take(_plan_size(plan)) if plan else None
         if slab is None and (plan or not lent):
-            return _rebuild_inline, ("dict", list(items))
+            return _rebuild_inline, ("dict", [(key, _portable(value)) for key, value in items])
         ref, entries = None, []
         if slab is not None:
             entries = _write(plan, slab.mm)
