@@ -248,8 +248,8 @@ def elastic_state(*states: Any) -> dict[str, Any]:
     StatefulDataLoaders that read through the sampler (the sampler's part is taken from each); and for
     `MixedDataset` states (each of its datasets' parts merged; stop "all" or "first").
 
-    >>> state = tfr_torch.elastic_state(gathered)   # doctest: +SKIP  (every rank's loader.state_dict())
-    >>> dataset.load_state_dict(state)              # doctest: +SKIP  (then a fresh loader, any num_workers)
+    >>> state = tfr_torch.elastic_state(gathered)  # every rank's loader.state_dict()  # doctest: +SKIP
+    >>> dataset.load_state_dict(state)  # then a fresh loader, any num_workers  # doctest: +SKIP
     """
     parts: list[Mapping[str, Any]] = []
     for state in states:
