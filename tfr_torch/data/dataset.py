@@ -51,7 +51,7 @@ from tfr_torch.data.reading import (
     regroup,
     shuffle_buffer,
 )
-from tfr_torch.data.transport import lending_slabs, shared_memory_available, wrap_for_transport
+from tfr_torch.data.transport import Batch, lending_slabs, shared_memory_available, wrap_for_transport
 from tfr_torch.data.sharding import (
     Run,
     epoch_rng,
@@ -376,16 +376,24 @@ class TFRecordDataset(ResumableState, IterableDataset[Any]):
             self._layout = self._layout_for(workers)
             blocks = self._records(epoch, worker, workers)
         plan = plan_of(self.features) if self.features is not None else None  # once per epoch
-        if self.batch_size is None:
-            blocks = drop(blocks, skip)
-            items: Iterator[Any] = _each(blocks) if plan is None else self._rows(blocks, plan)
         transform = self.transform
         wrap = info is not None and self.shared_memory and shared_memory_available()
         parcel = converts_only and transform is None  # see transport.Parcel
-        if self.batch_size is not None:
+        if self.batch_size is None:
+            blocks = drop(blocks, skip)
+            # rows that travel as a Batch are made one (wrap_for_transport then passes them as they are)
+            marked = wrap and transform is None and not parcel and type(plan) is ExamplePlan
+            items: Iterator[Any] = _each(blocks) if plan is None else self._rows(blocks, plan, marked)
+        else:
+            marked = False
             # a Parcel goes to the slab untouched: its strings can stay in the records until then (RecordSpans)
             spans = wrap and parcel and isinstance(plan, ExamplePlan)
             items = self._batches(drop(blocks, skip * self.batch_size), plan, spans)
+        if transform is None and (marked or not wrap):  # nothing to do to an item but count it
+            for item in items:
+                self._position += 1
+                yield item
+            return
         for item in items:
             if transform is not None:
                 _APPLYING.dataset = self  # see applying()
@@ -400,11 +408,21 @@ class TFRecordDataset(ResumableState, IterableDataset[Any]):
             self._position += 1
             yield item
 
-    def _rows(self, blocks: Iterator[Block], plan: Any) -> Iterator[Any]:
-        """One decoded dict per record, decoded _ROW_CHUNK records at a time (see ExamplePlan.iter_rows)."""
+    def _rows(self, blocks: Iterator[Block], plan: Any, marked: bool = False) -> Iterator[Any]:
+        """One decoded dict per record, decoded _ROW_CHUNK records at a time (see ExamplePlan.iter_rows); `marked`:
+        each a transport Batch (an ExamplePlan's rows only)."""
         key = self.location_key
+        options = {"row_type": Batch} if marked else {}
+        if key is None and type(plan) is ExamplePlan:  # no Python step per row here (ExamplePlan.rows)
+            return itertools.chain.from_iterable(
+                plan.rows(flatten(group), _Names(group), **options) for group in regroup(blocks, _ROW_CHUNK))
+        return self._rows_named(blocks, plan, key, options)
+
+    def _rows_named(self, blocks: Iterator[Block], plan: Any, key: str | None, options: dict[str, Any]
+                    ) -> Iterator[Any]:
+        """_rows for other plans, and rows that get their location under `key`."""
         for group in regroup(blocks, _ROW_CHUNK):
-            rows = plan.iter_rows(flatten(group), _Names(group))
+            rows = plan.iter_rows(flatten(group), _Names(group), **options)
             if key is None:
                 yield from rows
                 continue

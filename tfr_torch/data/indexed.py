@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal, cast
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, Literal, cast, overload
 
 import numpy as np
 from torch.utils.data import Dataset, get_worker_info
@@ -20,6 +20,7 @@ from tfr_torch.data.arguments import (
 )
 from tfr_torch.data.indexes import resolve_indexes, seek_points_beside
 from tfr_torch.decode.hints import check_features_argument
+from tfr_torch.decode.plan import ExamplePlan
 from tfr_torch.decode.sequence_features import SequenceFeatures
 from tfr_torch.data.transport import Batch, shared_memory_available
 from tfr_torch.errors import TFRecordError
@@ -30,6 +31,35 @@ from tfr_torch.format.record_file import RecordFile
 from tfr_torch.format.shardset import class_names, find_sidecar
 
 __all__ = ["IndexedTFRecordDataset"]
+
+
+class _Locations(Sequence[RecordLocation]):
+    """The locations (example names) of records read from one file, each made only when asked for: by an error
+    message, or for `location_key`. A batch that decodes asks for none."""
+
+    __slots__ = ("_path", "_offsets")
+
+    def __init__(self, path: str, offsets: np.ndarray) -> None:
+        self._path = path
+        self._offsets: list[int] = offsets.tolist()
+
+    def __len__(self) -> int:
+        return len(self._offsets)
+
+    @overload
+    def __getitem__(self, i: int) -> RecordLocation: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[RecordLocation]: ...
+
+    def __getitem__(self, i: int | slice) -> RecordLocation | list[RecordLocation]:
+        if isinstance(i, slice):
+            return [RecordLocation(self._path, offset) for offset in self._offsets[i]]
+        return RecordLocation(self._path, self._offsets[i])
+
+    def __iter__(self) -> Iterator[RecordLocation]:
+        path = self._path
+        return (RecordLocation(path, offset) for offset in self._offsets)
 
 
 class IndexedTFRecordDataset(Dataset[Any]):
@@ -134,12 +164,13 @@ class IndexedTFRecordDataset(Dataset[Any]):
             handle = self._files[f] = RecordFile(self.paths[f], verify=self.verify, seek=self._seeks[f])
         return handle
 
-    def _read_many(self, indices: list[int]) -> tuple[list[bytes], list[RecordLocation]]:
+    def _read_many(self, indices: list[int]) -> tuple[list[bytes], Sequence[RecordLocation]]:
         """Records `indices` (in order) and their locations, each file's read together (RecordFile.read_many).
         Any index that is not a valid record number, or any record that does not read, sends the whole call to
         `_read` index by index, which raises what the first bad one gives alone."""
         n = len(self)
-        whole = all(type(i) is int or (isinstance(i, np.integer) and not isinstance(i, np.bool_)) for i in indices)
+        whole = set(map(type, indices)) <= {int} or all(
+            type(i) is int or (isinstance(i, np.integer) and not isinstance(i, np.bool_)) for i in indices)
         try:
             wanted = np.fromiter(indices, dtype=np.int64, count=len(indices)) if whole else None
         except OverflowError:  # an index past int64 (a numpy uint64): out of range, as `_read` says
@@ -147,14 +178,18 @@ class IndexedTFRecordDataset(Dataset[Any]):
         if wanted is None or not len(wanted) or wanted.min() < -n or wanted.max() >= n:
             read = [self._read(i) for i in indices]
             return [data for data, _ in read], [name for _, name in read]
-        wanted = np.where(wanted < 0, wanted + n, wanted)
+        if wanted.min() < 0:
+            wanted = np.where(wanted < 0, wanted + n, wanted)
         files = np.searchsorted(self._ends, wanted, side="right")
-        records: list[bytes] = [b""] * len(indices)
-        names: list[RecordLocation] = [cast(RecordLocation, None)] * len(indices)
         try:
             first = int(files[0])
-            # a batch from one file (the common case) needs no np.unique (a sort)
-            for f in [first] if (files == first).all() else np.unique(files).tolist():
+            if (files == first).all():  # a batch from one file (the common case): one read, names made when asked
+                table = self.offsets[first][wanted - (int(self._ends[first - 1]) if first else 0)]
+                offsets = table[:, 0]
+                return self._file(first).read_many(offsets, table[:, 1]), _Locations(self.paths[first], offsets)
+            records: list[bytes] = [b""] * len(indices)
+            names: list[RecordLocation] = [cast(RecordLocation, None)] * len(indices)
+            for f in np.unique(files).tolist():
                 at = np.flatnonzero(files == f)
                 local = wanted[at] - (int(self._ends[f - 1]) if f else 0)
                 table = self.offsets[f][local]
@@ -197,12 +232,18 @@ class IndexedTFRecordDataset(Dataset[Any]):
         if len(indices) < 2:
             return [self[i] for i in indices]
         records, names = self._read_many(indices)  # a GZIP/ZLIB file's records inflated together (read_many)
-        if self.features is None:
-            mark = self._mark()
-            return [self._finish(data, mark) for data in records]
-        rows = self._plan_here().iter_rows(records, names)
         mark = self._mark()
+        if self.features is None:
+            return records if self.transform is None else [self._finish(data, mark) for data in records]
+        plan = self._plan_here()
         key = self.location_key
+        if self.transform is None and type(plan) is ExamplePlan:  # rows made as what _finish would make of them
+            rows = list(plan.rows(records, names, row_type=Batch if mark else dict))
+            if key is not None:
+                for row, name in zip(rows, names):
+                    row[key] = str(name)
+            return rows
+        rows = plan.iter_rows(records, names)
         if key is None:
             return [self._finish(row, mark) for row in rows]
         out = []

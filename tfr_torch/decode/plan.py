@@ -22,10 +22,11 @@ record; across records, step 2 here goes feature by feature instead.
 
 from __future__ import annotations
 
+import itertools
 import operator
 import threading
 from collections import Counter
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Protocol, cast
 
 import numpy as np
@@ -284,25 +285,39 @@ class ExamplePlan:
                 raise _wire_error_before(Units(maps, locator), self._wire_kinds, exc, i) from None
         return Units(maps, locator)
 
-    def iter_rows(self, serialized: Sequence[bytes],
-                  example_names: Sequence[ExampleName] | None = None) -> Iterator[dict[str, Any]]:
+    def iter_rows(self, serialized: Sequence[bytes], example_names: Sequence[ExampleName] | None = None, *,
+                  row_type: type[dict[str, Any]] = dict) -> Iterator[dict[str, Any]]:
         """What parse_single_example gives for each record, in order. When every feature is a FixedLenFeature or
         VarLenFeature the records are decoded as one batch and each dict is a row of it (a tenth of the cost); if
         the batch does not decode they are decoded one by one, so the rows before the bad record come out and its
-        error is the one it gives alone. `example_names` must support slicing."""
-        if self._splits and len(serialized) > 1:
+        error is the one it gives alone. `example_names` must support slicing. `row_type`: the class of each row,
+        dict or a subclass of it (the datasets' DataLoader workers mark rows for their transport with one)."""
+        yield from self.rows(serialized, example_names, row_type=row_type)
+
+    def rows(self, serialized: Sequence[bytes], example_names: Sequence[ExampleName] | None = None, *,
+             row_type: type[dict[str, Any]] = dict) -> Iterator[dict[str, Any]]:
+        """iter_rows' rows, with the batch decoded by this call rather than at the first row taken: an iterator
+        that takes no Python step per row where the batch decodes (the datasets' per-record items)."""
+        n = len(serialized)
+        if self._splits and n > 1:
             try:
                 batch = self.parse(serialized, example_names)
             except DecodeError:
                 pass
             else:
-                columns = [(key, _rows_of(value, len(serialized))) for key, value in batch.items()]
-                for j in range(len(serialized)):
-                    yield {key: rows[j] for key, rows in columns}
-                return
+                columns = [_rows_of(value, n) for value in batch.values()]
+                # row j is row_type(zip(keys, (each column[j]))), made by map and zip: no Python step per row
+                values = zip(*columns) if columns else itertools.repeat((), n)  # (an empty spec: empty rows)
+                make = cast("Callable[[Iterable[tuple[str, Any]]], dict[str, Any]]", row_type)
+                return map(make, map(zip, itertools.repeat(list(batch), n), values))
+        return self._rows_one_by_one(serialized, example_names, row_type)
+
+    def _rows_one_by_one(self, serialized: Sequence[bytes], example_names: Sequence[ExampleName] | None,
+                         row_type: type[dict[str, Any]]) -> Iterator[dict[str, Any]]:
         for i in range(len(serialized)):
-            yield self.parse(serialized[i : i + 1], None if example_names is None else example_names[i : i + 1],
+            row = self.parse(serialized[i : i + 1], None if example_names is None else example_names[i : i + 1],
                              single=True)
+            yield row if row_type is dict else row_type(row)
 
     def _gather(self, records: Sequence[bytes], locator: Locator) -> Units:
         """Units for large records (see _GATHER_FROM): each record is split into its raw Features and dropped once

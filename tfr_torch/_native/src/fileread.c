@@ -54,31 +54,40 @@ static size_t read_iovecs(int fd, struct iovec *iov, size_t niov, off_t pos) {
     return first;
 }
 
-/* Records back to back: header 0; each record's data, then its footer and the next header (16 adjacent bytes of
- * scratch); the last footer. Returns how many records were read whole. */
-static size_t read_back_to_back(int fd, int64_t first_offset, uint8_t *const *datas, const size_t *lens, size_t n,
-                                uint8_t *scratch, struct iovec *iov) {
+/* Records first .. first + n - 1 back to back from byte `pos`: header `first`; each record's data, then its footer
+ * and the next header (16 adjacent bytes of scratch); the last footer. Scratch keeps the layout tfr_check_framed reads
+ * (header i at scratch + 4 + 16 i, its footer at scratch + 16 (i + 1)) whatever `first` is. Returns how many of the
+ * n records were read whole. */
+static size_t read_back_to_back(int fd, int64_t pos, uint8_t *const *datas, const size_t *lens, size_t first,
+                                size_t n, uint8_t *scratch, struct iovec *iov) {
     size_t niov = 0;
-    iov[niov].iov_base = scratch + 4;
+    iov[niov].iov_base = scratch + 4 + 16 * first;
     iov[niov++].iov_len = TFR_HEADER;
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = first; i < first + n; i++) {
         iov[niov].iov_base = datas[i];
         iov[niov++].iov_len = lens[i];
         iov[niov].iov_base = scratch + 16 * (i + 1);
-        iov[niov++].iov_len = i + 1 < n ? 16 : TFR_FOOTER;
+        iov[niov++].iov_len = i + 1 < first + n ? 16 : TFR_FOOTER;
     }
-    size_t filled = read_iovecs(fd, iov, niov, (off_t)first_offset);
+    size_t filled = read_iovecs(fd, iov, niov, (off_t)pos);
     return filled >= niov ? n : (filled >= 2 ? (filled - 1) / 2 : 0); /* record i ends with iovec 2 i + 2 */
 }
 
-/* Records one offset each: one preadv of header, data and footer per record. Returns how many were read whole. */
-static size_t read_one_by_one(int fd, const int64_t *offsets, uint8_t *const *datas, const size_t *lens, size_t n,
-                              uint8_t *scratch) {
+/* Records one offset each, in runs: a record that starts where the one before it ends (its offset is the one before's
+ * plus its framed size, as records read in file order are) joins that record's run, and each run is read back to
+ * back (one preadv for the run, instead of one per record). Returns how many records from the first were read
+ * whole. */
+static size_t read_runs(int fd, const int64_t *offsets, uint8_t *const *datas, const size_t *lens, size_t n,
+                        uint8_t *scratch, struct iovec *iov) {
     size_t whole = 0;
-    for (; whole < n; whole++) {
-        struct iovec one[3] = {{scratch + 4 + 16 * whole, TFR_HEADER}, {datas[whole], lens[whole]},
-                               {scratch + 16 * (whole + 1), TFR_FOOTER}};
-        if (read_iovecs(fd, one, 3, (off_t)offsets[whole]) < 3) break;
+    while (whole < n) {
+        size_t run = 1; /* placed records lie inside the file: these sums cannot overflow */
+        while (whole + run < n && offsets[whole + run] == offsets[whole + run - 1] +
+                                      (int64_t)(lens[whole + run - 1] + TFR_HEADER + TFR_FOOTER))
+            run++;
+        size_t got = read_back_to_back(fd, offsets[whole], datas, lens, whole, run, scratch, iov);
+        whole += got;
+        if (got < run) break;
     }
     return whole;
 }
@@ -86,8 +95,8 @@ static size_t read_one_by_one(int fd, const int64_t *offsets, uint8_t *const *da
 size_t tfr_read_framed(int fd, int back_to_back, const int64_t *offsets, uint8_t *const *datas, const size_t *lens,
                        size_t n, uint8_t *scratch, void *iov, int verify) {
     size_t whole = 0;
-    if (back_to_back && n) whole = read_back_to_back(fd, offsets[0], datas, lens, n, scratch, iov);
-    else if (!back_to_back) whole = read_one_by_one(fd, offsets, datas, lens, n, scratch);
+    if (back_to_back && n) whole = read_back_to_back(fd, offsets[0], datas, lens, 0, n, scratch, iov);
+    else if (!back_to_back) whole = read_runs(fd, offsets, datas, lens, n, scratch, iov);
     if (whole > n) whole = n;
     return tfr_check_framed(scratch, datas, lens, whole, verify);
 }

@@ -18,9 +18,10 @@ int64_t tfr_place_framed(const uint8_t *sizes, size_t n, const uint8_t *offsets_
                          uint64_t file_size, int64_t *offsets, size_t *lens, size_t *placed);
 
 /* Read n placed records from file `fd`: data i into datas[i] (lens[i] bytes), framing into `scratch` (16 (n + 1)
- * bytes). Back to back (`back_to_back`: a few preadv calls for all, with `iov` of 2 n + 1 entries) or one preadv
- * per record at offsets[i]. Then checks them (tfr_check_framed). Returns how many records from the first were
- * read whole and are good; the caller's reader says what is wrong with the next. */
+ * bytes), with `iov` of 2 n + 1 entries. Back to back (`back_to_back`: a few preadv calls for all) or at offsets[i]:
+ * one preadv per run of records that lie back to back (one per record where none do). Then checks them
+ * (tfr_check_framed). Returns how many records from the first were read whole and are good; the caller's reader says
+ * what is wrong with the next. */
 size_t tfr_read_framed(int fd, int back_to_back, const int64_t *offsets, uint8_t *const *datas, const size_t *lens,
                        size_t n, uint8_t *scratch, void *iov, int verify);
 

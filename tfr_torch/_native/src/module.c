@@ -130,15 +130,15 @@ static void framed_free(framed_job *job) {
     free(job->iov);
 }
 
-static int framed_alloc(framed_job *job, size_t n, int back_to_back) {
+static int framed_alloc(framed_job *job, size_t n) {
     size_t nn = n ? n : 1;
     job->n = n;
     job->scratch = malloc(16 * (n + 1));
     job->datas = malloc(nn * sizeof(*job->datas));
     job->lens = malloc(nn * sizeof(*job->lens));
     job->offsets = malloc(nn * sizeof(*job->offsets));
-    job->iov = back_to_back ? malloc((2 * n + 1) * sizeof(*job->iov)) : NULL;
-    if (job->scratch && job->datas && job->lens && job->offsets && (!back_to_back || job->iov)) return 0;
+    job->iov = malloc((2 * nn + 1) * sizeof(*job->iov)); /* a run of records back to back: 2 per record + 1 */
+    if (job->scratch && job->datas && job->lens && job->offsets && job->iov) return 0;
     PyErr_NoMemory();
     return -1;
 }
@@ -179,7 +179,8 @@ static PyObject *framed_records(framed_job *job) {
 /* read_framed(fd, where, sizes, verify) -> (records, good): records of known framed sizes (int64, each >= 16, from
  * an index) read from file `fd` straight into their bytes objects (their framing into a scratch buffer): one copy
  * from the file, none after. `where` is either the byte offset of the first of records that lie back to back
- * (read by a few preadv calls for all of them), or an int64 array of one offset per record (one preadv each).
+ * (read by a few preadv calls for all of them), or an int64 array of one offset per record (one preadv per run of
+ * records that lie back to back, as records asked for in file order do).
  * `good` records from the first are whole and pass their checks (header CRC, the length the index gave, the
  * data CRC when `verify`); `records` holds just those. From the first that does not, the caller reads on as
  * usual, which says what is wrong. A record that would end past the file is not allocated (nor any after it). */
@@ -204,7 +205,7 @@ static PyObject *py_read_framed(PyObject *self, PyObject *args) {
                                           "int64 offset per record");
         goto done;
     }
-    if (framed_alloc(&job, n, back_to_back) < 0 || framed_place(&job, fd, &sizes, &offsets, first_offset) < 0 ||
+    if (framed_alloc(&job, n) < 0 || framed_place(&job, fd, &sizes, &offsets, first_offset) < 0 ||
         !(records = framed_records(&job)))
         goto done;
     Py_BEGIN_ALLOW_THREADS
