@@ -12,9 +12,13 @@ cli_show (head, schema, inspect) and cli_write (convert, reshard), what they sha
 from __future__ import annotations
 
 import argparse
+import codecs
+import contextlib
+import io
 import os
+import re
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NoReturn
 
 from tfr_torch._version import __version__
@@ -96,6 +100,12 @@ def _size(value: str) -> str:
     return value
 
 
+def _tfds_version(value: str) -> str:
+    if not re.fullmatch(r"[0-9]+\.[0-9]+\.[0-9]+", value):
+        raise argparse.ArgumentTypeError(f"expected a version MAJOR.MINOR.PATCH such as 1.0.0, got {value!r}")
+    return value
+
+
 def _label(value: str) -> str:
     if not value or "/" in value:
         raise argparse.ArgumentTypeError(f"expected a non-empty name without '/', got {value!r}")
@@ -109,7 +119,8 @@ def _tfds_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tfds", action="store_true",
                    help="write a TensorFlow Datasets folder OUT/NAME/VERSION/ (dataset_info.json, features.json, "
                         "class names) instead of the sidecar: tfds.builder_from_directory loads it")
-    p.add_argument("--tfds-version", default="1.0.0", metavar="X.Y.Z", help="with --tfds: the dataset version")
+    p.add_argument("--tfds-version", default=None, type=_tfds_version, metavar="X.Y.Z",
+                   help="with --tfds: the dataset version (default: 1.0.0)")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -120,11 +131,11 @@ def _parser() -> argparse.ArgumentParser:
     formatter = _Help
 
     def command(name: str, help_text: str, progress: str | None = "no progress display (it is shown on stderr "
-                "only when stderr is a terminal)") -> argparse.ArgumentParser:
+                "only when stderr is a terminal)", folders: str = "") -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text, description=help_text, formatter_class=formatter)
         p.add_argument("files", nargs="+", metavar="FILE",
                        help="TFRecord files, glob patterns (quote them; index files beside the matches are "
-                            "skipped) or fsspec URLs (s3://, gs://, ...)")
+                            f"skipped) or fsspec URLs (s3://, gs://, ...){folders}")
         p.add_argument("--compression", default="auto", type=_compression, metavar="{auto,none,gzip,zlib}",
                        help="the files' compression: auto (from the name, else the first bytes), none, gzip or zlib")
         if progress:
@@ -140,7 +151,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--out-dir", metavar="DIR", help="write the indexes into this existing folder instead "
                    "(default: beside each file)")
     p.add_argument("--seek-span", metavar="BYTES", type=int, default=DEFAULT_SPAN,
-                   help="decompressed bytes between seek points of compressed files (default 1048576; 0: none)")
+                   help="decompressed bytes between seek points of compressed files (default 1048576; 0: none, and "
+                        "an earlier run's are removed)")
     p.set_defaults(run=_cmd_index)
 
     p = command("verify", "Check every record's CRCs; print one `path:offset: problem` line per problem (and "
@@ -171,7 +183,8 @@ def _parser() -> argparse.ArgumentParser:
 
     p = command("inspect", "Each file's records, bytes and compression; over the records read, their kinds, each "
                            "feature's kind, dtype, records carrying it, values per record and value range "
-                           "(min/max; bytes: lengths), and the dtypes and shapes of serialize_tensor records.")
+                           "(min/max; bytes: lengths), and the dtypes and shapes of serialize_tensor records.",
+                folders="; or TensorFlow Datasets folders (their splits, shards, records and feature tree)")
     p.add_argument("--max-records", type=_at_least(1, "a number of records"), default=None, metavar="N",
                    help="describe the first N records of each file only (all records are still counted and "
                         "checked; default: every record)")
@@ -263,9 +276,50 @@ class _Version(argparse.Action):
         parser.exit()
 
 
+def _as_given(err: UnicodeError) -> tuple[str | bytes, int]:
+    """Codec error handler for the output: a file name that is not UTF-8 (its bytes held as lone surrogates, as
+    Python reads such names) goes out as its own bytes, as `ls` writes it; another character the stream's encoding
+    lacks, as a backslash escape."""
+    if not isinstance(err, UnicodeEncodeError):
+        raise err
+    if all("\udc80" <= c <= "\udcff" for c in err.object[err.start:err.end]):
+        return codecs.lookup_error("surrogateescape")(err)
+    return codecs.backslashreplace_errors(err)
+
+
+codecs.register_error("tfr_torch.cli", _as_given)
+
+
+@contextlib.contextmanager
+def _tolerant(stream: Any) -> Iterator[None]:
+    """`stream` (stdout, stderr) writing what its encoding cannot as `_as_given` does, while the command runs:
+    else a file name that is not UTF-8, printed by any command in a UTF-8 locale, ended it in a UnicodeEncodeError."""
+    if not isinstance(stream, io.TextIOWrapper) or stream.errors != "strict":
+        yield
+        return
+    stream.reconfigure(errors="tfr_torch.cli")
+    try:
+        yield
+    finally:
+        try:
+            stream.reconfigure(errors="strict")
+        except (OSError, ValueError):  # a closed pipe, a closed stream: nothing more goes out
+            pass
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit status (0 ok, 1 a data problem, 2 a usage error)."""
-    args = _parser().parse_args(argv)
+    with _tolerant(sys.stdout), _tolerant(sys.stderr):
+        try:  # (Ctrl-C while the parser loads what an argument needs, e.g. --shard-size's parser, is caught too)
+            args = _parser().parse_args(argv)
+        except KeyboardInterrupt:
+            print("tfr-torch: interrupted", file=sys.stderr)
+            return 130
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
+    """Run the parsed command; its exceptions as one line and an exit status."""
     try:
         return int(args.run(args))
     except UsageError as err:

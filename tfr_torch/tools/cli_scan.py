@@ -11,6 +11,7 @@ from tfr_torch.errors import TFRecordError
 from tfr_torch.format.index import build_index, index_path_for
 from tfr_torch.format.paths import file_size, is_url
 from tfr_torch.format.reader import RecordReader
+from tfr_torch.format.seek import seek_path_for
 from tfr_torch.tools.cli_common import UsageError, _count, _files, _meter, _problem
 
 
@@ -55,6 +56,8 @@ def _cmd_index(args: argparse.Namespace) -> int:
         try:
             build_index(path, target, compression=args.compression,
                         seek_span=None if args.seek_span == 0 else args.seek_span)
+            if args.seek_span == 0:
+                _remove_stale_seek_points(target)
         except (TFRecordError, OSError) as err:
             meter.write(_problem(err))
             status = 1
@@ -65,24 +68,38 @@ def _cmd_index(args: argparse.Namespace) -> int:
     return status
 
 
+def _remove_stale_seek_points(index: str) -> None:
+    """--seek-span 0 writes no seek points: ones left beside the new index by an earlier run describe the file as
+    it was then, and the datasets would refuse the file for them (or, were its size the same, seek wrong)."""
+    seek = seek_path_for(index)
+    if not is_url(seek):
+        try:
+            os.remove(seek)
+        except FileNotFoundError:
+            pass
+
+
 def _cmd_verify(args: argparse.Namespace) -> int:
     paths = _files(args)
     meter = _meter(args, paths, "verify")
     status = 0
     for path in paths:
-        problems: list[BaseException] = []
+        problems = 0
+
+        def report(problem: BaseException) -> None:  # as it is found: a long file's first problems come out first
+            nonlocal problems
+            problems += 1
+            meter.write(_problem(problem), sys.stdout)
+
         count = 0
         try:
-            with RecordReader(path, args.compression, verify=True, on_error=problems.append) as reader:
+            with RecordReader(path, args.compression, verify=True, on_error=report) as reader:
                 count = _count(reader, meter)
         except (TFRecordError, OSError) as err:
-            problems.append(err)
-        for problem in problems:
-            meter.write(_problem(problem), sys.stdout)
+            report(err)
         if problems:
             status = 1
         elif not args.quiet:
             meter.write(f"{path}: OK, {count} records", sys.stdout)
     meter.done()
     return status
-

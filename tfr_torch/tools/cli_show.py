@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import argparse
 import base64
-import errno
 import json
 import math
-import os
 import sys
 from typing import Any
 
@@ -16,10 +14,9 @@ import numpy as np
 
 from tfr_torch.errors import DecodeError, TFRecordError
 from tfr_torch.format.example import decode_example, decode_sequence_example
-from tfr_torch.format.paths import file_size
 from tfr_torch.format.reader import RecordReader
 from tfr_torch.format.tensor import DTYPES, decode_tensor_proto
-from tfr_torch.tools.cli_common import _files, _problem
+from tfr_torch.tools.cli_common import _files, _patterns, _problem
 
 CUT_BYTES = 64  # head: bytes values longer than this are cut (--full shows them whole)
 CUT_VALUES = 32  # head: lists with more values than this are cut
@@ -139,32 +136,41 @@ def _render(record: bytes, kind: str, full: bool) -> dict[str, Any]:
     return {"raw": raw}
 
 
+def _json_line(obj: dict[str, Any]) -> str:
+    """One JSON line, its text as it is where stdout's encoding can write it, else with \\u escapes (a file name
+    that is not UTF-8, whose bytes Python holds as lone surrogates; a terminal that is not UTF-8): valid JSON in
+    every case, and json.loads gives back the same strings."""
+    text = json.dumps(obj, ensure_ascii=False)
+    try:
+        text.encode(getattr(sys.stdout, "encoding", None) or "utf-8")
+    except (UnicodeEncodeError, LookupError):
+        return json.dumps(obj)
+    return text
+
+
 def _cmd_head(args: argparse.Namespace) -> int:
+    status = 0
     for path in _files(args):
-        if args.n == 0:  # nothing to show, but a file that is not there is still an error
-            if file_size(path) is None:
-                print(_problem(FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), path)), file=sys.stderr)
-                return 1
-            continue
         try:
-            with RecordReader(path, args.compression) as reader:
+            with RecordReader(path, args.compression) as reader:  # (-n 0 still opens it: a missing file is an error)
                 offset = reader.offset
-                for shown, record in enumerate(reader, 1):
+                for shown, record in enumerate(reader if args.n else (), 1):
                     try:
                         line = _render(record, args.as_, args.full)
                     except DecodeError as err:
                         print(f"{path}:{offset}: {err.message}", file=sys.stderr)
-                        return 1
-                    print(json.dumps({"file": path, "offset": offset, **line}, ensure_ascii=False))
+                        status = 1
+                        break
+                    print(_json_line({"file": path, "offset": offset, **line}))
                     if shown == args.n:
                         break
                     offset = reader.offset
         except BrokenPipeError:
             raise  # the reader of our output went away: main() stops quietly
-        except (TFRecordError, OSError) as err:
+        except (TFRecordError, OSError) as err:  # reported, and the next file is shown all the same
             print(_problem(err), file=sys.stderr)
-            return 1
-    return 0
+            status = 1
+    return status
 
 
 def _cmd_schema(args: argparse.Namespace) -> int:
@@ -172,7 +178,7 @@ def _cmd_schema(args: argparse.Namespace) -> int:
 
     paths = _files(args)
     try:
-        spec = infer_features(paths, max_records=args.max_records, compression=args.compression)
+        spec = infer_features(_patterns(paths), max_records=args.max_records, compression=args.compression)
     except (TFRecordError, OSError) as err:
         print(_problem(err), file=sys.stderr)
         return 1
@@ -210,8 +216,9 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 
     if all(is_tfds_dir(f) for f in args.files):  # TensorFlow Datasets folders: splits, counts, feature tree
         return _inspect_tfds(args.files)
+    paths = _files(args)  # (a pattern that matches nothing: main() says so, named as the command)
     try:
-        text = inspect_files(_files(args), args.compression, args.max_records, progress=not args.quiet)
+        text = inspect_files(paths, args.compression, args.max_records, progress=not args.quiet)
     except (TFRecordError, OSError) as err:
         print(_problem(err), file=sys.stderr)
         return 1

@@ -29,6 +29,7 @@ from tfr_torch.tools.progress import Progress
 __all__ = ["inspect_files"]
 
 _CHUNK = 1024  # records decoded column-wise at a time
+_CHUNK_BYTES = 8 << 20  # ... or fewer, once the records held add up to this many bytes (large images)
 _DTYPES = {"float": "float32", "int64": "int64", "bytes": "string"}
 _KIND_NAMES = {EXAMPLE: "tf.train.Example", SEQUENCE_EXAMPLE: "tf.train.SequenceExample",
                TENSOR: "serialize_tensor payload", RAW: "raw (none of these)"}
@@ -157,6 +158,8 @@ class _Tensors:
         if shape in self.shapes or len(self.shapes) < 8:
             self.shapes[shape] = self.shapes.get(shape, 0) + 1
         values = tensor.values
+        if isinstance(values, bytes):  # a scalar string tensor: its one value
+            values = [values]
         if isinstance(values, list):  # strings, nested like the shape
             flat: list[Any] = []
             stack = [values]
@@ -190,21 +193,25 @@ class _Report:
         self.tensors: dict[str, _Tensors] = {}
         self._contexts: list[Mapping[str, bytes]] = []  # raw Features by key, per record
         self._lists: list[Mapping[str, Sequence[bytes]]] = []  # raw Features by key and step, per record
+        self._held = 0  # bytes of the records whose raw Features are held
 
     def add(self, record: bytes) -> None:
         kind, parsed = classify_record(record)
         self.kinds[kind] = self.kinds.get(kind, 0) + 1
         if kind == EXAMPLE:
             self._contexts.append(parsed)
+            self._held += len(record)
         elif kind == SEQUENCE_EXAMPLE:
             self._contexts.append(parsed[0])
             self._lists.append(parsed[1])
+            self._held += len(record)
         elif kind == TENSOR:
             self.tensors.setdefault(DTYPES[parsed.dtype][0], _Tensors()).add(parsed)
-        if len(self._contexts) >= _CHUNK or len(self._lists) >= _CHUNK:
+        if len(self._contexts) >= _CHUNK or len(self._lists) >= _CHUNK or self._held >= _CHUNK_BYTES:
             self.flush()
 
     def flush(self) -> None:
+        self._held = 0
         maps, self._contexts = self._contexts, []
         for key in sorted({k for m in maps for k in m}):
             self.features.setdefault(key, _Feature()).add([m.get(key) for m in maps], key)
@@ -260,6 +267,7 @@ def inspect_files(paths: Sequence[str], compression: CompressionOrAuto = "auto",
     lines = ["file\trecords\tbytes\tcompression"]
     report = _Report()
     read = 0
+    counts: list[int] = []
     meter = Progress(label="inspect", enabled=progress, total_bytes=sum(sizes), unit="records")
     for path, size in zip(paths, sizes):
         with RecordReader(path, compression, verify=True) as reader:
@@ -272,10 +280,11 @@ def inspect_files(paths: Sequence[str], compression: CompressionOrAuto = "auto",
                 if max_records is None or n <= max_records:
                     report.add(record)
                     read += 1
-        lines.append(f"{path}\t{n}\t{size}\t{reader.compression}")
+        counts.append(n)
+        lines.append(f"{_cell(path)}\t{n}\t{size}\t{reader.compression}")
     meter.done()
     if len(paths) > 1:
-        lines.append(f"total\t{sum(int(line.split(chr(9))[1]) for line in lines[1:])}\t{sum(sizes)}")
+        lines.append(f"total\t{sum(counts)}\t{sum(sizes)}")
     lines.append("")
     lines += report.text(read, max_records)
     return "\n".join(lines) + "\n"
