@@ -186,3 +186,16 @@ def test_a_gpu_batch_names_a_bad_images_record(bad_shard, monkeypatch):
         assert (raised.value.path, raised.value.offset, raised.value.index) == (path, offset, 1)
     finally:
         clear_caches()
+
+
+def test_a_mixture_or_a_cache_of_located_datasets_says_where_too(files, tmp_path):
+    """DeviceLoader reads `location_key` off the loader's dataset: MixedDataset and CachedDataset pass theirs on."""
+    paths, truth = files
+    one, two = (tfr_torch.TFRecordDataset(p, SPEC, index="auto", location_key="where") for p in paths)
+    mixed = tfr_torch.MixedDataset([one, two], seed=3)
+    assert mixed.location_key == "where"
+    assert pairs(mixed) == truth
+    assert tfr_torch.MixedDataset([one, tfr_torch.TFRecordDataset(paths[1], SPEC, index="auto")]).location_key is None
+    cached = tfr_torch.CachedDataset(one, str(tmp_path / "cache"))
+    assert cached.location_key == "where"
+    assert pairs(cached) == {k: v for k, v in truth.items() if k < 100}

@@ -102,6 +102,13 @@ class CachedDataset(IterableDataset[Any]):
     def epoch(self) -> int:
         return int(self._epoch)
 
+    @property
+    def location_key(self) -> str | None:
+        """The key under which the dataset's items carry their records' locations (TFRecordDataset's), or None:
+        what DeviceLoader names a bad image by."""
+        key = getattr(self.dataset, "location_key", None)
+        return key if isinstance(key, str) else None
+
     def __len__(self) -> int:
         return len(self.dataset)  # type: ignore[arg-type]  # TypeError from len() when the dataset has none
 

@@ -123,6 +123,14 @@ class MixedDataset(IterableDataset[Any]):
         """The world size the datasets read for (the first that says), or None."""
         return next((w for w in (getattr(d, "world_size", None) for d in self.datasets) if isinstance(w, int)), None)
 
+    @property
+    def location_key(self) -> str | None:
+        """The key under which every dataset's items carry their records' locations (TFRecordDataset's
+        `location_key`, the same in all), else None: what DeviceLoader names a bad image by."""
+        keys = {getattr(dataset, "location_key", None) for dataset in self.datasets}
+        key = keys.pop() if len(keys) == 1 else None
+        return key if isinstance(key, str) else None
+
     def __len__(self) -> int:
         """Items per epoch on this rank with stop="all": the sum of the datasets' lengths (TypeError from a
         dataset without one). The other stops end at a point the draws decide: no length."""
