@@ -20,6 +20,7 @@ from tfr_torch.format.columns import decode_column, kind_of
 from tfr_torch.format.options import CompressionOrAuto, FeatureKind, RecordKind, check_compression
 from tfr_torch.format.paths import expand_paths
 from tfr_torch.format.reader import read_records
+from tfr_torch.format.strict import walk_example
 from tfr_torch.format.tensor import DTYPES, TensorData, decode_tensor_proto
 
 __all__ = ["InferredFeatures", "InferredSequenceFeatures", "infer_features", "format_features", "record_kind",
@@ -170,6 +171,29 @@ def _from_files(paths: list[str], max_records: int, info: _Provenance,
     info.files_total, info.files_to_end, info.per_file = len(paths), to_end, most
 
 
+def _why_not_example(record: bytes) -> str:
+    """Why a record that `classify_record` calls raw is not an Example, in the user's terms: what the Example
+    walker finds wrong and at which byte of the record (a feature key that is not UTF-8, a length past the end,
+    ...), never the name of the internal message type protobuf failed to parse."""
+    try:
+        parsed = _parse_raw_example(record)
+    except _ProtoDecodeError as exc:
+        try:
+            walk_example(record)
+        except DecodeError as err:  # "cannot parse N bytes as a tf.train.Example: byte 6 has a feature key ..."
+            return err.message.partition(": ")[2] or err.message
+        # the walker takes what protobuf refused: say what protobuf said, in TensorFlow's type names
+        return f"protobuf cannot parse its {len(record)} bytes as one ({_tf_names(str(exc))})"
+    if not parsed.HasField("features"):
+        return f"its {len(record)} bytes hold no Features message"
+    return f"its {len(record)} bytes do not parse as one"  # (not reached: classify_record would call it an Example)
+
+
+def _tf_names(text: str) -> str:
+    return (text.replace("tfr_torch_raw.RawSequenceExample", "tf.train.SequenceExample")
+            .replace("tfr_torch_raw.RawExample", "tf.train.Example"))
+
+
 def _is_paths(items: Any) -> bool:
     return isinstance(items, (str, os.PathLike)) or (
         isinstance(items, (list, tuple)) and bool(items) and isinstance(items[0], (str, os.PathLike)))
@@ -214,40 +238,34 @@ def infer_features(paths_or_records: Any, max_records: int = 1000,
             expand_paths(paths_or_records), max_records, info, compression)
     else:
         sample = itertools.islice(((record, None, None) for record in paths_or_records), max_records)
-    contexts: list[dict[str, bytes]] = []
-    lists: list[dict[str, list[bytes]]] = []
+    summary = _Summary()
     for i, (record, path, offset) in enumerate(sample):
         what, parsed = classify_record(record)
         if what == EXAMPLE:
-            contexts.append(parsed)
-            lists.append({})
+            summary.add(parsed, {}, len(record))
         elif what == SEQUENCE_EXAMPLE:
-            contexts.append(parsed[0])
-            lists.append(parsed[1])
+            summary.add(parsed[0], parsed[1], len(record))
         elif what == TENSOR:
             dtype = DTYPES[parsed.dtype][0]
             raise DecodeError(f"record {i} is a serialize_tensor payload ({dtype} {list(parsed.shape)}), not a "
                               f"tf.train.Example: no feature spec to propose; read such records with "
                               f"tfr_torch.parse_tensor(record, dtype=torch.{dtype})", path, offset)
         else:
-            try:
-                _parse_raw_example(bytes(record))
-                why = f"its {len(record)} bytes hold no Features message"
-            except _ProtoDecodeError as exc:
-                why = str(exc)
-            raise DecodeError(f"record {i} is not a tf.train.Example: {why}", path, offset)
-    if not contexts:
+            raise DecodeError(f"record {i} is not a tf.train.Example: {_why_not_example(bytes(record))}", path,
+                              offset)
+    summary.fold()
+    if not summary.records:
         raise NoRecordsError("infer_features found no records to look at")
-    info.records_read = len(contexts)
-    context, info.present, info.empty_keys = _propose(contexts, "feature")
-    if not any(lists):
+    info.records_read = summary.records
+    context, info.present, info.empty_keys = _propose(summary.context, summary.records, "feature")
+    if not summary.any_lists:
         spec = InferredFeatures(context)
         info.fill(spec)
         return spec
-    sequence, present, empty = _propose_lists(lists)
+    sequence, present, empty = _propose_lists(summary.lists, summary.records)
     if not context and not sequence:
-        raise DecodeError(f"no context feature and no step of any feature list of the {len(lists):,} records read "
-                          f"holds a value (feature lists {', '.join(map(repr, empty))}; context features "
+        raise DecodeError(f"no context feature and no step of any feature list of the {summary.records:,} records "
+                          f"read holds a value (feature lists {', '.join(map(repr, empty))}; context features "
                           f"{', '.join(map(repr, info.empty_keys)) or 'none'}): there is nothing to propose a spec "
                           "for")
     sequence_spec = InferredSequenceFeatures(context, sequence)
@@ -256,61 +274,116 @@ def infer_features(paths_or_records: Any, max_records: int = 1000,
     return sequence_spec
 
 
-def _propose(maps: list[dict[str, bytes]], what: str) -> tuple[dict[str, Any], dict[str, int], list[str]]:
+_CHUNK_BYTES = 4 << 20  # records summarized together: memory stays about this, whatever max_records and their size
+_CHUNK_RECORDS = 512
+
+
+class _Tally:
+    """What the proposal needs of one key (a context feature, or the steps of a feature list) over the records
+    summarized so far: the kinds seen, how many carry values (`present` of `total`), the counts of values they
+    hold, and (feature lists) how many records carry the list."""
+
+    def __init__(self) -> None:
+        self.kinds: set[FeatureKind] = set()
+        self.present = 0
+        self.total = 0
+        self.counts: set[int] = set()
+        self.carried = 0
+
+    def add(self, raws: list[bytes | None], key: str) -> None:
+        kinds = {found for found in (kind_of(raw, key) for raw in raws) if found is not None}
+        self.kinds |= kinds
+        self.total += len(raws)
+        if len(self.kinds) == 1 and kinds:  # (several kinds: _one_kind says so once every record is read)
+            column = decode_column(raws, next(iter(kinds)), key)
+            self.present += int(column.present.sum())
+            self.counts.update(column.counts[column.present].tolist())
+
+
+class _Summary:
+    """The records read, summarized chunk by chunk (`_CHUNK_BYTES`) into a `_Tally` per key: what `_propose` and
+    `_propose_lists` need, without keeping the records."""
+
+    def __init__(self) -> None:
+        self.records = 0
+        self.any_lists = False
+        self.context: dict[str, _Tally] = {}
+        self.lists: dict[str, _Tally] = {}
+        self._contexts: list[dict[str, bytes]] = []
+        self._lists: list[dict[str, list[bytes]]] = []
+        self._bytes = 0
+
+    def add(self, context: dict[str, bytes], lists: dict[str, list[bytes]], size: int) -> None:
+        self._contexts.append(context)
+        self._lists.append(lists)
+        self.any_lists = self.any_lists or bool(lists)
+        self._bytes += size
+        if self._bytes >= _CHUNK_BYTES or len(self._contexts) >= _CHUNK_RECORDS:
+            self.fold()
+
+    def fold(self) -> None:
+        """Summarize the records added since the last fold, and let them go."""
+        contexts, lists = self._contexts, self._lists
+        for key in sorted({key for m in contexts for key in m}):
+            self.context.setdefault(key, _Tally()).add([m.get(key) for m in contexts], key)
+        for key in sorted({key for m in lists for key in m}):
+            carried = [m[key] for m in lists if key in m]
+            tally = self.lists.setdefault(key, _Tally())
+            tally.carried += len(carried)
+            tally.add([step for steps in carried for step in steps], key)
+        self.records += len(contexts)
+        self._contexts, self._lists, self._bytes = [], [], 0
+
+
+def _propose(tallies: dict[str, _Tally], records: int, what: str) -> tuple[dict[str, Any], dict[str, int], list[str]]:
     """(spec, records carrying each key with values, keys seen only without values) of Features maps."""
     spec: dict[str, Any] = {}
     present: dict[str, int] = {}
     empty: list[str] = []
-    for key in sorted({key for m in maps for key in m}):
-        raws = [m.get(key) for m in maps]
-        kind = _one_kind(raws, key, what)
+    for key in sorted(tallies):
+        tally = tallies[key]
+        kind = _one_kind(tally.kinds, key, what)
         if kind is None:
             empty.append(key)  # only kind-less Features: nothing to propose
             continue
-        column = decode_column(raws, kind, key)
-        present[key] = int(column.present.sum())
-        counts = set(column.counts[column.present].tolist())
-        if column.present.all() and len(counts) == 1:
-            n = counts.pop()
+        present[key] = tally.present
+        if tally.present == records and len(tally.counts) == 1:
+            n = next(iter(tally.counts))
             spec[key] = FixedLenFeature([] if n == 1 else [n], _DTYPE[kind])
         else:
             spec[key] = VarLenFeature(_DTYPE[kind])
     return spec, present, empty
 
 
-def _propose_lists(lists: list[dict[str, list[bytes]]]) -> tuple[dict[str, Any], dict[str, int], list[str]]:
+def _propose_lists(tallies: dict[str, _Tally], records: int) -> tuple[dict[str, Any], dict[str, int], list[str]]:
     """(sequence spec, records carrying each feature list, lists whose steps never hold values) of the records'
     feature lists: a FixedLenSequenceFeature where every step holds the same number of values, else VarLen."""
     spec: dict[str, Any] = {}
     present: dict[str, int] = {}
     empty: list[str] = []
-    for key in sorted({key for m in lists for key in m}):
-        carried = [m[key] for m in lists if key in m]
-        steps: list[bytes | None] = [step for steps_of_one in carried for step in steps_of_one]
-        present[key] = len(carried)
-        kind = _one_kind(steps, key, "feature list")
+    for key in sorted(tallies):
+        tally = tallies[key]
+        present[key] = tally.carried
+        kind = _one_kind(tally.kinds, key, "feature list")
         if kind is None:
             empty.append(key)  # no step of any record read holds values: nothing to propose
             continue
-        column = decode_column(steps, kind, key)
-        counts = set(column.counts[column.present].tolist())
         # steps that all hold no values get a VarLenFeature: TensorFlow's parser divides by a step's size (a
         # FixedLenSequenceFeature of shape [0] stops TensorFlow 2.21 with SIGFPE)
-        if column.present.all() and len(counts) == 1 and counts != {0}:
-            n = counts.pop()
+        if tally.present == tally.total and len(tally.counts) == 1 and tally.counts != {0}:
+            n = next(iter(tally.counts))
             spec[key] = FixedLenSequenceFeature([] if n == 1 else [n], _DTYPE[kind],
-                                                allow_missing=len(carried) < len(lists))
+                                                allow_missing=tally.carried < records)
         else:
             spec[key] = VarLenFeature(_DTYPE[kind])
     return spec, present, empty
 
 
-def _one_kind(raws: list[bytes | None], key: str, what: str) -> FeatureKind | None:
-    kinds = {found for found in (kind_of(raw, key) for raw in raws) if found is not None}
+def _one_kind(kinds: set[FeatureKind], key: str, what: str) -> FeatureKind | None:
     if len(kinds) > 1:
         raise DecodeError(f"{what} {key!r} holds {' and '.join(sorted(kinds))} values in different records; "
                           "a spec needs one kind")
-    return kinds.pop() if kinds else None
+    return next(iter(kinds)) if kinds else None
 
 
 def format_features(spec: Mapping[str, Any] | SequenceFeatures, name: str = "features") -> str:

@@ -20,7 +20,14 @@ from tfr_torch.format.framing import HEADER_SIZE, OVERHEAD, parse_header
 from tfr_torch.format.paths import PathLike, as_path, atomic_output, exists, file_size, is_url, open_input
 from tfr_torch.format.reader import RecordReader
 from tfr_torch.format.remote import RemoteOptions
-from tfr_torch.format.seek import DEFAULT_SPAN, build_seek_points, check_span, read_seek_points, seek_path_for
+from tfr_torch.format.seek import (
+    DEFAULT_SPAN,
+    build_seek_points,
+    check_span,
+    read_seek_points,
+    remove_seek_points,
+    seek_path_for,
+)
 
 _PROBE = RemoteOptions(block_size=1 << 16, readahead=0)  # checking a remote file's index: small requests only
 
@@ -58,7 +65,8 @@ def build_index(path: PathLike, index_path: PathLike | None = None, compression:
     The file is byte-identical to what DALI's `tfrecord2idx` and the `tfrecord` package write for uncompressed
     files; empty files give an empty index. Written atomically. For a GZIP/ZLIB file, its seek points are also
     written beside the index (`<index>.seek`, one every `seek_span` decompressed bytes; None: none) when the
-    compiled core is available, for random access (RecordFile, IndexedTFRecordDataset, global shuffling).
+    compiled core is available, for random access (RecordFile, IndexedTFRecordDataset, global shuffling). Where it
+    writes none (an uncompressed file, `seek_span=None`), seek points an earlier run left there are removed.
 
     >>> build_index("train.tfrecord")  # doctest: +SKIP
     'train.tfrecord.idx'
@@ -75,6 +83,8 @@ def build_index(path: PathLike, index_path: PathLike | None = None, compression:
         f.write(text.encode("ascii"))
     if kind != NONE and seek_span is not None:
         build_seek_points(path, seek_path_for(target), kind, seek_span)
+    else:  # seek points an earlier run left beside this index describe the file as it was then: the datasets
+        remove_seek_points(target)  # would refuse the file for them (or, were its size the same, seek wrong)
     return target
 
 

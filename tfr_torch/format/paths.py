@@ -67,6 +67,12 @@ def _has_glob(path: str) -> bool:
     return any(c in _GLOB_CHARS for c in path)
 
 
+def _is_local_file(path: str) -> bool:
+    """Whether `path` names an existing local file (or a link to one, even broken): a name with glob characters
+    (`data[1].tfrecord`, as the shell's own expansion passes it) is that file, not a pattern."""
+    return not is_url(path) and os.path.lexists(path) and not os.path.isdir(path)
+
+
 # The files tfr_torch, ShardedWriter and TFDS write beside TFRecord shards: (name suffix, what it is)
 _SIDE_SUFFIXES = (
     (".idx", "a TFRecord index (.idx)"),
@@ -107,7 +113,9 @@ def expand_paths(paths: PathLike | Iterable[PathLike]) -> list[str]:
     (`.idx` indexes, `.idx.seek` seek points, `.tfr_torch.json` sidecars, `dataset_info.json`, `features.json`,
     `*.labels.txt`, unfinished `.partial` shards, files being written); a pattern that matches nothing else
     raises FileNotFoundError. A side file named explicitly raises ValueError. Plain paths are returned as given
-    (the datasets check that they exist).
+    (the datasets check that they exist). The name of an existing local file is that file even when it holds glob
+    characters (`data[1].tfrecord`): it is not read as a pattern (to match by pattern such names' neighbours,
+    e.g. `data1.tfrecord`, write a pattern that is not itself a file's name, such as `data[1].tfrecor[d]`).
 
     >>> expand_paths(["b.tfrecord", "a.tfrecord"])
     ['b.tfrecord', 'a.tfrecord']
@@ -122,7 +130,7 @@ def expand_paths(paths: PathLike | Iterable[PathLike]) -> list[str]:
     out: list[str] = []
     for item in items:
         path = as_path(item)
-        if not _has_glob(path):
+        if not _has_glob(path) or _is_local_file(path):
             kind = side_file_kind(path)
             if kind is not None:
                 raise ValueError(f"{path} is {kind}, not a TFRecord file: leave it out of the list of files "

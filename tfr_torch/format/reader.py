@@ -8,6 +8,7 @@ format/record_file.py (`RecordFile`).
 
 from __future__ import annotations
 
+import io
 import operator
 import os
 import warnings
@@ -308,6 +309,29 @@ class RecordReader:
             return err
         raise AssertionError(f"{length} is within limits.MAX_RECORD_BYTES")  # the caller checked it is not
 
+    def _read_whole(self, off: int, length: int, skip_data: bool) -> tuple[bytes, int] | None:
+        """(the data, its stored CRC) of the record whose header (checked, and within the file's size) is at `off`,
+        read from the file into one bytes object of its size (FileIO.read allocates exactly that); with `skip_data`
+        (lengths without verify) the data is not read, b"" stands for it. None when the file ends first (the error
+        is reported: the file shrank since it was opened)."""
+        raw = cast(io.FileIO, self._raw)
+        raw.seek(off + HEADER_SIZE + (length if skip_data else 0))
+        data = b""
+        if not skip_data:
+            data = raw.read(length) or b""
+            while len(data) < length:  # a short read (rare for a local file): the rest, joined
+                more = raw.read(length - len(data))
+                if not more:
+                    break
+                data += more
+        whole = skip_data or len(data) == length
+        footer = (raw.read(FOOTER_SIZE) or b"") if whole else b""
+        if len(footer) < FOOTER_SIZE:
+            got = HEADER_SIZE + (length if skip_data else len(data)) + len(footer)
+            self._fail(_truncated(length, f"the file ends after {got}", self.path, off), (off, off + got))
+            return None
+        return data, unpack_crc(footer, 0)[0]
+
     def _records(self, blocks: bool = False, lengths: bool = False) -> Generator[Any, None, None]:
         """The hot loop: records one by one, or with `blocks` as `blocks()` describes (with `lengths`, as
         `lengths()` does). It keeps the window's `buf`, `view`, `lo`, `hi` and `base` in locals (see `_Window`) and
@@ -319,6 +343,9 @@ class RecordReader:
         w = _Window(self, self._buffer_size)
         buf, view, lo, hi, base = w.buf, w.view, w.lo, w.hi, w.base
         core = _native.core  # the compiled framing kernel, or None: the loop below is then the whole reader
+        # a local uncompressed file of known size: a record bigger than the buffer is read straight into its own
+        # bytes (one copy of it in memory, not the buffer grown to hold it and then a copy out of the buffer)
+        direct = total is not None and isinstance(self._stream, io.FileIO)  # (not wrapped: _Prefixed, Inflater)
         try:
             while True:
                 off = base + lo
@@ -390,22 +417,38 @@ class RecordReader:
                         self._fail(_truncated(length, f"the file has only {total - off}", path, off), (off, total))
                         return
                     w.lo = lo
-                    w.fill(need)
-                    buf, view, lo, hi, base = w.buf, w.view, w.lo, w.hi, w.base
-                    if hi - lo < need:
-                        if w.broken:  # the stream failed inside this record: give the rest of the member up
-                            w.give_up_member(None)
-                            buf, view, lo, hi, base = w.buf, w.view, w.lo, w.hi, w.base
-                            continue
-                        self._fail(_truncated(length, f"the stream ends after {hi - lo}", path, off), (off, base + hi))
-                        return
-                data_end = lo + HEADER_SIZE + length
-                data = bytes(view[lo + HEADER_SIZE : data_end])
-                lo += need
-                if verify and masked_crc32c(data) != unpack_crc(buf, data_end)[0]:
+                    if direct and need > len(buf):  # a record bigger than the buffer: into its own bytes at once
+                        got = self._read_whole(off, length, lengths and not verify)
+                        w.lo = w.hi = 0
+                        w.base, w.eof = off + need, False  # the file is there now: the window reads on from it
+                        buf, view, lo, hi, base = w.buf, w.view, w.lo, w.hi, w.base
+                        if got is None:
+                            return
+                        data, stored = got
+                    else:
+                        w.fill(need)
+                        buf, view, lo, hi, base = w.buf, w.view, w.lo, w.hi, w.base
+                        if hi - lo < need:
+                            if w.broken:  # the stream failed inside this record: give the rest of the member up
+                                w.give_up_member(None)
+                                buf, view, lo, hi, base = w.buf, w.view, w.lo, w.hi, w.base
+                                continue
+                            self._fail(_truncated(length, f"the stream ends after {hi - lo}", path, off),
+                                       (off, base + hi))
+                            return
+                        data_end = lo + HEADER_SIZE + length
+                        data = bytes(view[lo + HEADER_SIZE : data_end])
+                        stored = unpack_crc(buf, data_end)[0]
+                        lo += need
+                else:
+                    data_end = lo + HEADER_SIZE + length
+                    data = bytes(view[lo + HEADER_SIZE : data_end])
+                    stored = unpack_crc(buf, data_end)[0]
+                    lo += need
+                if verify and masked_crc32c(data) != stored:
                     # this record alone: its header passed its CRC, so the next record starts where it says, and
                     # the stream has not failed (see _Window.give_up_member for a member that fails later)
-                    self._fail(_data_crc_error(data, unpack_crc(buf, data_end)[0], path, off), (off, base + lo))
+                    self._fail(_data_crc_error(data, stored, path, off), (off, base + lo))
                     if w.compressed and w.suspect is None:
                         w.suspect = (off, self.records)
                     continue

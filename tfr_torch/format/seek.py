@@ -45,11 +45,11 @@ from tfr_torch import _native
 from tfr_torch.errors import CorruptRecordError, IndexMismatchError
 from tfr_torch.format.compression import GZIP, ZLIB
 from tfr_torch.format.inflate import INFLATE, _inflate
-from tfr_torch.format.paths import PathLike, as_path, atomic_output, exists, is_url, open_input
+from tfr_torch.format.paths import PathLike, _fsspec, as_path, atomic_output, exists, is_url, open_input
 from tfr_torch.format.seek_inflate import CHUNK, extract_ranges
 
 __all__ = ["SeekPoints", "build_seek_points", "read_seek_points", "seek_path_for", "check_span", "has_seek_points",
-           "restart_engine", "DEFAULT_SPAN"]
+           "restart_engine", "remove_seek_points", "DEFAULT_SPAN"]
 
 _log = logging.getLogger(__name__)
 
@@ -275,6 +275,16 @@ def _remove(path: str) -> None:
             os.remove(path)
         except FileNotFoundError:
             pass
+        return
+    fs, inner = _fsspec(path)
+    if fs.exists(inner):
+        fs.rm(inner)
+
+
+def remove_seek_points(index_path: PathLike) -> None:
+    """Remove the seek points beside an index (`<index>.seek`), if there are any: what `build_index` does where it
+    writes none, since ones left by an earlier run would describe the file as it was then."""
+    _remove(seek_path_for(index_path))
 
 
 def read_seek_points(seek_path: PathLike, path: PathLike, compression: str, file_size: int) -> SeekPoints:

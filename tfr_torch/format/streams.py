@@ -4,6 +4,7 @@ they seek, and a stream with bytes already read put back in front of it."""
 from __future__ import annotations
 
 import os
+import stat
 from typing import IO
 
 _BUFFER = 1 << 20  # RecordReader's default buffer; RecordFile reads at most 16 times this per read call
@@ -38,8 +39,11 @@ class _Prefixed:
 
 
 def _size_of(raw: IO[bytes]) -> int | None:
+    """The size of a regular file; None for a stream of unknown length (a pipe, a FIFO, /dev/stdin, a socket, a
+    character device: their st_size says nothing about what they hold, and it is read to its end instead)."""
     try:
-        return os.fstat(raw.fileno()).st_size
+        st = os.fstat(raw.fileno())
+        return st.st_size if stat.S_ISREG(st.st_mode) else None
     except (AttributeError, OSError, ValueError):
         size = getattr(raw, "size", None)
         return int(size) if isinstance(size, int) else None

@@ -11,7 +11,6 @@ from tfr_torch.errors import TFRecordError
 from tfr_torch.format.index import build_index, index_path_for
 from tfr_torch.format.paths import file_size, is_url
 from tfr_torch.format.reader import RecordReader
-from tfr_torch.format.seek import seek_path_for
 from tfr_torch.tools.cli_common import UsageError, _count, _files, _meter, _problem
 
 
@@ -55,9 +54,7 @@ def _cmd_index(args: argparse.Namespace) -> int:
     for path, target in zip(paths, targets):
         try:
             build_index(path, target, compression=args.compression,
-                        seek_span=None if args.seek_span == 0 else args.seek_span)
-            if args.seek_span == 0:
-                _remove_stale_seek_points(target)
+                        seek_span=None if args.seek_span == 0 else args.seek_span)  # (removes stale seek points)
         except (TFRecordError, OSError) as err:
             meter.write(_problem(err))
             status = 1
@@ -66,17 +63,6 @@ def _cmd_index(args: argparse.Namespace) -> int:
         meter.write(target, sys.stdout)
     meter.done()
     return status
-
-
-def _remove_stale_seek_points(index: str) -> None:
-    """--seek-span 0 writes no seek points: ones left beside the new index by an earlier run describe the file as
-    it was then, and the datasets would refuse the file for them (or, were its size the same, seek wrong)."""
-    seek = seek_path_for(index)
-    if not is_url(seek):
-        try:
-            os.remove(seek)
-        except FileNotFoundError:
-            pass
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
