@@ -67,11 +67,15 @@ def check_location_key(key: Any, features: Any, as_supervised: bool) -> str | No
         raise TypeError(f"location_key must be a non-empty str (the key of each item's \"path:offset\"), got {key!r}")
     if features is None:
         raise ValueError("location_key needs features=: raw records are bytes, with no key to hold a location")
-    if as_supervised:
+    if as_supervised or getattr(features, "as_supervised", False):  # the argument, or a TFDSDecoder's own
         raise ValueError("location_key does not go with as_supervised=True: its items are (input, target) pairs, "
                          "with no key to hold a location")
-    taken = ("context", "feature_lists") if isinstance(features, SequenceFeatures) else (
-        list(features.keys()) if hasattr(features, "keys") else [])
+    if isinstance(features, SequenceFeatures):
+        taken: list[Any] = ["context", "feature_lists"]
+    elif hasattr(features, "keys"):
+        taken = list(features.keys())
+    else:  # a TFDSDecoder: its items' keys are its feature tree's top level
+        taken = list(getattr(getattr(features, "tree", None), "children", None) or ())
     if key in taken:
         raise ValueError(f"location_key {key!r} is already a key of the decoded items: choose another")
     return key

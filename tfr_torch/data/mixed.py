@@ -11,6 +11,7 @@ and a resumed run draws the same sequence from there.
 from __future__ import annotations
 
 import bisect
+import copy
 import math
 import numbers
 from collections.abc import Iterator, Mapping, Sequence, Sized
@@ -58,7 +59,8 @@ class MixedDataset(IterableDataset[Any]):
     where it stood, with the same datasets, weights and layout (number of DataLoader workers; each reader's
     state is its own, as torchdata's StatefulDataLoader keeps them). Under another world size or number of
     workers: merge every reader's state with `tfr_torch.elastic_state` and load that (stop "all" or "first");
-    each dataset reads its rest exactly once, split over the new readers, and the mixture draws afresh from
+    each dataset reads its rest once, split over the new readers as its own elastic resume splits it (cut to a
+    multiple of the new world size unless it pads), and the mixture draws afresh from
     (seed, epoch, resume count, worker), still the same on every rank.
 
     >>> mixed = MixedDataset({"web": TFRecordDataset("web-*.tfrecord", spec),
@@ -314,6 +316,8 @@ class MixedDataset(IterableDataset[Any]):
         if not isinstance(state.get("over"), bool):
             raise ValueError(f"merged MixedDataset state: over must be a bool, got {state.get('over')!r}")
         epoch = int(state["epoch"])
+        if not state["over"]:
+            self._probe_merged(state)  # every part checked before any dataset (or this mixture) changes
         self._resume = None
         self._epoch.fill_(epoch)
         for name, dataset in zip(self.names, self.datasets):
@@ -330,6 +334,21 @@ class MixedDataset(IterableDataset[Any]):
         self._elastic = {"epoch": epoch, "segment": int(state["segment"]), "over": bool(state["over"]),
                          "state": dict(state)}
         self._elastic_taken.fill_(0)
+
+    def _probe_merged(self, state: Mapping[str, Any]) -> None:
+        """Each dataset's merged part loaded into a copy of that dataset first: a part it refuses raises here,
+        before the datasets before it have taken theirs (a half-loaded mixture would resume some of them)."""
+        for name, dataset in zip(self.names, self.datasets):
+            if not hasattr(dataset, "load_state_dict"):
+                raise TypeError(f"dataset {name!r} ({type(dataset).__name__}) has no load_state_dict")
+            try:
+                probe = copy.deepcopy(dataset)
+            except Exception:  # noqa: BLE001  # a dataset that cannot be copied is checked by its load below
+                continue
+            try:
+                probe.load_state_dict(state["datasets"][name])
+            except ValueError as error:
+                raise ValueError(f"MixedDataset dataset {name!r}: {error}") from None
 
     def _take_elastic(self, epoch: int) -> dict[str, Any] | None:
         """The merged state this pass resumes, if any: in this process the next pass of its epoch; in DataLoader

@@ -262,6 +262,9 @@ class DeviceLoader:
                     batch = next(source)
                 except StopIteration:
                     return
+                except Exception as exc:  # the wrapped loader's error, also in its place
+                    queue.append(exc)
+                    return
                 try:
                     snapshot = self._take_snapshot()
                     ready = self._prepare(batch, streams, epoch, pulled[0], pulled[1])
