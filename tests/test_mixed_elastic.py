@@ -179,3 +179,16 @@ def test_states_that_cannot_merge_are_refused_by_name(files):
         mixture(files).load_state_dict({**merged, "segment": 0})
     with pytest.raises(ValueError, match="another mixture: weights"):
         MixedDataset({name: TFRecordDataset(files[name], SPEC) for name in SIZES}, seed=5).load_state_dict(merged)
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # fork() of a process with threads (Python 3.12+)
+def test_the_main_process_does_not_report_a_merged_state_its_workers_took(files):
+    """As TFRecordDataset: once a pass of DataLoader workers took the loaded state, the main process's copy no
+    longer says it is pending (it would resume that part of the epoch again)."""
+    _, states = heads(files, 2, 11)
+    state = tfr_torch.elastic_state(states)
+    mixed = mixture(files)
+    mixed.load_state_dict(state)
+    assert mixed.state_dict() == state
+    list(torch.utils.data.DataLoader(mixed, batch_size=None, num_workers=2))
+    assert mixed.state_dict().get("merged") is None

@@ -255,8 +255,9 @@ class MixedDataset(IterableDataset[Any]):
         rank, worker, workers = self._reader()
         if self._resume is not None and self._resume["epoch"] == self.epoch:  # loaded, not yet iterated: saved
             return dict(self._resume)  # again as it was (not after set_epoch to another epoch)
-        if self._elastic is not None and self._elastic["epoch"] == self.epoch:
-            return dict(self._elastic["state"])  # a merged state loaded, not yet iterated
+        if (self._elastic is not None and self._elastic["epoch"] == self.epoch
+                and (get_worker_info() is not None or int(self._elastic_taken) == 0)):
+            return dict(self._elastic["state"])  # a merged state loaded, not yet iterated (nor taken by workers)
         live = self._live if self._live is not None and self._live["epoch"] == self.epoch else None
         states = {}
         for name, dataset in zip(self.names, self.datasets):

@@ -9,6 +9,7 @@ import os
 import sys
 import warnings
 from collections.abc import Iterator
+from typing import Any
 
 from tfr_torch.errors import TFRecordError
 from tfr_torch.tools.cli_common import UsageError, _files, _problem
@@ -55,13 +56,13 @@ def _warnings_as_lines(command: str) -> Iterator[None]:
     """The library's warnings (e.g. `skipped: path: reason` for each broken image with --on-error skip, said as
     warnings under -q) as one `tfr-torch COMMAND: message` line each on stderr, not Python's two-line form that
     names a source line of this module."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        try:
-            yield
-        finally:
-            for warning in caught:
-                print(f"tfr-torch {command}: {warning.message}", file=sys.stderr)
+    def show(message: Warning | str, category: type[Warning], filename: str, lineno: int, file: Any = None,
+             line: str | None = None) -> None:
+        print(f"tfr-torch {command}: {message}", file=sys.stderr, flush=True)  # as it happens, not at the end
+
+    with warnings.catch_warnings():  # the usual filters (a repeated third-party warning is still said once)
+        warnings.showwarning = show
+        yield
 
 
 def _check_tfds_options(args: argparse.Namespace, compression: str | None) -> str:
