@@ -82,6 +82,14 @@ class ResumableState:
         """Resume: the next iteration of `state["epoch"]` yields what the state says is left. `state` is this
         reader's own part (what StatefulDataLoader gives each worker back: the same layout), or the merged state of
         every reader (`tfr_torch.elastic_state`), which resumes under any world size and number of workers."""
+        state = self._checked_state(state)
+        self._resume = dict(state)
+        self._resume_taken.fill_(0)
+        self._epoch.fill_(int(state["epoch"]))
+
+    def _checked_state(self, state: Mapping[str, Any]) -> Mapping[str, Any]:
+        """`state` checked against this dataset (ValueError naming what differs), as load_state_dict takes it; this
+        dataset is left as it was (a MixedDataset checks every dataset's part before any loads its own)."""
         if check_version(state) == 1:
             expected = {"seed": self.seed, "rank": self.rank, "world_size": self.world_size,
                         "files": len(self.paths)}
@@ -89,10 +97,7 @@ class ResumableState:
                 if state.get(key) != value:
                     raise ValueError(f"cannot resume: the saved state has {key}={state.get(key)!r}, this dataset "
                                      f"has {value!r}")
-            self._resume = dict(state)
-            self._resume_taken.fill_(0)
-            self._epoch.fill_(int(state["epoch"]))
-            return
+            return state
         mine = self._order_info()
         for key in ORDER_KEYS:
             if key == "records" and (state.get(key) is None or mine[key] is None):
@@ -111,9 +116,7 @@ class ResumableState:
                                  f"{state['world_size']}, worker {state['worker']} of {state['num_workers']}) and "
                                  f"this dataset is rank {self.rank} of {self.world_size}; to resume under another "
                                  "layout, merge every reader's part with tfr_torch.elastic_state(...) and load that")
-        self._resume = dict(state)
-        self._resume_taken.fill_(0)
-        self._epoch.fill_(int(state["epoch"]))
+        return state
 
     def _takes_resume(self) -> bool:
         """Whether this iteration resumes the loaded state. In this process: yes (it is dropped once taken). In a

@@ -68,9 +68,16 @@ def _has_glob(path: str) -> bool:
 
 
 def _is_local_file(path: str) -> bool:
-    """Whether `path` names an existing local file (or a link to one, even broken): a name with glob characters
-    (`data[1].tfrecord`, as the shell's own expansion passes it) is that file, not a pattern."""
-    return not is_url(path) and os.path.lexists(path) and not os.path.isdir(path)
+    """Whether `path` names an existing file (locally: or a link to one, even broken; a URL: an object the store
+    has): a name with glob characters (`data[1].tfrecord`, as the shell's own expansion passes it) is that file,
+    not a pattern."""
+    if not is_url(path):
+        return os.path.lexists(path) and not os.path.isdir(path)
+    fs, inner = _fsspec(path)
+    try:
+        return bool(fs.isfile(inner))
+    except Exception:  # noqa: BLE001  # a store that cannot say: the name is a pattern, as before
+        return False
 
 
 # The files tfr_torch, ShardedWriter and TFDS write beside TFRecord shards: (name suffix, what it is)

@@ -46,6 +46,10 @@ __all__ = ["HEADER_SIZE", "FOOTER_SIZE", "RecordReader", "read_records", "OnErro
 _SCAN_BATCH = 4096  # records the compiled kernel frames per call
 _NO_END = float("inf")
 _DIRECT_FROM = 4096  # mean framed record size from which blocks(sizes) reads records straight into their bytes
+# a record of a local uncompressed file this large (and larger than the buffer) is read into its own bytes (one copy
+# in memory, not the buffer grown to hold it plus a copy out); smaller ones grow the buffer, whose read-ahead the next
+# records use (a direct read leaves the window empty: read-ahead after it is thrown away when the next is large too)
+_DIRECT_BYTES = 8 << 20
 
 class _Stream(Protocol):
     """What the record loop reads from: a file opened by open_input, `_Prefixed` or an `Inflater`."""
@@ -328,6 +332,8 @@ class RecordReader:
         footer = (raw.read(FOOTER_SIZE) or b"") if whole else b""
         if len(footer) < FOOTER_SIZE:
             got = HEADER_SIZE + (length if skip_data else len(data)) + len(footer)
+            if skip_data:  # the data was not read: where the file ends now says how much of it is there
+                got = min(got, max(os.fstat(raw.fileno()).st_size - off, 0))
             self._fail(_truncated(length, f"the file ends after {got}", self.path, off), (off, off + got))
             return None
         return data, unpack_crc(footer, 0)[0]
@@ -417,7 +423,7 @@ class RecordReader:
                         self._fail(_truncated(length, f"the file has only {total - off}", path, off), (off, total))
                         return
                     w.lo = lo
-                    if direct and need > len(buf):  # a record bigger than the buffer: into its own bytes at once
+                    if direct and need > max(len(buf), _DIRECT_BYTES):  # a large record: into its own bytes
                         got = self._read_whole(off, length, lengths and not verify)
                         w.lo = w.hi = 0
                         w.base, w.eof = off + need, False  # the file is there now: the window reads on from it
