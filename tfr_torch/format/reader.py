@@ -444,12 +444,12 @@ class RecordReader:
                             return
                         data_end = lo + HEADER_SIZE + length
                         data = bytes(view[lo + HEADER_SIZE : data_end])
-                        stored = unpack_crc(buf, data_end)[0]
+                        stored = unpack_crc(buf, data_end)[0] if verify else 0
                         lo += need
                 else:
                     data_end = lo + HEADER_SIZE + length
                     data = bytes(view[lo + HEADER_SIZE : data_end])
-                    stored = unpack_crc(buf, data_end)[0]
+                    stored = unpack_crc(buf, data_end)[0] if verify else 0  # (read only to check)
                     lo += need
                 if verify and masked_crc32c(data) != stored:
                     # this record alone: its header passed its CRC, so the next record starts where it says, and
