@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, Literal, cast, overload
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal, cast
 
 import numpy as np
 from torch.utils.data import Dataset, get_worker_info
@@ -25,41 +25,12 @@ from tfr_torch.decode.sequence_features import SequenceFeatures
 from tfr_torch.data.transport import Batch, shared_memory_available
 from tfr_torch.errors import TFRecordError
 from tfr_torch.format.index import scan_index
-from tfr_torch.format.location import RecordLocation
+from tfr_torch.format.location import FileLocations, RecordLocation
 from tfr_torch.format.paths import PathLike, expand_paths
 from tfr_torch.format.record_file import RecordFile
 from tfr_torch.format.shardset import class_names, find_sidecar
 
 __all__ = ["IndexedTFRecordDataset"]
-
-
-class _Locations(Sequence[RecordLocation]):
-    """The locations (example names) of records read from one file, each made only when asked for: by an error
-    message, or for `location_key`. A batch that decodes asks for none."""
-
-    __slots__ = ("_path", "_offsets")
-
-    def __init__(self, path: str, offsets: np.ndarray) -> None:
-        self._path = path
-        self._offsets: list[int] = offsets.tolist()
-
-    def __len__(self) -> int:
-        return len(self._offsets)
-
-    @overload
-    def __getitem__(self, i: int) -> RecordLocation: ...
-
-    @overload
-    def __getitem__(self, i: slice) -> list[RecordLocation]: ...
-
-    def __getitem__(self, i: int | slice) -> RecordLocation | list[RecordLocation]:
-        if isinstance(i, slice):
-            return [RecordLocation(self._path, offset) for offset in self._offsets[i]]
-        return RecordLocation(self._path, self._offsets[i])
-
-    def __iter__(self) -> Iterator[RecordLocation]:
-        path = self._path
-        return (RecordLocation(path, offset) for offset in self._offsets)
 
 
 class IndexedTFRecordDataset(Dataset[Any]):
@@ -186,7 +157,7 @@ class IndexedTFRecordDataset(Dataset[Any]):
             if (files == first).all():  # a batch from one file (the common case): one read, names made when asked
                 table = self.offsets[first][wanted - (int(self._ends[first - 1]) if first else 0)]
                 offsets = table[:, 0]
-                return self._file(first).read_many(offsets, table[:, 1]), _Locations(self.paths[first], offsets)
+                return self._file(first).read_many(offsets, table[:, 1]), FileLocations(self.paths[first], offsets)
             records: list[bytes] = [b""] * len(indices)
             names: list[RecordLocation] = [cast(RecordLocation, None)] * len(indices)
             for f in np.unique(files).tolist():

@@ -12,10 +12,11 @@ string name is a name and only that: it is shown in messages, never parsed for a
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Union
+from typing import Union, overload
 
-__all__ = ["ExampleName", "RecordLocation", "location_of"]
+__all__ = ["ExampleName", "FileLocations", "RecordLocation", "location_of"]
 
 
 @dataclass(frozen=True)
@@ -39,3 +40,32 @@ def location_of(name: object) -> tuple[str | None, int | None]:
     if isinstance(name, RecordLocation):
         return name.path, name.offset
     return None, None
+
+
+class FileLocations(Sequence[RecordLocation]):
+    """The locations (example names) of records of one file, at `offsets`, each RecordLocation made only when asked
+    for (an error message, `location_key`): a batch that decodes asks for none."""
+
+    __slots__ = ("path", "offsets")
+
+    def __init__(self, path: str, offsets: Iterable[int]) -> None:
+        self.path = path
+        self.offsets: list[int] = offsets.tolist() if hasattr(offsets, "tolist") else list(offsets)
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    @overload
+    def __getitem__(self, i: int) -> RecordLocation: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[RecordLocation]: ...
+
+    def __getitem__(self, i: int | slice) -> RecordLocation | list[RecordLocation]:
+        if isinstance(i, slice):
+            return [RecordLocation(self.path, offset) for offset in self.offsets[i]]
+        return RecordLocation(self.path, self.offsets[i])
+
+    def __iter__(self) -> Iterator[RecordLocation]:
+        path = self.path
+        return (RecordLocation(path, offset) for offset in self.offsets)

@@ -6,7 +6,7 @@ import os
 import re
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import ray
@@ -18,7 +18,7 @@ from tfr_torch.errors import SkippedRecordWarning, TFRecordError
 from tfr_torch.format.compression import compression_from_name
 from tfr_torch.format.framing import OVERHEAD
 from tfr_torch.format.index import index_path_for, read_index
-from tfr_torch.format.location import RecordLocation
+from tfr_torch.format.location import FileLocations
 from tfr_torch.format.paths import PathLike, as_path, exists, expand_paths, file_size, is_url
 from tfr_torch.format.options import CompressionOrAuto, OnError, check_on_error, compression_name
 from tfr_torch.format.reader import RecordReader
@@ -46,27 +46,6 @@ class _SkipLog:
 
     def get(self) -> list[str]:
         return list(self.entries)
-
-
-class _Names(Sequence[RecordLocation]):
-    """The RecordLocation of each record of a batch, made only when an error message reads one."""
-
-    def __init__(self, path: str, offsets: list[int]) -> None:
-        self.path, self.offsets = path, offsets
-
-    def __len__(self) -> int:
-        return len(self.offsets)
-
-    @overload
-    def __getitem__(self, i: int) -> RecordLocation: ...
-
-    @overload
-    def __getitem__(self, i: slice) -> list[RecordLocation]: ...
-
-    def __getitem__(self, i: int | slice) -> RecordLocation | list[RecordLocation]:
-        if isinstance(i, slice):
-            return [RecordLocation(self.path, o) for o in self.offsets[i]]
-        return RecordLocation(self.path, self.offsets[i])
 
 
 class _ReadPieces:
@@ -130,7 +109,7 @@ class _ReadPieces:
     def _block(maker: Any, records: list[bytes], path: str, offsets: list[int], pa: Any, raw: str) -> Any:
         if maker is None:
             return pa.table({raw: pa.array(records, pa.binary())})
-        return maker.make(records, _Names(path, offsets))
+        return maker.make(records, FileLocations(path, offsets))
 
 
 def _shard_files(directory: str, split: str | None) -> list[str]:
