@@ -274,3 +274,23 @@ def test_schema_names_a_feature_key_that_is_not_utf8(tmp_path):
     with pytest.raises(tfr_torch.DecodeError, match=r"^record 0 is not a tf.train.Example: byte 1 has a features "
                                                     r"message of 5 bytes but only 4 bytes remain"):
         tfr_torch.infer_features([cut])
+
+
+def test_build_index_refuses_a_pipe_by_name(tmp_path):
+    """Fixed: `tfr-torch index <(cat f)` said "corrupt record header" of a good file (build_index opens its input
+    twice: the first open's sniff ate the pipe's first bytes). A pipe has nothing to index: refused by name."""
+    import threading
+
+    from tfr_torch.format.framing import frame_record
+    from tfr_torch.tools.cli import main
+
+    fifo = tmp_path / "records.fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(ValueError, match=r"records\.fifo is not a regular file \(a pipe or a device\?\)"):
+        tfr_torch.build_index(str(fifo), str(tmp_path / "x.idx"))
+    writer = threading.Thread(target=lambda: fifo.write_bytes(frame_record(b"one")), daemon=True)
+    writer.start()  # (the CLI refuses before opening it: the writer is unblocked by the read below)
+    assert main(["index", str(fifo), "--out-dir", str(tmp_path)]) != 0
+    assert list(tfr_torch.read_records(str(fifo))) == [b"one"]
+    writer.join(5)
+    assert not (tmp_path / "records.fifo.idx").exists()

@@ -8,6 +8,7 @@ the offsets are positions in the decompressed stream: a reader reaches them with
 
 from __future__ import annotations
 
+import os
 import re
 from typing import cast
 
@@ -74,6 +75,11 @@ def build_index(path: PathLike, index_path: PathLike | None = None, compression:
     compression = check_compression(compression, auto=True)
     if seek_span is not None:  # checked before the file is read
         check_span(seek_span)
+    local = as_path(path)
+    if not is_url(local) and os.path.exists(local) and not os.path.isdir(local) and not os.path.isfile(local):
+        # a pipe, a FIFO, /dev/stdin: read once only, and an index is of a file read again by offset
+        raise ValueError(f"{local} is not a regular file (a pipe or a device?): an index describes a file that is "
+                         "read again by offset; write the records to a file first")
     with RecordReader(path, compression, verify=False) as probe:
         kind = probe.compression
     index = scan_index(path, cast(CompressionOrAuto, kind))
