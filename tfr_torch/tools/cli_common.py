@@ -4,15 +4,13 @@ progress meter."""
 from __future__ import annotations
 
 import argparse
-import glob
-import os
 import re
 import sys
 from collections.abc import Sequence
 
 from tfr_torch.errors import TFRecordError
 from tfr_torch.format.framing import OVERHEAD
-from tfr_torch.format.paths import expand_paths, file_size, is_url, side_file_kind
+from tfr_torch.format.paths import expand_paths, file_size
 from tfr_torch.format.reader import RecordReader
 from tfr_torch.tools.progress import Progress, is_terminal
 
@@ -38,32 +36,15 @@ def _problem(err: BaseException) -> str:
 
 
 def _files(args: argparse.Namespace) -> list[str]:
-    """The FILE arguments, globs expanded. A pattern matching nothing is a data problem (exit 1); a path the
-    library refuses (e.g. one of its own side files) is a usage error."""
+    """The FILE arguments, globs expanded (an existing file whose name holds glob characters is that file:
+    expand_paths). A pattern matching nothing is a data problem (exit 1); a path the library refuses (e.g. one of
+    its own side files) is a usage error."""
     try:
-        return [path for item in args.files for path in expand_paths(_literal(item))]
+        return [path for item in args.files for path in expand_paths(item)]
     except FileNotFoundError:
         raise
     except (ValueError, TypeError) as exc:
         raise UsageError(str(exc)) from None
-
-
-def _literal(item: str) -> str:
-    """`item`, escaped into a pattern that matches only itself when it is the name of an existing local file that
-    holds glob characters (`data[1].tfrecord`, `what?.tfrecord`, as the shell's own expansion passes them): that file,
-    not the files the pattern would match."""
-    if is_url(item) or not any(c in item for c in "*?[") or not os.path.lexists(item):
-        return item
-    kind = side_file_kind(item)
-    if kind is not None:  # named, not matched: refused as expand_paths refuses a side file named without a pattern
-        raise ValueError(f"{item} is {kind}, not a TFRecord file: leave it out of the list of files (glob patterns "
-                         "skip such files)")
-    return glob.escape(item)
-
-
-def _patterns(paths: Sequence[str]) -> list[str]:
-    """Expanded `paths` as patterns that match each only, for library calls that expand their paths again."""
-    return [p if is_url(p) else glob.escape(p) for p in paths]
 
 
 def _meter(args: argparse.Namespace, paths: Sequence[str], label: str, unit: str = "records") -> Progress:

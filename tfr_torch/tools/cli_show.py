@@ -16,7 +16,7 @@ from tfr_torch.errors import DecodeError, TFRecordError
 from tfr_torch.format.example import decode_example, decode_sequence_example
 from tfr_torch.format.reader import RecordReader
 from tfr_torch.format.tensor import DTYPES, decode_tensor_proto
-from tfr_torch.tools.cli_common import _files, _patterns, _problem
+from tfr_torch.tools.cli_common import _files, _problem
 
 CUT_BYTES = 64  # head: bytes values longer than this are cut (--full shows them whole)
 CUT_VALUES = 32  # head: lists with more values than this are cut
@@ -178,7 +178,7 @@ def _cmd_schema(args: argparse.Namespace) -> int:
 
     paths = _files(args)
     try:
-        spec = infer_features(_patterns(paths), max_records=args.max_records, compression=args.compression)
+        spec = infer_features(paths, max_records=args.max_records, compression=args.compression)
     except (TFRecordError, OSError) as err:
         print(_problem(err), file=sys.stderr)
         return 1
