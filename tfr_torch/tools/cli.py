@@ -3,7 +3,8 @@
 Commands: count, index, verify, head, schema, inspect, convert, reshard. Exit status: 0 when all went well;
 1 for a data problem (a missing, corrupt or undecodable file: one `path:offset: what is wrong` line each, on
 stderr, except `verify`'s report on stdout); 2 for a usage error (an unknown option, a bad value): one line on
-stderr, as argparse does. Progress goes to stderr, only when it is a terminal.
+stderr, as argparse does; 130 after Ctrl-C and 143 after SIGTERM, the temporary files of the writes under way
+removed either way. Progress goes to stderr, only when it is a terminal.
 
 This module holds the parser and `main`; the commands live by concern in cli_scan (count, index, verify),
 cli_show (head, schema, inspect) and cli_write (convert, reshard), what they share in cli_common.
@@ -17,7 +18,9 @@ import contextlib
 import io
 import os
 import re
+import signal
 import sys
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NoReturn
 
@@ -30,7 +33,15 @@ from tfr_torch.tools.cli_scan import _cmd_count, _cmd_index, _cmd_verify
 from tfr_torch.tools.cli_show import CUT_BYTES, CUT_VALUES, _cmd_head, _cmd_inspect, _cmd_schema
 from tfr_torch.tools.cli_write import _cmd_convert, _cmd_reshard
 
-__all__ = ["main", "UsageError"]
+__all__ = ["main", "UsageError", "Terminated"]
+
+TERMINATED = 128 + signal.SIGTERM  # the exit status of a command stopped by SIGTERM (143), as Unix tools give it
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (`kill PID`, a job scheduler's stop, `timeout`), raised in the main thread by the handler that `main`
+    installs: a KeyboardInterrupt, so every cleanup that Ctrl-C runs (temporary files of atomic writes removed,
+    reshard's new shards, convert's worker processes) runs for it too; `main` then returns 143."""
 
 
 class _Help(argparse.HelpFormatter):
@@ -168,9 +179,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="how to decode records: auto guesses (SequenceExample with feature lists, Example, "
                         "serialize_tensor payload, else raw bytes)")
     p.add_argument("--full", action="store_true",
-                   help=f"print every value: without it, bytes values longer than {CUT_BYTES} bytes and lists of "
-                        f"more than {CUT_VALUES} values are cut, and say their full length and "
-                        "\"truncated\": true")
+                   help=f"print every value: without it, bytes values longer than {CUT_BYTES} bytes, lists of "
+                        f"more than {CUT_VALUES} values and feature lists of more than {CUT_VALUES} steps are cut, "
+                        "and say their full length and \"truncated\": true")
     p.set_defaults(run=_cmd_head)
 
     p = command("schema", "Propose a feature spec for tf.train.Example (or SequenceExample) files, printed as "
@@ -307,11 +318,41 @@ def _tolerant(stream: Any) -> Iterator[None]:
             pass
 
 
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """While the command runs, SIGTERM raises `Terminated` in the main thread instead of ending the process at once
+    (Python's default), which left the hidden temporary files of the writes under way behind. One SIGTERM only: a
+    second one, while the cleanup runs, ends the process as before. A process forked from this one (convert's
+    workers) that gets SIGTERM ends as it would have: the exception is the command's, in its own process. Outside
+    the main thread (where no handler can be set) nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pid = os.getpid()
+
+    def handler(signum: int, frame: Any) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        if os.getpid() != pid:  # a forked worker: die by SIGTERM, as it would have without this handler
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
+        raise Terminated
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; return the exit status (0 ok, 1 a data problem, 2 a usage error)."""
-    with _tolerant(sys.stdout), _tolerant(sys.stderr):
+    """Run the command line; return the exit status (0 ok, 1 a data problem, 2 a usage error, 130 Ctrl-C, 143
+    SIGTERM)."""
+    with _tolerant(sys.stdout), _tolerant(sys.stderr), _sigterm_as_interrupt():
         try:  # (Ctrl-C while the parser loads what an argument needs, e.g. --shard-size's parser, is caught too)
             args = _parser().parse_args(argv)
+        except Terminated:
+            print("tfr-torch: terminated", file=sys.stderr)
+            return TERMINATED
         except KeyboardInterrupt:
             print("tfr-torch: interrupted", file=sys.stderr)
             return 130
@@ -346,6 +387,9 @@ def _run(args: argparse.Namespace) -> int:
     except OSError as err:  # a file it may not read, a store it cannot reach (credentials, network): one line
         print(f"tfr-torch {args.command}: {_problem(err)}", file=sys.stderr)
         return 1
+    except Terminated:  # SIGTERM: the cleanup of Ctrl-C has run (see _sigterm_as_interrupt)
+        print(f"tfr-torch {args.command}: terminated", file=sys.stderr)
+        return TERMINATED
     except KeyboardInterrupt:
         print(f"tfr-torch {args.command}: interrupted", file=sys.stderr)
         return 130

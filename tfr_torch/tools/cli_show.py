@@ -16,6 +16,7 @@ from tfr_torch.errors import DecodeError, TFRecordError
 from tfr_torch.format.example import decode_example, decode_sequence_example
 from tfr_torch.format.reader import RecordReader
 from tfr_torch.format.tensor import DTYPES, decode_tensor_proto
+from tfr_torch.format.wire import read_tag, skip_field
 from tfr_torch.tools.cli_common import _files, _problem
 
 CUT_BYTES = 64  # head: bytes values longer than this are cut (--full shows them whole)
@@ -68,6 +69,14 @@ def _json_values(value: Any, full: bool) -> Any:
     return {"float": shown, **extra}
 
 
+def _json_steps(steps: list[Any], full: bool) -> Any:
+    """A feature list: its steps' values, a list; past CUT_VALUES steps (unless `full`) cut as a long value list is,
+    {"steps": [the first CUT_VALUES], "count": N, "truncated": true}."""
+    shown, extra = _json_list(steps, full)
+    values = [_json_values(step, full) for step in shown]
+    return {"steps": values, **extra} if extra else values
+
+
 def _floats(array: Any) -> list[Any]:
     """JSON numbers for float values, float16/float32 ones written as their shortest decimal (0.1, not
     0.10000000149011612); NaN and infinities as the strings "NaN", "Infinity", "-Infinity"."""
@@ -111,7 +120,7 @@ def _render(record: bytes, kind: str, full: bool) -> dict[str, Any]:
             if lists or kind == "sequence":
                 return {"sequence_example": {
                     "context": {k: _json_values(v, full) for k, v in sorted(context.items())},
-                    "feature_lists": {k: [_json_values(s, full) for s in steps] for k, steps in sorted(lists.items())}}}
+                    "feature_lists": {k: _json_steps(steps, full) for k, steps in sorted(lists.items())}}}
     guess = kind == "auto"
     if guess:
         from tfr_torch.decode.infer import record_kind  # a TensorProto also parses as an empty Example
@@ -120,7 +129,10 @@ def _render(record: bytes, kind: str, full: bool) -> dict[str, Any]:
         kind = {"example": "example", "tensor": "tensor"}.get(guessed, "raw")
     try:
         if kind == "example":
-            return {"example": {k: _json_values(v, full) for k, v in sorted(decode_example(record).items())}}
+            features = decode_example(record)
+            if not guess:
+                _check_is_example(record)
+            return {"example": {k: _json_values(v, full) for k, v in sorted(features.items())}}
         if kind == "tensor":
             tensor = decode_tensor_proto(record)
             values, extra = _json_tensor(tensor.dtype, tensor.values, full)
@@ -134,6 +146,33 @@ def _render(record: bytes, kind: str, full: bool) -> dict[str, Any]:
     if len(head) < len(record):
         raw["truncated"] = True
     return {"raw": raw}
+
+
+def _has_features_field(record: bytes) -> bool:
+    """Whether the serialized message holds a field 1 that is length-delimited: an Example's `features` (also a
+    SequenceExample's `context`). A TensorProto's field 1 is its dtype, a varint; protobuf's lenient parse skips
+    it and makes the TensorProto an empty Example. The record has passed decode_example: its tags are valid."""
+    pos, end = 0, len(record)
+    while pos < end:
+        number, wire, after = read_tag(record, pos, end)
+        if number == 1 and wire == 2:
+            return True
+        pos = skip_field(record, after, end, wire)
+    return False
+
+
+def _check_is_example(record: bytes) -> None:
+    """DecodeError when `--as example` is given a record that only a lenient parse calls an Example: not empty
+    (the empty record is the Example without features, shown as {}) and without a `features` field."""
+    if not record or _has_features_field(record):
+        return
+    from tfr_torch.decode.infer import record_kind  # imports torch: only for this message
+
+    looks = {"tensor": "a serialize_tensor payload (its field 1 is a varint, a TensorProto's dtype): try --as tensor",
+             "sequence_example": "a SequenceExample without context: try --as sequence"}.get(
+        record_kind(record), "no message head knows: try --as raw")
+    raise DecodeError(f"not a tf.train.Example: its {len(record)} bytes have no features field (field 1, "
+                      f"length-delimited); they look like {looks}")
 
 
 def _json_line(obj: dict[str, Any]) -> str:

@@ -10,6 +10,8 @@ serialize_tensor payloads each dtype's shapes and value range.
 from __future__ import annotations
 
 import math
+import os
+import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,7 +23,7 @@ from tfr_torch.errors import DecodeError
 from tfr_torch.format.columns import decode_column, kind_of
 from tfr_torch.format.framing import OVERHEAD
 from tfr_torch.format.options import CompressionOrAuto, FeatureKind, check_compression
-from tfr_torch.format.paths import file_size
+from tfr_torch.format.paths import file_size, is_url
 from tfr_torch.format.reader import RecordReader
 from tfr_torch.format.tensor import DTYPES
 from tfr_torch.tools.progress import Progress
@@ -250,26 +252,44 @@ class _Report:
         return lines
 
 
+def _known_size(path: str) -> int | None:
+    """The size of the file at `path`; None for a local pipe, FIFO, socket or device (`<(cat f)`, /dev/stdin), whose
+    st_size (0) says nothing about what it holds."""
+    if not is_url(path):
+        st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode):
+            return None
+    return file_size(path)
+
+
+def _bytes_cell(size: int | None) -> str:
+    return "unknown" if size is None else str(size)
+
+
 def inspect_files(paths: Sequence[str], compression: CompressionOrAuto = "auto", max_records: int | None = None, *,
                   progress: bool = False) -> str:
     """A text report (tab-separated tables): each file's records, bytes and compression; then, over the records
     read (every record, or the first `max_records` of each file), the kinds of records and, per feature key, its
     kind, the dtype a spec would use, how many records carry it, its values per record (min/mean/max) and the
     range of its values (numbers: min and max, NaN counted apart; bytes: shortest and longest). serialize_tensor
-    payloads get their dtypes, shapes and value ranges. Every record's CRCs are checked.
+    payloads get their dtypes, shapes and value ranges. Every record's CRCs are checked. A pipe's bytes are those
+    read from it (its size is known once it is read to the end); a compressed pipe's, which only the decompressor
+    sees, are "unknown".
 
     >>> print(inspect_files(["train.tfrecord"]))  # doctest: +SKIP
     """
     if max_records is not None and (not isinstance(max_records, int) or max_records < 1):
         raise ValueError(f"max_records must be None or a positive int, got {max_records!r}")
     check_compression(compression, auto=True)
-    sizes = [file_size(path) for path in paths]
+    known = [_known_size(path) for path in paths]
+    sizes: list[int | None] = []
     lines = ["file\trecords\tbytes\tcompression"]
     report = _Report()
     read = 0
     counts: list[int] = []
-    meter = Progress(label="inspect", enabled=progress, total_bytes=sum(sizes), unit="records")
-    for path, size in zip(paths, sizes):
+    meter = Progress(label="inspect", enabled=progress, unit="records",
+                     total_bytes=None if None in known else sum(k for k in known if k is not None))
+    for path, size in zip(paths, known):
         with RecordReader(path, compression, verify=True) as reader:
             if reader.compression != "none":
                 meter.unknown_total()
@@ -280,11 +300,15 @@ def inspect_files(paths: Sequence[str], compression: CompressionOrAuto = "auto",
                 if max_records is None or n <= max_records:
                     report.add(record)
                     read += 1
+        if size is None and reader.compression == "none":
+            size = reader.offset  # a pipe read to its end (every record checked): the stream's size is known now
         counts.append(n)
-        lines.append(f"{_cell(path)}\t{n}\t{size}\t{reader.compression}")
+        sizes.append(size)
+        lines.append(f"{_cell(path)}\t{n}\t{_bytes_cell(size)}\t{reader.compression}")
     meter.done()
     if len(paths) > 1:
-        lines.append(f"total\t{sum(counts)}\t{sum(sizes)}")
+        total = None if None in sizes else sum(s for s in sizes if s is not None)
+        lines.append(f"total\t{sum(counts)}\t{_bytes_cell(total)}")
     lines.append("")
     lines += report.text(read, max_records)
     return "\n".join(lines) + "\n"
