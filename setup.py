@@ -12,10 +12,12 @@ import sys
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
-SOURCES = ["module.c", "crc32c.c", "framing.c", "fileread.c", "example.c", "batch.c", "sequence.c", "spans.c",
-           "transport.c", "seek.c", "jpeg.c", "png.c", "pixels.c"]
-HEADERS = ["crc32c.h", "framing.h", "fileread.h", "example.h", "batch.h", "sequence.h", "spans.h", "transport.h",
-           "wire.h", "seek.h", "jpeg.h", "png.h", "pixels.h"]
+SOURCES = ["module.c", "bind_framing.c", "bind_image.c", "bind_batch.c", "bind_example.c", "bind_sequence.c",
+           "bind_bytes.c", "bind_seek.c", "crc32c.c", "framing.c", "fileread.c", "example.c", "batch.c", "sequence.c",
+           "spans.c", "transport.c", "seek.c", "jpeg.c", "png.c", "pixels.c"]
+HEADERS = ["bindings.h", "crc32c.h", "framing.h", "fileread.h", "example.h", "batch.h", "sequence.h", "spans.h",
+           "transport.h", "wire.h", "seek.h", "jpeg.h", "png.h", "pixels.h"]
+ZLIB_ONLY = ("seek.c", "png.c", "bind_seek.c")  # need zlib: left out on Windows (see _zlib_macros)
 
 
 class OptionalBuildExt(build_ext):
@@ -52,8 +54,8 @@ def _compile_args():
 
 def _zlib_macros():
     """seek.c (seek points in GZIP / ZLIB files) and png.c (PNG sequences) link the system's zlib (zlib.h and -lz, as
-    CPython's own zlib module does on POSIX); on Windows both are left out: compressed files are read from their
-    start, and Pillow decodes PNGs."""
+    CPython's own zlib module does on POSIX); on Windows both are left out, with their binding bind_seek.c (ZLIB_ONLY):
+    compressed files are read from their start, and Pillow decodes PNGs."""
     return [] if os.name == "nt" else [("TFR_HAVE_ZLIB", "1")]
 
 
@@ -66,7 +68,7 @@ setup(
         Extension(
             "tfr_torch._native._core",
             sources=[f"tfr_torch/_native/src/{name}" for name in SOURCES
-                     if os.name != "nt" or name not in ("seek.c", "png.c")],
+                     if os.name != "nt" or name not in ZLIB_ONLY],
             depends=[f"tfr_torch/_native/src/{name}" for name in HEADERS],
             extra_compile_args=_compile_args(),
             extra_link_args=_link_args(),

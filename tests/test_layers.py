@@ -2,6 +2,7 @@
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -119,3 +120,29 @@ def test_unknown_attribute_is_still_an_attribute_error():
         tfr_torch.tfdss  # noqa: B018
     assert str(info.value) == "module 'tfr_torch' has no attribute 'tfdss'"
     assert not hasattr(tfr_torch, "_private")
+
+
+def test_c_kernels_touch_no_python_objects_and_bindings_are_apart():
+    """The compiled core's layering (STYLE.md): the kernels (every .c file other than module.c and bind_*.c) include
+    neither Python.h nor bindings.h, so they run without the GIL; every binding file is compiled (setup.py SOURCES);
+    module.c holds only the method table and the module's init, each binding file one concern, none past ~400
+    lines."""
+    import re
+
+    src = Path(__file__).resolve().parents[1] / "tfr_torch" / "_native" / "src"
+    setup_text = (src.parents[2] / "setup.py").read_text()
+    sources = set(re.findall(r'"([a-z_0-9]+\.c)"', setup_text))
+    bindings = {p.name for p in src.glob("bind_*.c")} | {"module.c"}
+    assert len(bindings) > 2
+    for path in sorted(src.glob("*.c")):
+        text = path.read_text()
+        assert path.name in sources, f"{path.name} is not in setup.py's SOURCES"
+        includes = set(re.findall(r'#include [<"]([^>"]+)[>"]', text))
+        if path.name in bindings:
+            assert "Python.h" in includes, path.name
+            assert len(text.splitlines()) <= 400, f"{path.name}: {len(text.splitlines())} lines"
+        else:
+            assert not includes & {"Python.h", "bindings.h"}, f"kernel {path.name} includes {includes}"
+            assert "PyObject" not in text, f"kernel {path.name} names PyObject"
+    module = (src / "module.c").read_text()
+    assert "Py_BEGIN_ALLOW_THREADS" not in module  # no kernel call in module.c: the bindings make them

@@ -1,4 +1,4 @@
-/* A batch of tf.train.Example records decoded column by column (ExampleDecoder.decode in module.c): every
+/* A batch of tf.train.Example records decoded column by column (ExampleDecoder.decode in bind_example.c): every
  * record's planned Features found and counted (tfr_batch_count), the columns laid out in one arena
  * (tfr_batch_layout) and filled (tfr_batch_fill), a bytes column's values found as slices of the records (so that
  * the binding only makes their bytes objects). No Python objects: all of it runs without the GIL, the batch's

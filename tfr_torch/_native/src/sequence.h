@@ -1,4 +1,4 @@
-/* tf.train.SequenceExample feature lists, decoded for a batch (decode_feature_lists in module.c).
+/* tf.train.SequenceExample feature lists, decoded for a batch (decode_feature_lists in bind_sequence.c).
  *
  *   SequenceExample { Features context = 1; FeatureLists feature_lists = 2; }
  *   FeatureLists { map<string, FeatureList> feature_list = 1; }   FeatureList { repeated Feature feature = 1; }
