@@ -421,13 +421,13 @@ def test_records_of_cached_blocks_are_read_together(s3, tmp_path):
 
 
 def test_metadata_is_trusted_for_its_ttl_then_asked_again(s3, tmp_path, monkeypatch):
-    from tfr_torch.format import remote
+    from tfr_torch.format import remote_state
 
     url = f"s3://{BUCKET}/ttl/a.tfrecord"
     old = [bytes([i % 251]) * 500 for i in range(100)]
     write(url, old, index=False)
     now = [1000.0]
-    monkeypatch.setattr(remote, "_clock", lambda: now[0])
+    monkeypatch.setattr(remote_state, "_clock", lambda: now[0])
     options = RemoteOptions(block_size=4096, cache_dir=str(tmp_path / "c"), metadata_ttl=30)
     assert list(tfr_torch.read_records(url, remote=options)) == old  # asked (HEAD) at t=1000
     new = [bytes([(i + 7) % 251]) * 500 for i in range(100)]  # the same size: only the ETag differs

@@ -90,7 +90,7 @@ def test_loading_a_merged_state_copies_no_transform(mixed_files):
     assert _CountsCopies.copies == 0  # 2 today: one per dataset
 
 
-# Fixed: reader.py _read_whole: lengths() without verify does not read a big record's data; when the file shrank
+# Fixed: record_loop.py _read_whole: lengths() without verify does not read a big record's data; when the file shrank
 # into that data, the error says the file ends after the whole data (header + length), not where it ends
 def test_a_file_cut_inside_a_big_record_while_counted_is_reported_where_it_ends(tmp_path):
     path = tmp_path / "shrinks.tfrecord"

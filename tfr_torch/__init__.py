@@ -39,7 +39,7 @@ _EXPORTS = {
     "IndexMismatchError": "tfr_torch.errors",
     "SkippedRecordWarning": "tfr_torch.errors",
     "RecordLocation": "tfr_torch.format.location",
-    "RemoteOptions": "tfr_torch.format.remote",
+    "RemoteOptions": "tfr_torch.format.remote_options",
     # torch edge
     "serialize_tensor": "tfr_torch.tensors",
     "parse_tensor": "tfr_torch.tensors",
@@ -120,7 +120,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from tfr_torch.format.json_example import decode_json_example
     from tfr_torch.format.index import build_index, check_index, read_index
     from tfr_torch.format.location import RecordLocation
-    from tfr_torch.format.remote import RemoteOptions
+    from tfr_torch.format.remote_options import RemoteOptions
     from tfr_torch.format.paths import expand_paths
     from tfr_torch._native import backend, set_backend
     from tfr_torch.format.reader import RecordReader, read_records

@@ -20,7 +20,7 @@ from tfr_torch.format.options import CompressionOrAuto, check_compression
 from tfr_torch.format.framing import HEADER_SIZE, OVERHEAD, parse_header
 from tfr_torch.format.paths import PathLike, as_path, atomic_output, exists, file_size, is_url, open_input
 from tfr_torch.format.reader import RecordReader
-from tfr_torch.format.remote import RemoteOptions
+from tfr_torch.format.remote_options import RemoteOptions
 from tfr_torch.format.seek import (
     DEFAULT_SPAN,
     build_seek_points,

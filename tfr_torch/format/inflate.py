@@ -3,7 +3,7 @@
 Reading inflates with zlib-ng when it is installed (`pip install tfr_torch[fast-gzip]`: the `zlib-ng` package, a
 drop-in zlib API), zlib otherwise; TFR_TORCH_INFLATE=zlib turns it off. (python-isal's zlib API took 13% more CPU
 time than zlib-ng's on 16 KiB records, on an AMD EPYC: it is not used.) TFR_TORCH_INFLATE_THREAD=1 makes a
-background thread inflate ahead of the reader (see Inflater).
+background thread inflate ahead of the reader (see Inflater). Recovering from damage: format/inflate_recovery.py.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import IO, TYPE_CHECKING, Protocol
 
 from tfr_torch.errors import CorruptRecordError, TruncatedRecordError
 from tfr_torch.format.compression import _WBITS, GZIP, ZLIB
+from tfr_torch.format.inflate_recovery import _inflate_until_error, _next_member
 
 if TYPE_CHECKING:
     from tfr_torch.format.prefetch import Prefetch
@@ -263,7 +264,7 @@ class Inflater:
                 out: bytes = self._z.decompress(data, self._piece_size)
                 self._fresh = False
             except _INFLATE_ERRORS as exc:
-                out, used = _inflate_until_error(before, data, self._piece_size)
+                out, used = _inflate_until_error(before, data, self._piece_size, _INFLATE_ERRORS)
                 # zlib keeps no unconsumed input after an error: keep the rest of the chunk for abandon_member
                 # (past this member's own magic bytes when the chunk starts with them)
                 self._salvage = data[used:] if used else data[1:] if self._fresh else data
@@ -317,11 +318,11 @@ class Inflater:
             self._eof = self._failed = False
         if self._compression == GZIP and not self._eof:
             while True:
-                at = _next_member(rest, False)
+                at = _next_member(rest, False, _inflate, _INFLATE_ERRORS)
                 while at == -2:  # a candidate too close to the end of what is buffered to check: read on
                     more = self._read_raw()
                     rest += more
-                    at = _next_member(rest, not more)
+                    at = _next_member(rest, not more, _inflate, _INFLATE_ERRORS)
                 if at >= 0:
                     self._pending = rest[at:]
                     dropped += at
@@ -398,57 +399,3 @@ def read_past(stream: _Readable, count: int, chunk: int = 1 << 20) -> int:
             break
         done += n
     return done
-
-
-def _inflate_until_error(z: zlib._Decompress, data: bytes, limit: int) -> tuple[bytes, int]:
-    """After `z.decompress(data, limit)` failed on a copy of `z`: the output it would have made before the damage
-    (zlib returns nothing from a call that fails, so without this the records inflated before the damage in the
-    same call, up to a piece, would be lost with it) and how many bytes of `data` that used. Only on errors:
-    steps of 4096 input bytes, then 64, then 1 from the last step that succeeded, each on a copy of the state."""
-    parts: list[bytes] = []
-    made = used = 0
-    step = 4096
-    while used < len(data) and made < limit:
-        trial = z.copy()
-        chunk = data[used : used + step]
-        try:
-            got = trial.decompress(chunk, limit - made)
-        except _INFLATE_ERRORS:
-            if step == 1:
-                break
-            step = 64 if step > 64 else 1
-            continue
-        z = trial
-        parts.append(got)
-        made += len(got)
-        used += len(chunk) - len(trial.unconsumed_tail)
-        if trial.eof:
-            break
-    return b"".join(parts), used
-
-
-_GZIP_MAGIC = b"\x1f\x8b\x08"  # ID1 ID2 and CM=8 (deflate), RFC 1952 section 2.3
-_PROBE = 1 << 16  # compressed bytes a candidate member must inflate without error to be accepted
-
-
-def _next_member(data: bytes, final: bool) -> int:
-    """The offset in `data` of the first gzip member header that inflates without error (a false magic inside
-    deflate data fails within a few bytes), -1 when there is none, -2 when a candidate needs more bytes to tell
-    (`final`: there are no more bytes; a candidate that has not failed by the end is taken)."""
-    at = data.find(_GZIP_MAGIC)
-    while at >= 0:
-        window = data[at : at + _PROBE]
-        if len(window) < 10 and not final:  # not even a whole fixed header yet
-            return -2
-        if not window[3:4] or not window[3] & 0xE0:  # FLG's reserved bits must be zero
-            probe = _inflate.decompressobj(_WBITS[GZIP])
-            try:
-                probe.decompress(window)
-            except _INFLATE_ERRORS:
-                pass
-            else:
-                if probe.eof or len(window) == _PROBE or final:
-                    return at
-                return -2
-        at = data.find(_GZIP_MAGIC, at + 1)
-    return -1

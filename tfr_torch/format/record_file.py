@@ -16,7 +16,7 @@ from tfr_torch import _native
 from tfr_torch.errors import CorruptRecordError, TruncatedRecordError
 from tfr_torch.format.compression import NONE, compression_from_name, detect_compression, normalize_compression
 from tfr_torch.format.framing import FOOTER_SIZE, HEADER_SIZE, OVERHEAD, masked_crc32c, parse_header, unpack_crc
-from tfr_torch.format.remote import RemoteOptions
+from tfr_torch.format.remote_options import RemoteOptions
 from tfr_torch.format.remote_open import open_remote
 from tfr_torch.format.paths import PathLike, as_path, exists, is_url, open_input
 from tfr_torch.format.seek import SeekPoints, read_seek_points, seek_path_for

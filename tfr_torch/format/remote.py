@@ -19,6 +19,7 @@ next epoch's opens of the same objects make no request; see `RemoteOptions`).
 
 Requests run in a thread pool of `max_in_flight` threads per process (each DataLoader worker has its own), made
 on first use in the process that reads, so forked workers are safe. Errors name the URL and the byte range.
+The options are format/remote_options.py; the request threads and what HEAD requests told, format/remote_state.py.
 
 >>> from tfr_torch.format.remote import RemoteOptions
 >>> RemoteOptions(block_size=4 << 20, readahead=8).block_size
@@ -31,160 +32,21 @@ import bisect
 import io
 import logging
 import mmap
-import os
-import threading
-import time
 from collections import OrderedDict
 from collections.abc import Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from concurrent.futures import Future
 from typing import Any
 
 from tfr_torch.format.blockcache import BlockCache, block_key
-from tfr_torch.format.options import check_positive_int
 from tfr_torch.format.paths import PathLike, _fsspec, as_path
+from tfr_torch.format.remote_options import RemoteOptions
+from tfr_torch.format.remote_state import _known, _pool, _remember, _version, forget_object
 
 __all__ = ["RemoteOptions", "RemoteFile", "forget_object"]
 
 _log = logging.getLogger(__name__)
 
-
-
-@dataclass(frozen=True)
-class RemoteOptions:
-    """How remote files (fsspec URLs) are read. Defaults suit S3 and GCS from a machine in the same region.
-
-    - `block_size`: bytes per range request when reading sequentially, and per cached block (8 MiB).
-    - `readahead`: blocks requested ahead of a sequential reader, per open file (4: ~40 MB of memory per file).
-    - `max_in_flight`: range requests running at once per process (threads; 16).
-    - `merge_gap`: reading records by offset, ranges at most this many bytes apart are fetched in one request
-      (64 KiB).
-    - `cache_dir`: a local folder for a block cache shared by workers and processes (None: no cache). Each block
-      is fetched once while the cache holds it; reading by offset then fetches whole blocks.
-    - `cache_bytes`: the cache's size limit (10 GiB; at least one block); least recently used blocks are removed
-      past it.
-    - `metadata_ttl`: seconds an object's size and version (its ETag; one HEAD request) are trusted in this
-      process once read (60, as gcsfuse and Mountpoint for S3 with a cache): the next epochs open the files
-      without a round trip each. 0: every open asks. An object replaced by another program within that time is
-      still read as the version first seen where the cache holds its blocks, and a fetched range of another
-      length raises; objects written through tfr_torch in this process are asked again at once. Training data
-      that never changes in place can take a far longer time; data that does, 0.
-
-    >>> RemoteOptions(cache_dir="/tmp/tfr-cache", cache_bytes=50 << 30)  # doctest: +ELLIPSIS
-    RemoteOptions(block_size=8388608, readahead=4, max_in_flight=16, merge_gap=65536, cache_dir='/tmp/tfr-cache', ...)
-    """
-
-    block_size: int = 8 << 20
-    readahead: int = 4
-    max_in_flight: int = 16
-    merge_gap: int = 1 << 16
-    cache_dir: str | None = None
-    cache_bytes: int = 10 << 30
-    metadata_ttl: float = 60.0
-
-    def __post_init__(self) -> None:
-        check_positive_int(self.block_size, "block_size", "bytes per range request and cached block")
-        check_positive_int(self.max_in_flight, "max_in_flight", "range requests at once")
-        check_positive_int(self.cache_bytes, "cache_bytes", "the block cache's size limit")
-        if self.cache_dir is not None and self.cache_bytes < self.block_size:
-            raise ValueError(f"cache_bytes ({self.cache_bytes}) must hold at least one block (block_size "
-                             f"{self.block_size}): a smaller cache evicts each block before it is read")
-        for name in ("readahead", "merge_gap"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"{name} must be a non-negative int, got {value!r}")
-        ttl = self.metadata_ttl
-        if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not ttl >= 0:
-            raise ValueError(f"metadata_ttl must be a non-negative number of seconds, got {ttl!r}")
-        if self.cache_dir is not None:
-            if not isinstance(self.cache_dir, (str, os.PathLike)):
-                raise TypeError(f"cache_dir must be None or a local folder (str or os.PathLike), got "
-                                f"{type(self.cache_dir).__name__}: {self.cache_dir!r}")
-            object.__setattr__(self, "cache_dir", os.fspath(self.cache_dir))
-
-
 _SMALL = 64  # reads this short away from the blocks read ahead are served apart (a header sniffed at offset 0)
-
-_POOLS: dict[tuple[int, int], ThreadPoolExecutor] = {}
-_POOLS_LOCK = threading.Lock()
-
-
-def _pool(threads: int) -> ThreadPoolExecutor:
-    """This process's pool of `threads` request threads (a forked child makes its own)."""
-    key = (os.getpid(), threads)
-    with _POOLS_LOCK:
-        pool = _POOLS.get(key)
-        if pool is None:
-            pool = _POOLS[key] = ThreadPoolExecutor(threads, thread_name_prefix="tfr_torch-remote")
-        return pool
-
-
-# (filesystem, URL) -> (when it was asked, size, version): what a HEAD request told, for RemoteOptions.metadata_ttl.
-# Per process; a forked DataLoader worker starts with its parent's (the ages are of the same monotonic clock).
-_KNOWN: dict[tuple[str, str], tuple[float, int, str]] = {}
-_KNOWN_LOCK = threading.Lock()
-_KNOWN_LIMIT = 1 << 16
-_clock = time.monotonic
-
-
-def _known_key(fs: Any, url: str) -> tuple[str, str]:
-    """Which object: the URL on this filesystem's options (fsspec's token: another endpoint is another object),
-    in one spelling (memory://a/b and memory:///a/b are one object)."""
-    return str(getattr(fs, "_fs_token", None) or id(fs)), _canonical(fs, url)
-
-
-def _canonical(fs: Any, url: str) -> str:
-    return str(fs.unstrip_protocol(fs._strip_protocol(url)))
-
-
-def _known(fs: Any, url: str, ttl: float) -> tuple[int, str] | None:
-    """The size and version of `url` asked less than `ttl` seconds ago in this process, or None."""
-    if ttl <= 0:
-        return None
-    with _KNOWN_LOCK:
-        entry = _KNOWN.get(_known_key(fs, url))
-    if entry is None or _clock() - entry[0] >= ttl:
-        return None
-    return entry[1], entry[2]
-
-
-def _remember(fs: Any, url: str, size: int, version: str) -> None:
-    with _KNOWN_LOCK:
-        if len(_KNOWN) >= _KNOWN_LIMIT:
-            _KNOWN.pop(next(iter(_KNOWN)))
-        _KNOWN[_known_key(fs, url)] = (_clock(), size, version)
-
-
-def _after_fork_in_child() -> None:
-    """A forked child (a DataLoader worker) gets fresh module locks: a parent thread may have held one at fork
-    time, and that thread does not exist in the child to release it."""
-    global _POOLS_LOCK, _KNOWN_LOCK
-    _POOLS_LOCK = threading.Lock()
-    _KNOWN_LOCK = threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-def forget_object(url: str) -> None:
-    """Ask `url`'s size and version again on its next open in this process (it was just written)."""
-    fs, _ = _fsspec(url)
-    url = _canonical(fs, url)
-    with _KNOWN_LOCK:
-        for key in [key for key in _KNOWN if key[1] == url]:
-            del _KNOWN[key]
-
-
-def _version(info: dict[str, Any]) -> str:
-    """What identifies this version of the object: its ETag (or checksum, generation), else its modification
-    time; "" when the filesystem tells neither (then nothing is cached)."""
-    for key in ("ETag", "etag", "md5Hash", "Content-MD5", "Digest", "generation", "VersionId", "version_id",
-                "mtime", "LastModified", "Last-Modified", "last_modified", "updated", "created"):
-        value = info.get(key)
-        if value:
-            return f"{key}={value}"
-    return ""
 
 
 def _merge(ranges: Sequence[tuple[int, int]], gap: int, limit: int) -> list[tuple[int, int]]:

@@ -25,7 +25,9 @@ from concurrent.futures import Future
 from typing import IO, cast
 
 from tfr_torch.format.paths import PathLike, as_path, open_input
-from tfr_torch.format.remote import RemoteFile, RemoteOptions, _NoRangeReads, _pool
+from tfr_torch.format.remote import RemoteFile, _NoRangeReads
+from tfr_torch.format.remote_options import RemoteOptions
+from tfr_torch.format.remote_state import _pool
 
 __all__ = ["open_remote", "open_ahead"]
 

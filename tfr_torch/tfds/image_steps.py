@@ -2,7 +2,7 @@
 one `[T, H, W, C]` uint8 array, then one copy to `[T, C, H, W]`, in a small thread pool where that pays.
 
 Only the common, exactly reproducible cases take this path: 8-bit JPEGs through simplejpeg with the settings of
-features.py's per-image path (libjpeg's fast integer inverse DCT, fancy upsampling: TFDS's pixels) and 8-bit
+image_decode.py's per-image path (libjpeg's fast integer inverse DCT, fancy upsampling: TFDS's pixels) and 8-bit
 RGB / gray / RGBA PNGs, every image of the sequence the size of the first. Anything else (another format or mode, a
 size that changes, bytes that fail to decode) makes `decode_steps` return None, and the caller decodes image by
 image as before, with its exact errors.

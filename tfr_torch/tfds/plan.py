@@ -31,7 +31,7 @@ class TFDSPlan:
     """Decodes records of a TFDS dataset with a TFDSDecoder's tree (see the module docstring)."""
 
     def __init__(self, decoder: Any) -> None:
-        from tfr_torch.tfds.features import _WIDE_UNSIGNED, _unsigned
+        from tfr_torch.tfds.leaf_decoder import _WIDE_UNSIGNED, _unsigned
 
         self.decoder = decoder
         self._unsigned, self._wide = _unsigned, _WIDE_UNSIGNED
