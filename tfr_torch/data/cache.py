@@ -11,17 +11,13 @@ nothing and the next epoch reads the source again. On disk, each part is written
 size beside it (checked before it is replayed: a damaged part is removed, with a warning naming it, and read
 again), and the folder holds a manifest describing the source (its files' names, sizes and modification times, and
 its settings); a folder made from other files or settings is rebuilt, with a warning, never replayed blindly.
+The folder's format (parts, their checks, the manifest) is cache_folder.py's.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import os
-import re
-import warnings
-import zlib
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -29,15 +25,23 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
+from tfr_torch.data.cache_folder import (
+    CACHE_FORMAT,
+    is_cache_file,
+    kept_at,
+    load_part,
+    part_epoch,
+    part_path,
+    prepare_folder,
+    write_part,
+)
 from tfr_torch.data.distributed import detect_rank_world
 from tfr_torch.data.transport import Batch, RecordBatch, shared_memory_available, wrap_for_transport
-from tfr_torch.format.paths import atomic_output, is_url
+from tfr_torch.format.paths import is_url
 
 __all__ = ["CachedDataset", "CACHE_FORMAT"]
 
 CACHE_STATE_VERSION = 1  # the version of CachedDataset.state_dict's layout
-CACHE_FORMAT = "tfr_torch.cache/2"  # 2: each part's CRC-32 and size beside it (`check-*.json`)
-_MANIFEST = "tfr_torch-cache.json"
 _MASK = 0xFFFF_FFFF_FFFF_FFFF  # seeds and epochs as numpy's generators take them (non-negative)
 
 
@@ -88,7 +92,7 @@ class CachedDataset(IterableDataset[Any]):
                 raise ValueError(f"the cache folder must be a local folder, got {folder!r}: the cache is for reading "
                                  "remote files once")
             self.directory = folder
-            self._prepare_folder()
+            prepare_folder(folder, self.dataset)
 
     # ----- epochs and length -------------------------------------------------------------------------------------
 
@@ -115,7 +119,7 @@ class CachedDataset(IterableDataset[Any]):
     def cached(self) -> bool:
         """Whether this reader's part is kept (in this process's memory, or in the folder)."""
         key = self._key()
-        return key in self._memory or (self.directory is not None and os.path.exists(self._part_path(key)))
+        return key in self._memory or (self.directory is not None and os.path.exists(part_path(self.directory, key)))
 
     def clear(self) -> None:
         """Forget every kept part (memory and folder); the next epoch reads the dataset again."""
@@ -123,7 +127,7 @@ class CachedDataset(IterableDataset[Any]):
         self._memory_epoch.clear()
         if self.directory is not None and os.path.isdir(self.directory):
             for name in os.listdir(self.directory):
-                if _cache_file(name):
+                if is_cache_file(name):
                     os.remove(os.path.join(self.directory, name))
 
     # ----- iteration ---------------------------------------------------------------------------------------------
@@ -153,7 +157,7 @@ class CachedDataset(IterableDataset[Any]):
     def _part(self, key: str) -> list[Any] | None:
         items = self._memory.get(key)
         if items is None and self.directory is not None:
-            items = self._load(key)
+            items = load_part(self.directory, key)
         return items
 
     def _read_through(self, key: str) -> Iterator[Any]:
@@ -161,8 +165,10 @@ class CachedDataset(IterableDataset[Any]):
         (this one abandoned it), the source is read as in that epoch (its set_epoch, for the time of this read): a
         shuffling source splits each epoch differently, and only parts of one epoch's split hold each item once."""
         epoch = int(self._epoch)
-        kept_at = self._kept_at(key)
-        source_epoch = epoch if kept_at is None else kept_at
+        # the epoch other readers' parts in the folder were read in (parts in memory are each process's own: see
+        # docs/limitations.md)
+        other = None if self.directory is None else kept_at(self.directory, key)
+        source_epoch = epoch if other is None else other
         kept = []
         self._resume = None
         live = self._live = {"epoch": epoch, "phase": "read", "yielded": 0, "kept_epoch": source_epoch}
@@ -217,24 +223,16 @@ class CachedDataset(IterableDataset[Any]):
             self._memory[key] = kept
             self._memory_epoch[key] = source_epoch
         else:
-            path = self._part_path(key)
-            with atomic_output(path) as f:
-                torch.save(kept, f)
-            with atomic_output(self._check_path(key)) as f:  # after the part: a part without one is not replayed
-                f.write(json.dumps({**_file_crc(path), "epoch": source_epoch}).encode())
+            write_part(self.directory, key, kept, source_epoch)
 
     def _part_epoch(self, key: str) -> int:
         """The epoch this reader's kept part was read in (its source's order and split)."""
         if key in self._memory_epoch:
             return self._memory_epoch[key]
         if self.directory is not None:
-            try:
-                with open(self._check_path(key)) as f:
-                    epoch = json.load(f).get("epoch")
-                if isinstance(epoch, int) and not isinstance(epoch, bool):
-                    return epoch
-            except (OSError, ValueError, AttributeError):
-                pass
+            recorded = part_epoch(self.directory, key)
+            if recorded is not None:
+                return recorded
         return 0
 
     # ----- state -------------------------------------------------------------------------------------------------
@@ -290,22 +288,6 @@ class CachedDataset(IterableDataset[Any]):
         self._resume = dict(state)
         self.set_epoch(int(state["epoch"]))
 
-    def _kept_at(self, key: str) -> int | None:
-        """The epoch the other readers' parts kept in the folder were read in (their checks say), or None when
-        none is kept (or the parts are in memory, each process's own: see docs/limitations.md)."""
-        if self.directory is None:
-            return None
-        for name in sorted(os.listdir(self.directory)):
-            if name.startswith("check-") and name.endswith(".json") and name != f"check-{key}.json":
-                try:
-                    with open(os.path.join(self.directory, name)) as f:
-                        epoch = json.load(f).get("epoch")
-                except (OSError, ValueError, AttributeError):
-                    continue
-                if isinstance(epoch, int) and not isinstance(epoch, bool):
-                    return epoch
-        return None
-
     def _replay(self, key: str, items: list[Any], fresh: bool, skip: int = 0) -> Iterator[Any]:
         epoch = int(self._epoch)
         order: Any = range(len(items))
@@ -323,7 +305,7 @@ class CachedDataset(IterableDataset[Any]):
                 item = self.transform(item)
             yield wrap_for_transport(item) if wrap and type(item) in (dict, list) else item
 
-    # ----- the folder --------------------------------------------------------------------------------------------
+    # ----- readers and pickling ----------------------------------------------------------------------------------
 
     def _key(self) -> str:
         rank, world = (getattr(self.dataset, "rank", None), getattr(self.dataset, "world_size", None))
@@ -333,141 +315,11 @@ class CachedDataset(IterableDataset[Any]):
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
         return f"rank{rank}of{world}-worker{worker}of{workers}"
 
-    def _part_path(self, key: str) -> str:
-        assert self.directory is not None
-        return os.path.join(self.directory, f"part-{key}.pt")
-
-    def _check_path(self, key: str) -> str:
-        """Where a part's CRC-32 and size are kept (written after the part, read before it is replayed)."""
-        assert self.directory is not None
-        return os.path.join(self.directory, f"check-{key}.json")
-
-    def _prepare_folder(self) -> None:
-        """Write the manifest; a folder whose manifest describes another source is emptied first (with a
-        warning saying what changed)."""
-        folder = self.directory
-        assert folder is not None
-        os.makedirs(folder, exist_ok=True)
-        source = describe_source(self.dataset)
-        manifest = {"format": CACHE_FORMAT, "source": source,
-                    "fingerprint": hashlib.sha256(json.dumps(source, sort_keys=True).encode()).hexdigest()}
-        path = os.path.join(folder, _MANIFEST)
-        old = None
-        if os.path.exists(path):
-            try:
-                with open(path) as f:
-                    old = json.load(f)
-            except (OSError, ValueError):
-                old = {}
-        kept = [n for n in os.listdir(folder) if _cache_file(n)]
-        if (old is not None and old.get("fingerprint") == manifest["fingerprint"]
-                and old.get("format") == CACHE_FORMAT):
-            return
-        if kept:
-            parts = sum(n.startswith("part-") for n in kept)
-            changed = _differences(old.get("source") if isinstance(old, dict) else None, source)
-            warnings.warn(f"the cache in {folder} was made from another dataset ({changed}): its {parts} part(s) "
-                          "are removed and the next epoch reads the dataset again", stacklevel=3)
-            for name in kept:
-                os.remove(os.path.join(folder, name))
-        with atomic_output(path) as f:
-            f.write(json.dumps(manifest, indent=1, sort_keys=True).encode())
-
-    def _load(self, key: str) -> list[Any] | None:
-        """This reader's kept part, or None: none kept, or one that is not what was written (its CRC-32 and size,
-        kept beside it, disagree, or it does not load: a full disk, an interrupted copy, a flipped bit), which is
-        removed with a warning naming it, and the epoch reads the dataset again."""
-        path = self._part_path(key)
-        if not os.path.exists(path):
-            return None
-        from tfr_torch.decode.results import RaggedTensor, SparseBytes
-
-        try:
-            with open(self._check_path(key)) as f:
-                recorded = json.load(f)
-        except (OSError, ValueError):
-            recorded = None
-        problem = None
-        if recorded is None or {k: recorded.get(k) for k in ("crc32", "bytes")} != _file_crc(path):
-            problem = "its CRC-32 or size is not the one recorded when it was written" if recorded is not None else \
-                "the CRC-32 recorded beside it is missing or unreadable"
-        else:
-            try:
-                with torch.serialization.safe_globals([RaggedTensor, SparseBytes]):
-                    items: list[Any] = torch.load(path, weights_only=True, mmap=True)
-                return items
-            except Exception as exc:  # noqa: BLE001 - whatever torch raises for a part that does not load
-                problem = f"it does not load ({type(exc).__name__}: {str(exc)[:120]})"
-        warnings.warn(f"the cached part {path} is damaged ({problem}): it is removed and this epoch reads the dataset "
-                      "again", stacklevel=3)
-        for stale in (path, self._check_path(key)):
-            with contextlib.suppress(OSError):
-                os.remove(stale)
-        return None
-
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_memory"], state["_memory_epoch"] = {}, {}  # each process keeps its own parts
         state["_live"] = None
         return state
-
-
-def _cache_file(name: str) -> bool:
-    """A part, or a part's check, in a cache folder."""
-    return (name.startswith("part-") and name.endswith(".pt")) or (name.startswith("check-") and name.endswith(".json"))
-
-
-def _file_crc(path: str) -> dict[str, int]:
-    """{"crc32": ..., "bytes": ...} of a file, read in 1 MiB pieces."""
-    crc, size = 0, 0
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            crc = zlib.crc32(chunk, crc)
-            size += len(chunk)
-    return {"crc32": crc, "bytes": size}
-
-
-_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
-
-
-def _stable_repr(value: Any) -> str:
-    """repr() without the object addresses a default repr holds (`<function f at 0x7f...>`): another run of the
-    same script gets other addresses, and its cache must still be replayed."""
-    return _ADDRESS.sub("", repr(value))
-
-
-def describe_source(dataset: Any) -> dict[str, Any]:
-    """What identifies the items a dataset yields: its type, its files (name, size, modification time) and its
-    settings; a MixedDataset's, each of its datasets too. A cache made from a different description is not replayed."""
-    files = []
-    for path in getattr(dataset, "paths", []) or []:
-        try:
-            st = os.stat(path)
-            files.append([str(path), st.st_size, st.st_mtime_ns])
-        except OSError:
-            files.append([str(path), None, None])  # a URL: its name only
-    settings = {}
-    # not the rank: the ranks share a folder, each its own parts; names, weights, stop: a MixedDataset's
-    for name in ("features", "batch_size", "drop_last", "shuffle", "seed", "pad", "compression", "on_error",
-                 "transform", "world_size", "names", "weights", "stop"):
-        if hasattr(dataset, name):
-            settings[name] = _stable_repr(getattr(dataset, name))
-    described: dict[str, Any] = {"type": f"{type(dataset).__module__}.{type(dataset).__qualname__}",
-                                 "files": files, "settings": settings}
-    parts = getattr(dataset, "datasets", None)
-    if isinstance(parts, list):  # a MixedDataset: what each of its datasets is
-        described["datasets"] = [describe_source(part) for part in parts]
-    return described
-
-
-def _differences(old: Any, new: dict[str, Any]) -> str:
-    if not isinstance(old, dict):
-        return "its manifest is missing or unreadable"
-    changed = [k for k in ("type", "files", "datasets") if old.get(k) != new.get(k)]
-    old_settings = old.get("settings") or {}
-    changed += [f"{k}" for k in sorted(set(old_settings) | set(new["settings"]))
-                if old_settings.get(k) != new["settings"].get(k)]
-    return "changed: " + ", ".join(changed) if changed else "another cache format"
 
 
 def _plain(item: Any) -> Any:

@@ -1,19 +1,18 @@
 """TFRecordDataset: an IterableDataset that feeds DataLoader workers, DDP ranks and TPU replicas every record
-exactly once per epoch (or an equal-sized subset per rank), shuffled, and resumable mid-epoch."""
+exactly once per epoch (or an equal-sized subset per rank), shuffled, and resumable mid-epoch.
+
+The class checks and keeps its options and wires three mixins, one idea each: which records each reader reads in an
+epoch and the counts that decide it (epoch_records.py), the items made of them (items.py), and the resumable state
+(resumable.py)."""
 
 from __future__ import annotations
 
-import bisect
-import itertools
 import sys
-import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, Literal, cast, overload
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, Literal
 
-import numpy as np
 import torch
 from torch.utils.data import IterableDataset, default_convert, get_worker_info
-
 
 from tfr_torch.data.arguments import (
     _is_tfds,
@@ -24,51 +23,18 @@ from tfr_torch.data.arguments import (
     plan_of,
 )
 from tfr_torch.data.counting import SharedCounts, user_site
-from tfr_torch.data.elastic import (
-    epoch_sequence,
-    history_digest,
-    reader_order,
-    reader_streams,
-    remaining,
-    segment_rng,
-    segment_sequence,
-)
 from tfr_torch.data.distributed import check_rank_world, rank_world
+from tfr_torch.data.epoch_records import EpochRecords
 from tfr_torch.data.indexes import resolve_indexes, seek_points_beside
+from tfr_torch.data.items import ItemMaker
 from tfr_torch.data.resumable import ResumableState
-from tfr_torch.data.reading import (
-    GROUP_BYTES,
-    Block,
-    Source,
-    blocks_of,
-    drop,
-    flatten,
-    interleave,
-    iter_random,
-    iter_run,
-    located,
-    opening_ahead,
-    regroup,
-    shuffle_buffer,
-)
-from tfr_torch.data.transport import Batch, lending_slabs, shared_memory_available, wrap_for_transport
-from tfr_torch.data.sharding import (
-    Run,
-    epoch_rng,
-    file_order,
-    files_for_worker,
-    global_block,
-    rank_quota,
-    runs_of_block,
-    split_sizes,
-    worker_block,
-)
-from tfr_torch.decode.plan import ExamplePlan
+from tfr_torch.data.reading import GROUP_BYTES
+from tfr_torch.data.transport import shared_memory_available
+from tfr_torch.data.sharding import rank_quota
 from tfr_torch.decode.hints import check_features_argument
 from tfr_torch.decode.sequence_features import SequenceFeatures
 from tfr_torch.format.compression import normalize_compression
 from tfr_torch.format.index import scan_index  # noqa: F401  (a test patches scan_index here)
-from tfr_torch.format.location import RecordLocation
 from tfr_torch.format.options import CompressionOrAuto, OnError, check_compression, check_on_error, check_positive_int
 from tfr_torch.format.paths import PathLike, expand_paths
 from tfr_torch.format.reader import RecordReader
@@ -78,8 +44,6 @@ from tfr_torch.format.shardset import class_names, find_sidecar, trusted_counts
 
 __all__ = ["TFRecordDataset"]
 
-_ROW_CHUNK = 32  # records decoded together in per-record mode (see TFRecordDataset._rows)
-
 
 def _compressed(path: str, compression: str | None) -> bool:
     if normalize_compression(compression, allow_auto=True) != "auto":  # known without opening the file
@@ -88,7 +52,7 @@ def _compressed(path: str, compression: str | None) -> bool:
         return reader.compression != "none"
 
 
-class TFRecordDataset(ResumableState, IterableDataset[Any]):
+class TFRecordDataset(ResumableState, EpochRecords, ItemMaker, IterableDataset[Any]):
     """Records of TFRecord files for a DataLoader: raw bytes, decoded Examples, or decoded batches.
 
     - `paths`: a file, a list, a glob pattern, or fsspec URLs (s3://, gs://, ...).
@@ -234,70 +198,7 @@ class TFRecordDataset(ResumableState, IterableDataset[Any]):
         self._layout: dict[str, Any] | None = None  # the layout of the segment being read
         self._progress_epoch: int | None = None  # the epoch the three above are of (None: no pass begun)
 
-    # ----- counts and epochs -------------------------------------------------------------------------------------
-
-    @property
-    def _counts(self) -> list[int] | None:
-        """Every file's record count (from indexes, a checked sidecar, or counting), or None while any is unknown.
-        Shared with DataLoader workers: counts taken in a worker reach the main process and later epochs."""
-        return self._shared.known()
-
-    @_counts.setter
-    def _counts(self, counts: Sequence[int] | None) -> None:
-        self._shared = SharedCounts([None] * len(self.paths) if counts is None else list(counts))
-
-    def _count_file(self, f: int) -> int:
-        """Records of file `f` as reading yields them (under on_error="skip" or a callable, the ones that survive).
-        A bad record is left out silently here: the warning, or the call of the `on_error` callable, comes when a
-        reader reads it, once, not also when it is counted."""
-        verify = self.verify if self.on_error != "raise" else False  # reading raises on a bad data CRC anyway
-        policy: OnError = "raise" if self.on_error == "raise" else _ignore
-        with RecordReader(self.paths[f], self.compression, verify, on_error=policy) as reader:
-            return sum(len(lengths) for lengths, _ in reader.lengths())  # framed, never copied out
-
-    def _count_now(self) -> list[int]:
-        return self._shared.count_here(self._count_file)
-
-    def _ensure_counts(self, why: str) -> list[int]:
-        """Count the files of unknown count now, in this process, with one warning at the user's line."""
-        counts = self._counts
-        if counts is None:
-            unknown = self._shared.unknown()
-            if self._shared.first(0):
-                self._site.warn(f"counting the records of {len(unknown)} file(s) without an index ({why}): this "
-                                "reads them once (the counts are kept for every epoch); write indexes (`tfr-torch "
-                                "index FILES`) and pass index='auto' to skip it")
-            counts = self._count_now()
-        return counts
-
-    def _warn_if_empty(self) -> None:
-        """Warn (once, at the user's line) when this rank will yield nothing in an epoch."""
-        counts = self._counts
-        if counts is None:
-            return
-        total = sum(counts)
-        quota = rank_quota(total, self.world_size, self.pad)
-        if total == 0:
-            self._site.warn(f"the {len(self.paths)} file(s) of this dataset hold no records: it yields nothing")
-        elif quota == 0:
-            self._site.warn(f"every rank yields nothing: {total} records for world_size={self.world_size} leaves "
-                            f"0 per rank (pass pad=True to repeat records so that each rank gets one)")
-        elif self.batch_size is not None and self.drop_last and quota < self.batch_size:
-            self._site.warn(f"this rank yields no batch: {quota} records per rank for batch_size={self.batch_size} "
-                            "with drop_last=True (use a smaller batch_size or drop_last=False)")
-
-    def _warn_idle_workers(self, quota: int, workers: int, multiple: int) -> None:
-        """In DataLoader worker 0: warn once (for every worker and epoch) when some workers get nothing."""
-        if workers < 2 or not self._shared.first(1):
-            return
-        sizes = split_sizes(quota, workers, multiple)
-        idle = [w for w, size in enumerate(sizes) if size == 0]
-        if not idle or quota == 0:
-            return
-        unit = f"{-(-quota // multiple)} batches of {multiple}" if multiple > 1 else f"{quota} records"
-        busy = workers - len(idle)
-        self._site.warn(f"DataLoader workers {', '.join(map(str, idle))} of {workers} get nothing to read: this rank "
-                        f"has {unit} for {workers} workers (num_workers={busy} would do the same work)")
+    # ----- epochs and length -------------------------------------------------------------------------------------
 
     @property
     def classes(self) -> list[str] | None:
@@ -376,183 +277,8 @@ class TFRecordDataset(ResumableState, IterableDataset[Any]):
             self._layout = self._layout_for(workers)
             blocks = self._records(epoch, worker, workers)
         plan = plan_of(self.features) if self.features is not None else None  # once per epoch
-        transform = self.transform
         wrap = info is not None and self.shared_memory and shared_memory_available()
-        parcel = converts_only and transform is None  # see transport.Parcel
-        if self.batch_size is None:
-            blocks = drop(blocks, skip)
-            # rows that travel as a Batch are made one (wrap_for_transport then passes them as they are)
-            marked = wrap and transform is None and not parcel and type(plan) is ExamplePlan
-            items: Iterator[Any] = _each(blocks) if plan is None else self._rows(blocks, plan, marked)
-        else:
-            marked = False
-            # a Parcel goes to the slab untouched: its strings can stay in the records until then (RecordSpans)
-            spans = wrap and parcel and isinstance(plan, ExamplePlan)
-            items = self._batches(drop(blocks, skip * self.batch_size), plan, spans)
-        if transform is None and (marked or not wrap):  # nothing to do to an item but count it
-            for item in items:
-                self._position += 1
-                yield item
-            return
-        for item in items:
-            if transform is not None:
-                _APPLYING.dataset = self  # see applying()
-                if wrap:  # a dict it returns travels as a Batch: its slab tensors (slab_tensor) go without a copy
-                    with lending_slabs():
-                        item = transform(item)
-                else:
-                    item = transform(item)
-                _APPLYING.dataset = _APPLYING.names = None
-            if wrap:
-                item = wrap_for_transport(item, parcel)
-            self._position += 1
-            yield item
-
-    def _rows(self, blocks: Iterator[Block], plan: Any, marked: bool = False) -> Iterator[Any]:
-        """One decoded dict per record, decoded _ROW_CHUNK records at a time (see ExamplePlan.iter_rows); `marked`:
-        each a transport Batch (an ExamplePlan's rows only)."""
-        key = self.location_key
-        options = {"row_type": Batch} if marked else {}
-        if key is None and type(plan) is ExamplePlan:  # no Python step per row here (ExamplePlan.rows)
-            return itertools.chain.from_iterable(
-                plan.rows(flatten(group), _Names(group), **options) for group in regroup(blocks, _ROW_CHUNK))
-        return self._rows_named(blocks, plan, key, options)
-
-    def _rows_named(self, blocks: Iterator[Block], plan: Any, key: str | None, options: dict[str, Any]
-                    ) -> Iterator[Any]:
-        """_rows for other plans, and rows that get their location under `key`."""
-        for group in regroup(blocks, _ROW_CHUNK):
-            rows = plan.iter_rows(flatten(group), _Names(group), **options)
-            if key is None:
-                yield from rows
-                continue
-            for row, where in zip(rows, _Names(group).texts()):
-                row[key] = where
-                yield row
-
-    def _batches(self, blocks: Iterator[Block], plan: Any, spans: bool = False) -> Iterator[Any]:
-        batch_size = self.batch_size
-        assert batch_size is not None  # only a dataset with a batch_size batches
-        for group in regroup(blocks, batch_size):
-            records = flatten(group)
-            if len(records) < batch_size and self.drop_last:
-                return
-            names = _Names(group)
-            batch = records if plan is None else plan.parse(records, names, spans=True) if spans else plan.parse(
-                records, names)
-            if self.location_key is not None:  # decoded (check_location_key): a dict
-                cast("dict[str, Any]", batch)[self.location_key] = names.texts()
-            if self.transform is not None:
-                _APPLYING.names = names  # for the transform about to get this batch (see applying())
-            yield batch
-
-    def _resumed(self, epoch: int, history: list[dict[str, Any]], layout: Any, worker: int) -> Iterator[Block]:
-        """This reader's records in a segment after the first: what the segments of `history` left, split for
-        `layout` (see elastic.py), read by offset (a global shuffle) or as file runs that skip what was yielded."""
-        counts = self._ensure_counts("resuming an epoch under another layout needs the record counts")
-        order = self._order_info()
-        s_records = epoch_sequence(counts, self._global_shuffle, self.shuffle, self.seed, epoch,
-                                   history[0]["world_size"], self.pad)
-        left, _ = remaining(s_records, counts, order, epoch, history, self.pad)
-        seq = segment_sequence(left, layout["world_size"], self.pad)
-        streams = reader_streams(seq, s_records, counts, layout, self.rank, worker)
-        source = self._source()
-        if layout["split"] == "global":
-            return iter_random(source, s_records[streams[0]] if streams else np.zeros(0, np.int64), counts)
-        starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-
-        def read(positions: np.ndarray) -> Iterator[Block]:
-            records = s_records[positions]
-            f = int(np.searchsorted(starts[1:], records[0], side="right"))
-            index = records - starts[f]
-            blocks = iter_run(source, self._in_file(Run(f, int(index[0]), int(index[-1]) + 1)))
-            if len(index) == index[-1] - index[0] + 1:
-                return blocks
-            keep = np.zeros(int(index[-1] - index[0]) + 1, dtype=bool)
-            keep[index - index[0]] = True
-            return blocks_of(item for item, wanted in zip(located(blocks), keep.tolist()) if wanted)
-
-        if not self.shuffle:
-            return _chain(read(p) for p in streams)
-        rng = segment_rng(self.seed, epoch, len(history), history_digest(history), layout, self.rank, worker)
-        return blocks_of(reader_order([located(read(p)) for p in streams], True, self.interleave,
-                                      self.shuffle_buffer, rng))
-
-    def _in_file(self, run: Run) -> Run:
-        """A TFDS split slice starts inside a shard: without an index, its record numbers count from the file's
-        start."""
-        skip = self.tfds.skips[run.file] if self.tfds is not None and self.offsets[run.file] is None else 0
-        return Run(run.file, run.start + skip, run.stop + skip) if skip else run
-
-    def _source(self) -> Source:
-        # a file read without an index must hold exactly the records counted for it (a stale count would make
-        # ranks unequal or leave records unread): `whole` says a count is the file's total: every count but a
-        # TFDS slice's, and a slice's too when it takes the whole shard (more records there than dataset_info.json
-        # says would else be dropped unseen)
-        if self.tfds is None:
-            whole = [True] * len(self.paths)
-        else:
-            whole = [skip == 0 and take == expected
-                     for skip, take, expected in zip(self.tfds.skips, self.tfds.counts, self.tfds.expected)]
-        return Source(self.paths, self.offsets, self.compression, self.verify, self.on_error,
-                      self._counts, whole, self._count_origin(), self.remote, self.max_group_bytes, self._seeks)
-
-    def _count_origin(self) -> str:
-        if self._sidecar_counts and self.metadata is not None:
-            return "the count in the sidecar"
-        return "the count taken when the dataset was built" if self.tfds is None else "the split's record count"
-
-    def _split_counts(self, worker: int, workers: int, readers: int) -> list[int]:
-        """Counts for splitting fewer files than readers by record ranges: in DataLoader workers, counted once
-        for the dataset by all workers together (see data/counting.py); in one process, here."""
-        if workers < 2 or self._worker_info() is None:
-            return self._ensure_counts(_split_reason(len(self.paths), readers))
-        return self._shared.count_shared(self._count_file, worker, workers)
-
-    def _warn_shared_count(self, worker: int, workers: int, readers: int) -> None:
-        """In DataLoader worker 0, once for the dataset: the workers count the files that had no count as built.
-        Said even when the other workers have already counted them all (worker 0 may start last)."""
-        if (worker == 0 and workers >= 2 and len(self.paths) < readers and self._shared._initial
-                and self._worker_info() is not None and self._shared.first(0)):
-            unknown = len(self._shared._initial)
-            self._site.warn(f"counting the records of {unknown} file(s) without an index "
-                            f"({_split_reason(len(self.paths), readers)}): the DataLoader workers count them together "
-                            "once, and every later epoch and len() use the counts; write indexes (`tfr-torch index "
-                            "FILES`) and pass index='auto' to skip it")
-
-    def _records(self, epoch: int, worker: int, workers: int) -> Iterator[Block]:
-        """This reader's records for the epoch, in order (before batching), in blocks."""
-        source = self._source()
-        multiple = self.batch_size or 1
-        if self._global_shuffle:  # a true global shuffle: a seeded permutation, each record read by offset
-            counts = self._counts
-            assert counts is not None  # every file is indexed, so every count is known
-            quota = rank_quota(sum(counts), self.world_size, self.pad)
-            a, b = worker_block(quota, self.rank, worker, workers, multiple)
-            if worker == 0:
-                self._warn_idle_workers(quota, workers, multiple)
-            return iter_random(source, global_block(counts, self.seed, epoch, a, b), counts)
-        order = file_order(len(self.paths), self.shuffle, self.seed, epoch)
-        readers = workers * self.world_size
-        self._warn_shared_count(worker, workers, readers)
-        if self._counts is None and len(self.paths) < readers:
-            self._split_counts(worker, workers, readers)
-        if self._counts is None:  # one rank, enough files, counts unknown: whole files per worker
-            known = [len(o) if o is not None else 1 << 62 for o in self.offsets]  # read unknown files to their end
-            streams = (iter_run(source, Run(f, 0, known[f])) for f in files_for_worker(order, worker, workers))
-        else:
-            quota = rank_quota(sum(self._counts), self.world_size, self.pad)
-            a, b = worker_block(quota, self.rank, worker, workers, multiple)
-            if worker == 0:
-                self._warn_idle_workers(quota, workers, multiple)
-            runs = opening_ahead(source, (self._in_file(run) for run in runs_of_block(self._counts, order, a, b)),
-                                 self.interleave if self.shuffle else 1)
-            streams = (iter_run(source, run) for run in runs)
-        if not self.shuffle:
-            return _chain(streams)
-        rng = epoch_rng(self.seed, epoch, 3 + worker + workers * self.rank)
-        return blocks_of(shuffle_buffer(interleave((located(s) for s in streams), self.interleave),
-                                        self.shuffle_buffer, rng))
+        yield from self._items(blocks, plan, skip, wrap, converts_only)
 
 
 def _refuse_rebatching(dataset: TFRecordDataset, caller: Any) -> None:
@@ -574,63 +300,3 @@ def _converts_only(dataset: TFRecordDataset, caller: Any) -> bool:
     return (getattr(fetcher, "dataset", None) is dataset and getattr(fetcher, "auto_collation", True) is False
             and getattr(fetcher, "collate_fn", None) is default_convert)
 
-
-_APPLYING = threading.local()
-
-
-def applying() -> tuple[Any, Sequence[RecordLocation] | None]:
-    """What a `transform` running in this thread was given by: (the TFRecordDataset applying it, the locations of
-    the records of the batch it got, None for a single record), or (None, None) outside a dataset's transform. A
-    transform keys its random choices by that dataset's `epoch` and `rank`, and names a bad record by its file and
-    offset (DecodeImages), in the main process as in DataLoader workers, under any wrapper (MixedDataset,
-    CachedDataset) that `get_worker_info().dataset` would name instead."""
-    return getattr(_APPLYING, "dataset", None), getattr(_APPLYING, "names", None)
-
-
-class _Names(Sequence[RecordLocation]):
-    """The RecordLocation of each record of a batch (its example name), made only when an error message needs one."""
-
-    def __init__(self, group: list[Block]) -> None:
-        self._group = group
-        self._ends = list(itertools.accumulate(len(block) for block in group))
-
-    def __len__(self) -> int:
-        return self._ends[-1] if self._ends else 0
-
-    def texts(self) -> list[str]:
-        """Every record's location as "path:offset" (what `location_key` puts in the items)."""
-        return [text for block in self._group for text in block.texts()]
-
-    @overload
-    def __getitem__(self, i: int) -> RecordLocation: ...
-
-    @overload
-    def __getitem__(self, i: slice) -> list[RecordLocation]: ...
-
-    def __getitem__(self, i: int | slice) -> RecordLocation | list[RecordLocation]:
-        if isinstance(i, slice):
-            return [self[j] for j in range(len(self))[i]]
-        n = len(self)
-        if not -n <= i < n:
-            raise IndexError(f"record {i} of a batch of {n}")
-        i %= n
-        b = bisect.bisect_right(self._ends, i)
-        return self._group[b].location(i - (self._ends[b - 1] if b else 0))
-
-
-def _ignore(err: Exception) -> None:
-    """The on_error policy of counting: a bad record is not counted, and said nothing of (reading says it)."""
-
-
-def _chain(streams: Iterable[Iterable[Block]]) -> Iterator[Block]:
-    for stream in streams:
-        yield from stream
-
-
-def _each(blocks: Iterator[Block]) -> Iterator[bytes]:
-    for block in blocks:
-        yield from block.records
-
-
-def _split_reason(files: int, readers: int) -> str:
-    return f"{files} file(s) for {readers} readers (ranks x DataLoader workers): files are split by record ranges"

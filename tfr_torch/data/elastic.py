@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from tfr_torch.data.reading import interleave, shuffle_buffer
+from tfr_torch.data.blocks import interleave, shuffle_buffer
 from tfr_torch.data.sampler_state import is_sampler_state, merge_sampler_parts, sampler_state_in
 from tfr_torch.data.sharding import epoch_rng, file_order, files_for_worker, rank_quota, worker_block
 

@@ -10,7 +10,7 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-from tfr_torch.data.dataset import applying
+from tfr_torch.data.items import applying
 from tfr_torch.errors import DecodeError
 from tfr_torch.format.location import location_of
 from tfr_torch.images import _pixels

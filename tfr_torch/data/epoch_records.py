@@ -1,0 +1,262 @@
+"""Which records each reader of a TFRecordDataset reads in an epoch (a mixin of its class, data/dataset.py): the files'
+record counts (from indexes, a checked sidecar, or counting, shared by DataLoader workers) and the warnings they
+lead to, and the epoch's records of one reader (rank x DataLoader worker) in blocks: by offset for a global
+shuffle, as file runs or whole files otherwise, or, in a resumed segment, what the earlier segments left
+(elastic.py). Sharding and seeding are sharding.py's and elastic.py's pure functions; this wires them to the files."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from tfr_torch.data.counting import SharedCounts
+from tfr_torch.data.elastic import (
+    epoch_sequence,
+    history_digest,
+    reader_order,
+    reader_streams,
+    remaining,
+    segment_rng,
+    segment_sequence,
+)
+from tfr_torch.data.blocks import Block, blocks_of, interleave, located, shuffle_buffer
+from tfr_torch.data.reading import Source, iter_random, iter_run, opening_ahead
+from tfr_torch.data.sharding import (
+    Run,
+    epoch_rng,
+    file_order,
+    files_for_worker,
+    global_block,
+    rank_quota,
+    runs_of_block,
+    split_sizes,
+    worker_block,
+)
+from tfr_torch.format.options import OnError
+from tfr_torch.format.reader import RecordReader
+from tfr_torch.format.remote_options import RemoteOptions
+
+__all__ = ["EpochRecords"]
+
+
+class EpochRecords:
+    """The record-source methods of TFRecordDataset, which sets every attribute below."""
+
+    paths: list[str]
+    offsets: list[Any]
+    compression: Any
+    verify: bool
+    on_error: OnError
+    remote: RemoteOptions | None
+    max_group_bytes: int
+    seed: int
+    rank: int
+    world_size: int
+    shuffle: bool
+    pad: bool
+    interleave: int
+    shuffle_buffer: int
+    batch_size: int | None
+    drop_last: bool
+    tfds: Any
+    metadata: dict[str, Any] | None
+    _site: Any
+    _shared: SharedCounts
+    _sidecar_counts: bool
+    _seeks: list[Any]
+    _global_shuffle: bool
+
+    if TYPE_CHECKING:
+        def _worker_info(self) -> Any: ...  # TFRecordDataset's own (a subclass may answer None)
+
+        def _order_info(self) -> dict[str, Any]: ...  # ResumableState's
+
+    # ----- counts ------------------------------------------------------------------------------------------------
+
+    @property
+    def _counts(self) -> list[int] | None:
+        """Every file's record count (from indexes, a checked sidecar, or counting), or None while any is unknown.
+        Shared with DataLoader workers: counts taken in a worker reach the main process and later epochs."""
+        return self._shared.known()
+
+    @_counts.setter
+    def _counts(self, counts: Sequence[int] | None) -> None:
+        self._shared = SharedCounts([None] * len(self.paths) if counts is None else list(counts))
+
+    def _count_file(self, f: int) -> int:
+        """Records of file `f` as reading yields them (under on_error="skip" or a callable, the ones that survive).
+        A bad record is left out silently here: the warning, or the call of the `on_error` callable, comes when a
+        reader reads it, once, not also when it is counted."""
+        verify = self.verify if self.on_error != "raise" else False  # reading raises on a bad data CRC anyway
+        policy: OnError = "raise" if self.on_error == "raise" else _ignore
+        with RecordReader(self.paths[f], self.compression, verify, on_error=policy) as reader:
+            return sum(len(lengths) for lengths, _ in reader.lengths())  # framed, never copied out
+
+    def _count_now(self) -> list[int]:
+        return self._shared.count_here(self._count_file)
+
+    def _ensure_counts(self, why: str) -> list[int]:
+        """Count the files of unknown count now, in this process, with one warning at the user's line."""
+        counts = self._counts
+        if counts is None:
+            unknown = self._shared.unknown()
+            if self._shared.first(0):
+                self._site.warn(f"counting the records of {len(unknown)} file(s) without an index ({why}): this "
+                                "reads them once (the counts are kept for every epoch); write indexes (`tfr-torch "
+                                "index FILES`) and pass index='auto' to skip it")
+            counts = self._count_now()
+        return counts
+
+    def _warn_if_empty(self) -> None:
+        """Warn (once, at the user's line) when this rank will yield nothing in an epoch."""
+        counts = self._counts
+        if counts is None:
+            return
+        total = sum(counts)
+        quota = rank_quota(total, self.world_size, self.pad)
+        if total == 0:
+            self._site.warn(f"the {len(self.paths)} file(s) of this dataset hold no records: it yields nothing")
+        elif quota == 0:
+            self._site.warn(f"every rank yields nothing: {total} records for world_size={self.world_size} leaves "
+                            f"0 per rank (pass pad=True to repeat records so that each rank gets one)")
+        elif self.batch_size is not None and self.drop_last and quota < self.batch_size:
+            self._site.warn(f"this rank yields no batch: {quota} records per rank for batch_size={self.batch_size} "
+                            "with drop_last=True (use a smaller batch_size or drop_last=False)")
+
+    def _warn_idle_workers(self, quota: int, workers: int, multiple: int) -> None:
+        """In DataLoader worker 0: warn once (for every worker and epoch) when some workers get nothing."""
+        if workers < 2 or not self._shared.first(1):
+            return
+        sizes = split_sizes(quota, workers, multiple)
+        idle = [w for w, size in enumerate(sizes) if size == 0]
+        if not idle or quota == 0:
+            return
+        unit = f"{-(-quota // multiple)} batches of {multiple}" if multiple > 1 else f"{quota} records"
+        busy = workers - len(idle)
+        self._site.warn(f"DataLoader workers {', '.join(map(str, idle))} of {workers} get nothing to read: this rank "
+                        f"has {unit} for {workers} workers (num_workers={busy} would do the same work)")
+
+    # ----- the epoch's records -----------------------------------------------------------------------------------
+
+    def _resumed(self, epoch: int, history: list[dict[str, Any]], layout: Any, worker: int) -> Iterator[Block]:
+        """This reader's records in a segment after the first: what the segments of `history` left, split for
+        `layout` (see elastic.py), read by offset (a global shuffle) or as file runs that skip what was yielded."""
+        counts = self._ensure_counts("resuming an epoch under another layout needs the record counts")
+        order = self._order_info()
+        s_records = epoch_sequence(counts, self._global_shuffle, self.shuffle, self.seed, epoch,
+                                   history[0]["world_size"], self.pad)
+        left, _ = remaining(s_records, counts, order, epoch, history, self.pad)
+        seq = segment_sequence(left, layout["world_size"], self.pad)
+        streams = reader_streams(seq, s_records, counts, layout, self.rank, worker)
+        source = self._source()
+        if layout["split"] == "global":
+            return iter_random(source, s_records[streams[0]] if streams else np.zeros(0, np.int64), counts)
+        starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+
+        def read(positions: np.ndarray) -> Iterator[Block]:
+            records = s_records[positions]
+            f = int(np.searchsorted(starts[1:], records[0], side="right"))
+            index = records - starts[f]
+            blocks = iter_run(source, self._in_file(Run(f, int(index[0]), int(index[-1]) + 1)))
+            if len(index) == index[-1] - index[0] + 1:
+                return blocks
+            keep = np.zeros(int(index[-1] - index[0]) + 1, dtype=bool)
+            keep[index - index[0]] = True
+            return blocks_of(item for item, wanted in zip(located(blocks), keep.tolist()) if wanted)
+
+        if not self.shuffle:
+            return _chain(read(p) for p in streams)
+        rng = segment_rng(self.seed, epoch, len(history), history_digest(history), layout, self.rank, worker)
+        return blocks_of(reader_order([located(read(p)) for p in streams], True, self.interleave,
+                                      self.shuffle_buffer, rng))
+
+    def _in_file(self, run: Run) -> Run:
+        """A TFDS split slice starts inside a shard: without an index, its record numbers count from the file's
+        start."""
+        skip = self.tfds.skips[run.file] if self.tfds is not None and self.offsets[run.file] is None else 0
+        return Run(run.file, run.start + skip, run.stop + skip) if skip else run
+
+    def _source(self) -> Source:
+        # a file read without an index must hold exactly the records counted for it (a stale count would make
+        # ranks unequal or leave records unread): `whole` says a count is the file's total: every count but a
+        # TFDS slice's, and a slice's too when it takes the whole shard (more records there than dataset_info.json
+        # says would else be dropped unseen)
+        if self.tfds is None:
+            whole = [True] * len(self.paths)
+        else:
+            whole = [skip == 0 and take == expected
+                     for skip, take, expected in zip(self.tfds.skips, self.tfds.counts, self.tfds.expected)]
+        return Source(self.paths, self.offsets, self.compression, self.verify, self.on_error,
+                      self._counts, whole, self._count_origin(), self.remote, self.max_group_bytes, self._seeks)
+
+    def _count_origin(self) -> str:
+        if self._sidecar_counts and self.metadata is not None:
+            return "the count in the sidecar"
+        return "the count taken when the dataset was built" if self.tfds is None else "the split's record count"
+
+    def _split_counts(self, worker: int, workers: int, readers: int) -> list[int]:
+        """Counts for splitting fewer files than readers by record ranges: in DataLoader workers, counted once
+        for the dataset by all workers together (see data/counting.py); in one process, here."""
+        if workers < 2 or self._worker_info() is None:
+            return self._ensure_counts(_split_reason(len(self.paths), readers))
+        return self._shared.count_shared(self._count_file, worker, workers)
+
+    def _warn_shared_count(self, worker: int, workers: int, readers: int) -> None:
+        """In DataLoader worker 0, once for the dataset: the workers count the files that had no count as built.
+        Said even when the other workers have already counted them all (worker 0 may start last)."""
+        if (worker == 0 and workers >= 2 and len(self.paths) < readers and self._shared._initial
+                and self._worker_info() is not None and self._shared.first(0)):
+            unknown = len(self._shared._initial)
+            self._site.warn(f"counting the records of {unknown} file(s) without an index "
+                            f"({_split_reason(len(self.paths), readers)}): the DataLoader workers count them together "
+                            "once, and every later epoch and len() use the counts; write indexes (`tfr-torch index "
+                            "FILES`) and pass index='auto' to skip it")
+
+    def _records(self, epoch: int, worker: int, workers: int) -> Iterator[Block]:
+        """This reader's records for the epoch, in order (before batching), in blocks."""
+        source = self._source()
+        multiple = self.batch_size or 1
+        if self._global_shuffle:  # a true global shuffle: a seeded permutation, each record read by offset
+            counts = self._counts
+            assert counts is not None  # every file is indexed, so every count is known
+            quota = rank_quota(sum(counts), self.world_size, self.pad)
+            a, b = worker_block(quota, self.rank, worker, workers, multiple)
+            if worker == 0:
+                self._warn_idle_workers(quota, workers, multiple)
+            return iter_random(source, global_block(counts, self.seed, epoch, a, b), counts)
+        order = file_order(len(self.paths), self.shuffle, self.seed, epoch)
+        readers = workers * self.world_size
+        self._warn_shared_count(worker, workers, readers)
+        if self._counts is None and len(self.paths) < readers:
+            self._split_counts(worker, workers, readers)
+        if self._counts is None:  # one rank, enough files, counts unknown: whole files per worker
+            known = [len(o) if o is not None else 1 << 62 for o in self.offsets]  # read unknown files to their end
+            streams = (iter_run(source, Run(f, 0, known[f])) for f in files_for_worker(order, worker, workers))
+        else:
+            quota = rank_quota(sum(self._counts), self.world_size, self.pad)
+            a, b = worker_block(quota, self.rank, worker, workers, multiple)
+            if worker == 0:
+                self._warn_idle_workers(quota, workers, multiple)
+            runs = opening_ahead(source, (self._in_file(run) for run in runs_of_block(self._counts, order, a, b)),
+                                 self.interleave if self.shuffle else 1)
+            streams = (iter_run(source, run) for run in runs)
+        if not self.shuffle:
+            return _chain(streams)
+        rng = epoch_rng(self.seed, epoch, 3 + worker + workers * self.rank)
+        return blocks_of(shuffle_buffer(interleave((located(s) for s in streams), self.interleave),
+                                        self.shuffle_buffer, rng))
+
+
+def _ignore(err: Exception) -> None:
+    """The on_error policy of counting: a bad record is not counted, and said nothing of (reading says it)."""
+
+
+def _chain(streams: Iterable[Iterable[Block]]) -> Iterator[Block]:
+    for stream in streams:
+        yield from stream
+
+
+def _split_reason(files: int, readers: int) -> str:
+    return f"{files} file(s) for {readers} readers (ranks x DataLoader workers): files are split by record ranges"
