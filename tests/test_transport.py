@@ -843,3 +843,71 @@ def test_sparse_batches_from_workers_arrive_whole_and_without_torchs_invariant_w
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Sparse invariant" not in done.stdout + done.stderr
+
+
+_PIPE_SCRIPT = r"""
+import sys, warnings
+import torch, tfr_torch
+from torch.utils.data import DataLoader
+path = sys.argv[1]
+with tfr_torch.TFRecordWriter(path) as w:
+    for i in range(40):
+        w.write_example({"id": i, "tok": list(range(i % 5 + 1))})
+tfr_torch.build_index(path)
+spec = {"id": tfr_torch.FixedLenFeature([], torch.int64), "tok": tfr_torch.VarLenFeature(torch.int64)}
+want = {i: list(range(i % 5 + 1)) for i in range(40)}
+flat = tfr_torch.TFRecordDataset(path, spec, batch_size=8, shared_memory=False)
+nested = tfr_torch.TFRecordDataset(path, spec, batch_size=8, shared_memory=False,
+                                   transform=lambda b: {"x": {"tok": b["tok"]}, "id": b["id"]})
+cached = tfr_torch.CachedDataset(tfr_torch.TFRecordDataset(path, spec, batch_size=8, shared_memory=False))
+warnings.simplefilter("always")
+with warnings.catch_warnings(record=True) as caught:
+    runs = {
+        "batches": list(DataLoader(flat, batch_size=None, num_workers=2)),
+        "nested": [{"id": b["id"], "tok": b["x"]["tok"]}
+                   for b in DataLoader(nested, batch_size=None, num_workers=2)],
+        "cached": [b for _ in range(2) for b in DataLoader(cached, batch_size=None, num_workers=2)],
+    }
+for name, batches in runs.items():
+    seen = {}
+    for b in batches:
+        assert type(b) is dict, (name, type(b))
+        assert b["tok"].layout == torch.sparse_coo, name
+        dense = b["tok"].to_dense().tolist()
+        for n, i in enumerate(b["id"].tolist()):
+            seen.setdefault(i, []).append(dense[n][:len(want[i])])
+    copies = 2 if name == "cached" else 1
+    assert seen == {i: [v] * copies for i, v in want.items()}, name
+print("|".join(str(w.message) for w in caught))
+"""
+
+
+def test_sparse_batches_through_the_pipe_arrive_whole_and_without_torchs_invariant_warning(tmp_path):
+    """Fixed: with shared_memory=False (batches through the workers' pipes, torch's usual way), every program
+    reading VarLenFeatures still printed torch's "Sparse invariant checks are implicitly disabled ... SEGFAULT"
+    warning; batches, nested transform results and a CachedDataset's replay now arrive as plain dicts without
+    it. A fresh process: torch gives that warning once per process."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _PIPE_SCRIPT, str(tmp_path / "v.tfrecord")], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Sparse invariant" not in done.stdout + done.stderr
+
+
+def test_pipe_batches_keep_their_type_through_collate_and_copy_and_arrive_as_plain_dicts():
+    sparse = torch.sparse_coo_tensor(torch.tensor([[0, 1], [0, 2]]), torch.tensor([5, 6]), (2, 3),
+                                     check_invariants=True).coalesce()
+    batch = transport.for_the_pipe({"tok": sparse, "inner": {"tok": sparse}, "id": torch.arange(2)})
+    assert type(batch) is transport.PipeBatch
+    assert type(copy.copy(batch)) is transport.PipeBatch  # default_convert / default_collate copy a mapping
+    assert type(torch.utils.data.default_convert(batch)) is transport.PipeBatch
+    row = transport.for_the_pipe({"id": torch.tensor(1)})
+    assert type(torch.utils.data.default_collate([row, row])) is transport.PipeBatch
+    got = ForkingPickler.loads(bytes(ForkingPickler.dumps(batch)))
+    assert type(got) is dict and type(got["inner"]) is dict
+    assert torch.equal(got["tok"].to_dense(), sparse.to_dense()) and got["tok"].is_coalesced()
+    assert torch.equal(got["inner"]["tok"].to_dense(), sparse.to_dense())
+    assert torch.equal(got["id"], torch.arange(2))
+    assert transport.for_the_pipe([b"a"]) == [b"a"] and type(transport.for_the_pipe([b"a"])) is list

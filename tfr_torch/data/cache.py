@@ -36,7 +36,7 @@ from tfr_torch.data.cache_folder import (
     write_part,
 )
 from tfr_torch.data.distributed import detect_rank_world
-from tfr_torch.data.transport import Batch, RecordBatch, shared_memory_available, wrap_for_transport
+from tfr_torch.data.transport import Batch, RecordBatch, for_the_pipe, shared_memory_available, wrap_for_transport
 from tfr_torch.format.paths import is_url
 
 __all__ = ["CachedDataset", "CACHE_FORMAT"]
@@ -293,8 +293,8 @@ class CachedDataset(IterableDataset[Any]):
         order: Any = range(len(items))
         if self.shuffle:
             order = np.random.default_rng([self.seed & _MASK, epoch & _MASK]).permutation(len(items))
-        wrap = (get_worker_info() is not None and getattr(self.dataset, "shared_memory", False)
-                and shared_memory_available())
+        worker = get_worker_info() is not None
+        wrap = worker and getattr(self.dataset, "shared_memory", False) and shared_memory_available()
         self._resume = None
         live = self._live = {"epoch": epoch, "phase": "replay", "yielded": min(skip, len(items)),
                              "kept_epoch": self._part_epoch(key)}
@@ -303,7 +303,10 @@ class CachedDataset(IterableDataset[Any]):
             item = items[int(i)] if fresh else _copy(items[int(i)])
             if self.transform is not None:
                 item = self.transform(item)
-            yield wrap_for_transport(item) if wrap and type(item) in (dict, list) else item
+            if wrap and type(item) in (dict, list):
+                yield wrap_for_transport(item)
+            else:
+                yield for_the_pipe(item) if worker else item
 
     # ----- readers and pickling ----------------------------------------------------------------------------------
 

@@ -278,7 +278,7 @@ class TFRecordDataset(ResumableState, EpochRecords, ItemMaker, IterableDataset[A
             blocks = self._records(epoch, worker, workers)
         plan = plan_of(self.features) if self.features is not None else None  # once per epoch
         wrap = info is not None and self.shared_memory and shared_memory_available()
-        yield from self._items(blocks, plan, skip, wrap, converts_only)
+        yield from self._items(blocks, plan, skip, wrap, converts_only, pipe=info is not None and not wrap)
 
 
 def _refuse_rebatching(dataset: TFRecordDataset, caller: Any) -> None:

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, cast, overload
 
 from tfr_torch.data.blocks import Block, drop, flatten, regroup
-from tfr_torch.data.transport import Batch, lending_slabs, wrap_for_transport
+from tfr_torch.data.transport import Batch, for_the_pipe, lending_slabs, wrap_for_transport
 from tfr_torch.decode.plan import ExamplePlan
 from tfr_torch.format.location import RecordLocation
 
@@ -30,10 +30,11 @@ class ItemMaker:
     location_key: str | None
     _position: int
 
-    def _items(self, blocks: Iterator[Block], plan: Any, skip: int, wrap: bool, converts_only: bool
-               ) -> Iterator[Any]:
+    def _items(self, blocks: Iterator[Block], plan: Any, skip: int, wrap: bool, converts_only: bool,
+               pipe: bool = False) -> Iterator[Any]:
         """The epoch's items from this reader's `blocks`, the first `skip` items (a resumed state's) left out;
-        `wrap`: each sent through the shared-memory transport; `converts_only`: see dataset._converts_only."""
+        `wrap`: each sent through the shared-memory transport; `pipe`: each sent through a DataLoader worker's pipe
+        (transport.for_the_pipe); `converts_only`: see dataset._converts_only."""
         transform = self.transform
         parcel = converts_only and transform is None  # see transport.Parcel
         if self.batch_size is None:
@@ -49,7 +50,7 @@ class ItemMaker:
         if transform is None and (marked or not wrap):  # nothing to do to an item but count it
             for item in items:
                 self._position += 1
-                yield item
+                yield for_the_pipe(item) if pipe else item
             return
         for item in items:
             if transform is not None:
@@ -62,6 +63,8 @@ class ItemMaker:
                 _APPLYING.dataset = _APPLYING.names = None
             if wrap:
                 item = wrap_for_transport(item, parcel)
+            elif pipe:
+                item = for_the_pipe(item)
             self._position += 1
             yield item
 

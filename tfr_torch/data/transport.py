@@ -46,8 +46,8 @@ from tfr_torch.data.receive import (_NUMPY_DTYPES, Container, Entry, Lent, LentE
 from tfr_torch.data.slabs import _HEADER, _Pool, _pool, _Slab, lending_slabs, shared_memory_available, slab_tensor
 from tfr_torch.decode.spans import RecordSpans
 
-__all__ = ["Batch", "RecordBatch", "Parcel", "lending_slabs", "shared_memory_available", "slab_tensor",
-           "wrap_for_transport"]
+__all__ = ["Batch", "PipeBatch", "RecordBatch", "Parcel", "for_the_pipe", "lending_slabs", "shared_memory_available",
+           "slab_tensor", "wrap_for_transport"]
 
 _ALIGN = 64
 
@@ -56,6 +56,21 @@ class Batch(dict[Any, Any]):
     """A decoded batch (a plain dict) that a DataLoader worker sends through shared memory; see the module doc."""
 
     __slots__ = ()
+
+
+class PipeBatch(dict[Any, Any]):
+    """A decoded batch (a plain dict) that a DataLoader worker sends through the pipe, torch's usual way
+    (`shared_memory=False`, or no shared memory where it runs): it arrives as the plain dict, its sparse COO tensors
+    rebuilt without torch's "Sparse invariant checks are implicitly disabled" warning (see _SparseCOO). A dict
+    subclass, so that collate functions (which copy a mapping's type) keep it."""
+
+    __slots__ = ()
+
+
+def for_the_pipe(item: Any) -> Any:
+    """In a DataLoader worker that sends its items through the pipe: a dict as a PipeBatch (see there); anything
+    else as it is."""
+    return PipeBatch(item) if type(item) is dict else item
 
 
 class RecordBatch(list[bytes]):
@@ -246,6 +261,18 @@ def _portable(value: Any) -> Any:
     return value
 
 
+def _portable_tree(value: Any) -> Any:
+    """`value` with each sparse COO tensor in it, as deep as its dicts go, wrapped by _portable."""
+    if type(value) is dict or type(value) is PipeBatch:
+        return {key: _portable_tree(item) for key, item in value.items()}
+    return _portable(value)
+
+
+def _reduce_pipe(batch: PipeBatch) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+    """What ForkingPickler calls for a PipeBatch: the plain dict, its sparse tensors as _SparseCOO."""
+    return _unwrap, (_portable_tree(batch),)
+
+
 def _plan_size(plan: list[tuple[Any, str, Any]]) -> int:
     size = 0
     for _, what, value in plan:
@@ -390,3 +417,4 @@ def _parcel_items(parcel: Parcel) -> tuple[Container, list[tuple[Any, Any]]]:
 ForkingPickler.register(Batch, _reducer(_batch_items))
 ForkingPickler.register(RecordBatch, _reducer(_record_items))
 ForkingPickler.register(Parcel, _reducer(_parcel_items))
+ForkingPickler.register(PipeBatch, _reduce_pipe)
