@@ -27,7 +27,7 @@ from PIL import Image
 import tfr_torch
 from tfr_torch import DecodeError, FixedLenFeature, TFRecordDataset, decode_image, string
 from tfr_torch.decode.sidecar import spec_to_json
-from tfr_torch.tools import convert as convert_module
+from tfr_torch.tools import convert_jobs
 from tfr_torch.tools.convert import convert_dataset, convert_image_folder, image_folder_items
 from tfr_torch.tools.cli import main as cli_main
 from tfr_torch.tools.progress import Progress
@@ -659,14 +659,14 @@ def test_an_unexpected_error_in_a_worker_stops_the_conversion(tmp_path):
 
 
 def _interrupt_folder_job(monkeypatch, at):
-    real = convert_module._FolderJob.__call__
+    real = convert_jobs._FolderJob.__call__
 
     def flaky(self, i):
         if i == at:
             raise KeyboardInterrupt
         return real(self, i)
 
-    monkeypatch.setattr(convert_module._FolderJob, "__call__", flaky)
+    monkeypatch.setattr(convert_jobs._FolderJob, "__call__", flaky)
 
 
 def test_interrupted_folder_conversion_resumes_from_the_cli(folder, tmp_path, monkeypatch):

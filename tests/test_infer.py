@@ -15,7 +15,8 @@ import torch
 
 import tfr_torch
 from tfr_torch import FixedLenFeature, VarLenFeature, encode_example, parse_example
-from tfr_torch.decode.infer import format_features, record_kind
+from tfr_torch.decode.record_kinds import record_kind
+from tfr_torch.decode.spec_code import format_features
 from tfr_torch.errors import DecodeError
 
 REPO = Path(__file__).resolve().parent.parent

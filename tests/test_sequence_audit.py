@@ -47,7 +47,7 @@ from tfr_torch import (
     parse_sequence_example,
     parse_single_sequence_example,
 )
-from tfr_torch.decode.infer import format_features
+from tfr_torch.decode.spec_code import format_features
 from tfr_torch.errors import DecodeError
 from tfr_torch.format._proto import example_pb2
 from tfr_torch.format.location import RecordLocation

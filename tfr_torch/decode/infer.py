@@ -1,91 +1,30 @@
-"""Propose a feature spec from the records themselves (`infer_features`, `tfr-torch schema`), and tell what kind
-of message a record holds (`record_kind`: Example, SequenceExample, serialize_tensor payload or raw bytes)."""
+"""Propose a feature spec from the records themselves (`infer_features`, `tfr-torch schema`): records sampled from
+every file, summarized chunk by chunk per key, and the proposal with what it was based on. What kind of message a
+record holds is decode/record_kinds.py; the proposal printed as code, decode/spec_code.py."""
 
 from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Iterable, Iterator, Mapping
-from typing import Any, Final
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 import torch
-from google.protobuf.message import DecodeError as _ProtoDecodeError
 
 from tfr_torch.decode.dtypes import DType
+from tfr_torch.decode.record_kinds import EXAMPLE, SEQUENCE_EXAMPLE, TENSOR, _why_not_example, classify_record
 from tfr_torch.decode.sequence_features import SequenceFeatures
 from tfr_torch.decode.specs import FixedLenFeature, FixedLenSequenceFeature, VarLenFeature, string
 from tfr_torch.errors import DecodeError, TFRecordError
-from tfr_torch.format._proto import raw_example_pb2
 from tfr_torch.format.columns import decode_column, kind_of
-from tfr_torch.format.options import CompressionOrAuto, FeatureKind, RecordKind, check_compression
+from tfr_torch.format.options import CompressionOrAuto, FeatureKind, check_compression
 from tfr_torch.format.paths import expand_paths
 from tfr_torch.format.reader import read_records
-from tfr_torch.format.strict import walk_example
-from tfr_torch.format.tensor import DTYPES, TensorData, decode_tensor_proto
+from tfr_torch.format.tensor import DTYPES
 
-__all__ = ["InferredFeatures", "InferredSequenceFeatures", "infer_features", "format_features", "record_kind",
-           "classify_record"]
+__all__ = ["InferredFeatures", "InferredSequenceFeatures", "infer_features"]
 
 _DTYPE: dict[FeatureKind, DType] = {"float": torch.float32, "int64": torch.int64, "bytes": string}
-_parse_raw_example = raw_example_pb2.RawExample.FromString
-_parse_raw_sequence = raw_example_pb2.RawSequenceExample.FromString
-
-EXAMPLE: Final = "example"
-SEQUENCE_EXAMPLE: Final = "sequence_example"
-TENSOR: Final = "tensor"
-RAW: Final = "raw"
-
-
-def _tensor(record: bytes) -> TensorData | None:
-    try:
-        return decode_tensor_proto(record)
-    except DecodeError:
-        return None
-
-
-def classify_record(record: bytes) -> tuple[RecordKind, Any]:
-    """`record_kind` and what it parsed: ("example", {key: raw Feature bytes}), ("sequence_example", (context
-    {key: raw Feature bytes}, {key: [raw Feature bytes of each step]})), ("tensor", TensorData) or ("raw", None)."""
-    record = bytes(record)
-    if not record:
-        return EXAMPLE, {}
-    try:
-        message = _parse_raw_sequence(record)
-    except _ProtoDecodeError:
-        message = None
-    if message is not None:
-        if message.feature_lists.feature_list:
-            lists = {key: list(value.feature) for key, value in message.feature_lists.feature_list.items()}
-            return SEQUENCE_EXAMPLE, (dict(message.context.feature), lists)
-        if message.HasField("context"):
-            return EXAMPLE, dict(message.context.feature)
-    tensor = _tensor(record)
-    if tensor is not None:
-        return TENSOR, tensor
-    if message is not None and message.HasField("feature_lists"):
-        # an empty feature_lists field (what SequenceExample(feature_lists=FeatureLists()) serializes to); a
-        # TensorProto's shape parses as one too, hence after the tensor
-        return SEQUENCE_EXAMPLE, (dict(message.context.feature), {})
-    try:
-        example = _parse_raw_example(record)
-    except _ProtoDecodeError:
-        return RAW, None
-    return (EXAMPLE, dict(example.features.feature)) if example.HasField("features") else (RAW, None)
-
-
-def record_kind(record: bytes) -> RecordKind:
-    """What a serialized record holds: "example" (a tf.train.Example, also the empty record),
-    "sequence_example" (a SequenceExample with feature lists, or an empty feature_lists field), "tensor" (a
-    `tf.io.serialize_tensor` payload) or "raw" (none of them).
-
-    A TensorProto parses as an empty Example (its fields have other wire types), so a non-empty record without
-    an Example's `features` field is tried as a tensor before it is called an Example.
-
-    >>> import numpy as np, tfr_torch
-    >>> record_kind(tfr_torch.encode_example({"a": 1})), record_kind(tfr_torch.serialize_tensor(np.zeros(2)))
-    ('example', 'tensor')
-    """
-    return classify_record(record)[0]
 
 
 class NoRecordsError(ValueError):
@@ -170,28 +109,6 @@ def _from_files(paths: list[str], max_records: int, info: _Provenance,
         left = max(0, left - n)
     info.files_total, info.files_to_end, info.per_file = len(paths), to_end, most
 
-
-def _why_not_example(record: bytes) -> str:
-    """Why a record that `classify_record` calls raw is not an Example, in the user's terms: what the Example
-    walker finds wrong and at which byte of the record (a feature key that is not UTF-8, a length past the end,
-    ...), never the name of the internal message type protobuf failed to parse."""
-    try:
-        parsed = _parse_raw_example(record)
-    except _ProtoDecodeError as exc:
-        try:
-            walk_example(record)
-        except DecodeError as err:  # "cannot parse N bytes as a tf.train.Example: byte 6 has a feature key ..."
-            return err.message.partition(": ")[2] or err.message
-        # the walker takes what protobuf refused: say what protobuf said, in TensorFlow's type names
-        return f"protobuf cannot parse its {len(record)} bytes as one ({_tf_names(str(exc))})"
-    if not parsed.HasField("features"):
-        return f"its {len(record)} bytes hold no Features message"
-    return f"its {len(record)} bytes do not parse as one"  # (not reached: classify_record would call it an Example)
-
-
-def _tf_names(text: str) -> str:
-    return (text.replace("tfr_torch_raw.RawSequenceExample", "tf.train.SequenceExample")
-            .replace("tfr_torch_raw.RawExample", "tf.train.Example"))
 
 
 def _is_paths(items: Any) -> bool:
@@ -384,58 +301,3 @@ def _one_kind(kinds: set[FeatureKind], key: str, what: str) -> FeatureKind | Non
         raise DecodeError(f"{what} {key!r} holds {' and '.join(sorted(kinds))} values in different records; "
                           "a spec needs one kind")
     return next(iter(kinds)) if kinds else None
-
-
-def format_features(spec: Mapping[str, Any] | SequenceFeatures, name: str = "features") -> str:
-    """Python code that rebuilds `spec` (what `tfr-torch schema` prints): a dict of specs, or a SequenceFeatures.
-    For what `infer_features` proposed, comments say what it was proposed from and mark the keys that not every
-    record carries."""
-    info = spec if isinstance(spec, _Provenance) and spec.records_read > 0 else None
-    lines = []
-    if info is not None:
-        lines += [f"# {info.describe()}.",
-                  "# VarLenFeature: the count of values varies, or some records lack the key (noted beside it)."]
-    lines += ["import torch", "", "import tfr_torch", ""]
-    present, records, empty = ((info.present, info.records_read, info.empty_keys) if info is not None
-                               else (None, None, []))
-    if isinstance(spec, SequenceFeatures):
-        lists = spec if isinstance(spec, InferredSequenceFeatures) and info is not None else None
-        lines.append(f"{name} = tfr_torch.SequenceFeatures(")
-        lines += _entries(spec.context, "context=", "    ", present, records, empty)
-        lines += _entries(spec.sequence, "sequence=", "    ", lists.list_present if lists is not None else None,
-                          records, lists.empty_lists if lists is not None else [],
-                          "no step of any record read holds values (no steps, or Features without a kind)")
-        lines.append(")")
-    else:
-        lines += _entries(spec, f"{name} = ", "", present, records, empty)
-    return "\n".join(lines) + "\n"
-
-
-def _entries(spec: Mapping[str, Any], opening: str, indent: str, carried: dict[str, int] | None,
-             records: int | None, empty: list[str],
-             why: str = "no values in any record read (a Feature without a kind)") -> list[str]:
-    """`opening{` (`context=`, or `name = ` at the top), a line per spec (noting the keys fewer than `records` of
-    the records read carry, by `carried`), the keys without values (`empty`, `why`), and the closing brace."""
-    lines = [f"{indent}{opening}{{"]
-    for key, s in spec.items():
-        lines.append(f"{indent}    {key!r}: {_spec_code(s)},")
-        if carried is not None and records is not None and carried.get(key, records) < records:
-            lines[-1] += f"  # in {carried[key]:,} of {records:,} records read"
-    lines += [f"{indent}    # {key!r}: {why}: no spec proposed" for key in empty]
-    lines.append(f"{indent}}}," if indent else f"{indent}}}")
-    return lines
-
-
-def _spec_code(spec: Any) -> str:
-    def dtype(d: Any) -> str:
-        return "tfr_torch.string" if d == string else f"torch.{str(d).removeprefix('torch.')}"
-
-    if isinstance(spec, (FixedLenFeature, FixedLenSequenceFeature)):
-        shape = "[" + ", ".join(map(str, spec.shape)) + "]"
-        extra = ", allow_missing=True" if isinstance(spec, FixedLenSequenceFeature) and spec.allow_missing else ""
-        if spec.default_value is not None:
-            extra += f", default_value={spec.default_value!r}"
-        return f"tfr_torch.{type(spec).__name__}({shape}, {dtype(spec.dtype)}{extra})"
-    if isinstance(spec, VarLenFeature):
-        return f"tfr_torch.VarLenFeature({dtype(spec.dtype)})"
-    return f"tfr_torch.{spec!r}"  # SparseFeature, RaggedFeature: their reprs are their constructor calls

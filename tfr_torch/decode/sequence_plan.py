@@ -1,6 +1,7 @@
 """The decoding plan of tf.train.SequenceExample records (see `parse_sequence_example`): the context decoded as
 an Example's features, every feature list step by step; by the compiled kernels (decode/kernel.py for the context)
-when they can, else by the pure-Python reference. It shares ExamplePlan's spec checks (decode/plan.py)."""
+when they can, else by the pure-Python reference. It shares ExamplePlan's spec and record checks
+(decode/plan_inputs.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import torch
 from tfr_torch import _native
 from tfr_torch.decode.dense import StepSequenceDecoder
 from tfr_torch.decode.kernel import _KERNEL_KINDS, _NO_FEATURES, _NUMPY_OF_KIND, _example_kernel, _kernel_units
-from tfr_torch.decode.plan import (
+from tfr_torch.decode.plan_inputs import (
     _EXAMPLE_DECODERS,
     Decoder,
     _check_wire_kinds,

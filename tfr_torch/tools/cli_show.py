@@ -123,7 +123,7 @@ def _render(record: bytes, kind: str, full: bool) -> dict[str, Any]:
                     "feature_lists": {k: _json_steps(steps, full) for k, steps in sorted(lists.items())}}}
     guess = kind == "auto"
     if guess:
-        from tfr_torch.decode.infer import record_kind  # a TensorProto also parses as an empty Example
+        from tfr_torch.decode.record_kinds import record_kind  # a TensorProto also parses as an empty Example
 
         guessed = record_kind(record)
         kind = {"example": "example", "tensor": "tensor"}.get(guessed, "raw")
@@ -166,7 +166,7 @@ def _check_is_example(record: bytes) -> None:
     (the empty record is the Example without features, shown as {}) and without a `features` field."""
     if not record or _has_features_field(record):
         return
-    from tfr_torch.decode.infer import record_kind  # imports torch: only for this message
+    from tfr_torch.decode.record_kinds import record_kind  # only for this message
 
     looks = {"tensor": "a serialize_tensor payload (its field 1 is a varint, a TensorProto's dtype): try --as tensor",
              "sequence_example": "a SequenceExample without context: try --as sequence"}.get(
@@ -213,7 +213,8 @@ def _cmd_head(args: argparse.Namespace) -> int:
 
 
 def _cmd_schema(args: argparse.Namespace) -> int:
-    from tfr_torch.decode.infer import NoRecordsError, format_features, infer_features  # imports torch: only here
+    from tfr_torch.decode.infer import NoRecordsError, infer_features  # imports torch: only here
+    from tfr_torch.decode.spec_code import format_features
 
     paths = _files(args)
     try:

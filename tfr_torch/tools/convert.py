@@ -15,27 +15,22 @@ read by many TF input functions):
 
 from __future__ import annotations
 
-import collections
-import io
-import itertools
 import logging
-import math
-import multiprocessing
 import os
 import sys
 import warnings
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 import torch
 
 from tfr_torch.decode.specs import FixedLenFeature, string
 from tfr_torch.errors import DecodeError
-from tfr_torch.format.example import encode_example
 from tfr_torch.format.options import Compression, OnErrorPolicy, check_compression, check_on_error_policy
-from tfr_torch.images.encode import as_pixels, check_mode_for_format, encode_pixels, image_info
+from tfr_torch.images.encode import check_mode_for_format
+from tfr_torch.tools.convert_jobs import _DatasetJob, _FolderJob, _Item
+from tfr_torch.tools.convert_run import _run
 from tfr_torch.tools.progress import Progress
 from tfr_torch.tools.shards import ShardedWriter
 
@@ -44,8 +39,6 @@ __all__ = ["IMAGE_FEATURES", "IMG_EXTENSIONS", "ConversionResult", "convert_imag
 
 log = logging.getLogger(__name__)
 
-# What encoding one item gives: (its index, the serialized Example or None when it failed, bytes read, why it failed)
-_Item = tuple[int, Optional[bytes], int, Optional[str]]
 IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")  # torchvision's
 FORMATS = ("keep", "jpeg", "png", "raw")
 
@@ -104,172 +97,6 @@ def image_folder_items(root: str, allow_empty: bool = False) -> tuple[list[tuple
                                 "keep such classes with no images, as torchvision's ImageFolder(allow_empty=True) "
                                 "does")
     return items, classes
-
-
-def _pil_format(name: str | None) -> str:
-    return (name or "unknown").lower().replace("mpo", "jpeg")
-
-
-def _check_decodes(img: Any) -> None:
-    """Decode fully (JPEGs at reduced scale, which still reads every byte) to catch truncated files."""
-    if img.format == "JPEG":
-        img.draft(img.mode, (max(img.size[0] // 8, 1), max(img.size[1] // 8, 1)))
-    img.load()
-
-
-def _image_example(encoded: bytes, fmt: str, height: int, width: int, channels: int, label: int, text: str | bytes,
-                   filename: str | bytes | None) -> bytes:
-    features = {"image/encoded": encoded, "image/format": fmt, "image/height": height, "image/width": width,
-                "image/channels": channels, "image/class/label": label, "image/class/text": text}
-    if filename is not None:
-        features["image/filename"] = filename
-    return encode_example(features)
-
-
-class _FolderJob:
-    """Encodes item i of an image folder (picklable: runs in worker processes)."""
-
-    def __init__(self, root: str, items: list[tuple[str, int]], classes: list[str], fmt: str, quality: int,
-                 check: bool, mode: str = "UNCHANGED") -> None:
-        self.root, self.items, self.classes = root, items, classes
-        self.fmt, self.quality, self.check, self.mode = fmt, quality, check, mode
-
-    def __call__(self, i: int) -> tuple[int, bytes | None, int, str | None]:
-        from PIL import Image, UnidentifiedImageError
-
-        path, label = self.items[i]
-        rel = os.path.relpath(path, self.root)
-        try:
-            with open(path, "rb") as f:
-                data = f.read()
-            if self.fmt == "keep":
-                with Image.open(io.BytesIO(data)) as img:
-                    fmt = _pil_format(img.format)
-                    height, width, channels = image_info(img, data)  # before the check's draft() shrinks it
-                    if self.check:
-                        _check_decodes(img)
-                encoded = data
-            else:
-                from tfr_torch.images import decode_image
-
-                pixels = decode_image(data, self.mode, backend="pillow", name=path)
-                encoded, fmt, channels = _reencode(pixels, self.fmt, self.quality)
-                height, width = pixels.shape[-2:]
-        except UnidentifiedImageError:
-            return i, None, 0, f"{path}: not an image Pillow can identify"
-        except DecodeError as exc:
-            return i, None, 0, f"{path}: cannot read the image: {str(exc).split(': ', 1)[-1]}"
-        except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
-            return i, None, 0, f"{path}: cannot read the image: {exc}"
-        # os.fsencode: a name that is not UTF-8 (kept by Python as surrogate escapes) is stored as its bytes on disk
-        record = _image_example(encoded, fmt, int(height), int(width), channels, label,
-                                os.fsencode(self.classes[label]), os.fsencode(rel))
-        return i, record, len(data), None
-
-
-def _reencode(pixels: torch.Tensor, fmt: str, quality: int) -> tuple[bytes, str, int]:
-    """uint8 [C, H, W] pixels stored as `fmt`: (encoded bytes, format name, channels decode_image will return)."""
-    if fmt == "raw":
-        from tfr_torch.tensors import serialize_tensor
-
-        return serialize_tensor(pixels.contiguous()), "raw", int(pixels.shape[0])
-    encoded, channels = encode_pixels(pixels, fmt, quality)
-    return encoded, fmt, channels
-
-
-def _label_of(target: Any) -> int:
-    """A dataset item's target as its class index: an int, an integral float, or a tensor / array holding one
-    such value. ValueError for anything that would be cut to fit (2.7, several values, past int64)."""
-    if hasattr(target, "item") and hasattr(target, "shape"):
-        if math.prod(target.shape) != 1:
-            raise ValueError(f"the target must be one class index, got a {type(target).__name__} of shape "
-                             f"{tuple(target.shape)}")
-        target = target.item()
-    try:
-        label: int | None = int(target)  # None, "cat": TypeError / ValueError
-    except OverflowError:  # an infinite float
-        label = None
-    if label is None or (label != target and not isinstance(target, str)) or not -(2**63) <= label < 2**63:
-        raise ValueError(f"the target must be an integer class index (int64), got {target!r}")
-    return label
-
-
-class _DatasetJob:
-    """Encodes item i of a map-style dataset of (image, target)."""
-
-    def __init__(self, dataset: Any, classes: Sequence[str] | None, fmt: str, quality: int,
-                 mode: str = "UNCHANGED") -> None:
-        self.dataset, self.classes, self.fmt, self.quality, self.mode = dataset, classes, fmt, quality, mode
-
-    def __call__(self, i: int) -> tuple[int, bytes | None, int, str | None]:
-        from PIL import Image
-
-        try:
-            image, target = self.dataset[i]
-            label = _label_of(target)
-            pixels = as_pixels(image, self.mode)
-            encoded, fmt, channels = _reencode(pixels, "png" if self.fmt == "keep" else self.fmt, self.quality)
-        except (OSError, ValueError, TypeError, SyntaxError, Image.DecompressionBombError) as exc:
-            return i, None, 0, f"item {i}: cannot convert it: {exc}"
-        text = str(self.classes[label]) if self.classes is not None and 0 <= label < len(self.classes) else str(label)
-        height, width = int(pixels.shape[-2]), int(pixels.shape[-1])
-        record = _image_example(encoded, fmt, height, width, channels, label, text, None)
-        return i, record, len(encoded), None
-
-
-def _run(job: Callable[[int], _Item], count: int, writer: ShardedWriter, workers: int, on_error: str,
-         progress: Progress, start: int, skipped: list[list[Any]], engine: str = "local",
-         address: str | None = None) -> None:
-    """Encode items start..count-1 (in worker processes when workers > 1, in Ray tasks with engine="ray") and
-    write them in order."""
-    indices = range(start, count)
-    pool = None
-    results: Any  # for Ray, a generator that is closed below
-    if engine == "ray":
-        from tfr_torch.ray.convert import ordered_map
-
-        results = ordered_map(job, indices, address=address)
-    elif workers > 1:
-        context = multiprocessing.get_context("fork" if sys.platform != "win32" else "spawn")
-        pool = ProcessPoolExecutor(workers, mp_context=context)  # a dead worker raises BrokenProcessPool, never hangs
-        results = _ordered_map(pool, job, indices, window=workers * 4, chunk=8)
-    else:
-        results = map(job, indices)
-    try:
-        for i, record, nbytes, error in results:
-            if error is not None:
-                if on_error == "raise":
-                    raise DecodeError(f"{error} (use on_error='skip' / --on-error skip to skip broken images)")
-                skipped.append([i, error])
-                progress.update(1, 0)
-                continue
-            writer.write(record, position=i, state={"skipped": skipped})
-            progress.update(1, nbytes)
-    finally:
-        if engine == "ray":
-            results.close()  # cancels the Ray tasks still running
-        if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=True)
-
-
-def _run_chunk(job: Callable[[int], _Item], indices: range) -> list[_Item]:
-    return [job(i) for i in indices]
-
-
-def _ordered_map(pool: ProcessPoolExecutor, job: Callable[[int], _Item], indices: range, window: int,
-                 chunk: int) -> Iterator[_Item]:
-    """job(i) for every index, in order, computed in the pool with at most `window` chunks in flight (so memory
-    stays bounded however many items there are)."""
-    chunks = (indices[k : k + chunk] for k in range(0, len(indices), chunk))
-    pending: collections.deque[Future[list[_Item]]] = collections.deque()
-    for part in itertools.islice(chunks, window):
-        pending.append(pool.submit(_run_chunk, job, part))
-    while pending:
-        results = pending.popleft().result()
-        more = next(chunks, None)
-        if more is not None:
-            pending.append(pool.submit(_run_chunk, job, more))
-        yield from results
 
 
 def _convert(job: Callable[[int], _Item], count: int, out_dir: str, name: str, split: str, *, shard_size: Any,

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from tfr_torch.decode.infer import EXAMPLE, RAW, SEQUENCE_EXAMPLE, TENSOR, classify_record
+from tfr_torch.decode.record_kinds import EXAMPLE, RAW, SEQUENCE_EXAMPLE, TENSOR, classify_record
 from tfr_torch.errors import DecodeError
 from tfr_torch.format.columns import decode_column, kind_of
 from tfr_torch.format.framing import OVERHEAD
