@@ -285,7 +285,7 @@ def test_len_uses_the_sidecar_counts(kept, monkeypatch):
     def no_scan(*args, **kwargs):
         raise AssertionError("len() scanned a file instead of using the sidecar's counts")
 
-    monkeypatch.setattr("tfr_torch.data.dataset.scan_index", no_scan)
+    monkeypatch.setattr("tfr_torch.data.epoch_records.EpochRecords._count_file", no_scan)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no fallback that reads the files (it would warn or scan)
         assert len(TFRecordDataset(result.paths)) == len(FOLDER_IMAGES)

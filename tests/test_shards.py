@@ -245,7 +245,7 @@ def test_len_reads_counts_from_the_sidecar_without_scanning(tmp_path, monkeypatc
     def no_scan(*args, **kwargs):
         raise AssertionError("scanned a file: the sidecar's counts were not used")
 
-    monkeypatch.setattr("tfr_torch.data.dataset.scan_index", no_scan)
+    monkeypatch.setattr("tfr_torch.data.epoch_records.EpochRecords._count_file", no_scan)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert len(TFRecordDataset(paths)) == 25

@@ -34,7 +34,6 @@ from tfr_torch.data.sharding import rank_quota
 from tfr_torch.decode.hints import check_features_argument
 from tfr_torch.decode.sequence_features import SequenceFeatures
 from tfr_torch.format.compression import normalize_compression
-from tfr_torch.format.index import scan_index  # noqa: F401  (a test patches scan_index here)
 from tfr_torch.format.options import CompressionOrAuto, OnError, check_compression, check_on_error, check_positive_int
 from tfr_torch.format.paths import PathLike, expand_paths
 from tfr_torch.format.reader import RecordReader
