@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from torch.utils.data import DataLoader
 
 import tfr_torch
-from tfr_torch.data import receive, slabs, transport
+from tfr_torch.data import pipe, receive, slabs, transport
 from tfr_torch.data.slabs import _HEADER as _SLAB_HEADER
 from tfr_torch.data.transport import Batch, RecordBatch
 
@@ -899,15 +899,15 @@ def test_sparse_batches_through_the_pipe_arrive_whole_and_without_torchs_invaria
 def test_pipe_batches_keep_their_type_through_collate_and_copy_and_arrive_as_plain_dicts():
     sparse = torch.sparse_coo_tensor(torch.tensor([[0, 1], [0, 2]]), torch.tensor([5, 6]), (2, 3),
                                      check_invariants=True).coalesce()
-    batch = transport.for_the_pipe({"tok": sparse, "inner": {"tok": sparse}, "id": torch.arange(2)})
-    assert type(batch) is transport.PipeBatch
-    assert type(copy.copy(batch)) is transport.PipeBatch  # default_convert / default_collate copy a mapping
-    assert type(torch.utils.data.default_convert(batch)) is transport.PipeBatch
-    row = transport.for_the_pipe({"id": torch.tensor(1)})
-    assert type(torch.utils.data.default_collate([row, row])) is transport.PipeBatch
+    batch = pipe.for_the_pipe({"tok": sparse, "inner": {"tok": sparse}, "id": torch.arange(2)})
+    assert type(batch) is pipe.PipeBatch
+    assert type(copy.copy(batch)) is pipe.PipeBatch  # default_convert / default_collate copy a mapping
+    assert type(torch.utils.data.default_convert(batch)) is pipe.PipeBatch
+    row = pipe.for_the_pipe({"id": torch.tensor(1)})
+    assert type(torch.utils.data.default_collate([row, row])) is pipe.PipeBatch
     got = ForkingPickler.loads(bytes(ForkingPickler.dumps(batch)))
     assert type(got) is dict and type(got["inner"]) is dict
     assert torch.equal(got["tok"].to_dense(), sparse.to_dense()) and got["tok"].is_coalesced()
     assert torch.equal(got["inner"]["tok"].to_dense(), sparse.to_dense())
     assert torch.equal(got["id"], torch.arange(2))
-    assert transport.for_the_pipe([b"a"]) == [b"a"] and type(transport.for_the_pipe([b"a"])) is list
+    assert pipe.for_the_pipe([b"a"]) == [b"a"] and type(pipe.for_the_pipe([b"a"])) is list

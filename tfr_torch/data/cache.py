@@ -36,7 +36,8 @@ from tfr_torch.data.cache_folder import (
     write_part,
 )
 from tfr_torch.data.distributed import detect_rank_world
-from tfr_torch.data.transport import Batch, RecordBatch, for_the_pipe, shared_memory_available, wrap_for_transport
+from tfr_torch.data.pipe import for_the_pipe
+from tfr_torch.data.transport import Batch, RecordBatch, shared_memory_available, wrap_for_transport
 from tfr_torch.format.paths import is_url
 
 __all__ = ["CachedDataset", "CACHE_FORMAT"]

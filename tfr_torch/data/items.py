@@ -12,7 +12,8 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, cast, overload
 
 from tfr_torch.data.blocks import Block, drop, flatten, regroup
-from tfr_torch.data.transport import Batch, for_the_pipe, lending_slabs, wrap_for_transport
+from tfr_torch.data.pipe import for_the_pipe
+from tfr_torch.data.transport import Batch, lending_slabs, wrap_for_transport
 from tfr_torch.decode.plan import ExamplePlan
 from tfr_torch.format.location import RecordLocation
 
@@ -34,7 +35,7 @@ class ItemMaker:
                pipe: bool = False) -> Iterator[Any]:
         """The epoch's items from this reader's `blocks`, the first `skip` items (a resumed state's) left out;
         `wrap`: each sent through the shared-memory transport; `pipe`: each sent through a DataLoader worker's pipe
-        (transport.for_the_pipe); `converts_only`: see dataset._converts_only."""
+        (pipe.for_the_pipe); `converts_only`: see dataset._converts_only."""
         transform = self.transform
         parcel = converts_only and transform is None  # see transport.Parcel
         if self.batch_size is None:

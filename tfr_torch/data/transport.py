@@ -19,12 +19,12 @@ as they like, its slab simply stays taken; with every slab taken, the next batch
 
 A batch of nested results (an RLDS episode: {"steps": {"observation": {"image": ...}, ...}, ...}, dicts and lists as
 deep as they go) travels the same way: its skeleton (the dicts and lists, with None where a slab value goes) in the
-pickle, each dense tensor and list of bytes in the slab with its path, put back in place in the main process.
-Plain pickle, copy and deepcopy see the dict or list they are; other values of a batch (sparse tensors, tuples,
-RaggedTensor) travel the usual way. Slabs are anonymous memory files (memfd_create) that the main process maps through
-/proc/<worker pid>/fd/<fd>: they have no name, so a killed worker leaks nothing, and they do not count against
-/dev/shm (64 MB in a default Docker container). Without memfd and /proc (macOS, Windows), or when a slab cannot
-be made, batches travel the usual way (with one warning in the second case).
+pickle, each dense tensor and list of bytes in the slab with its path, put back in place in the main process. Plain
+pickle, copy and deepcopy see the dict or list they are; other values of a batch (sparse tensors, tuples,
+RaggedTensor) travel the usual way (sparse COO tensors as data/pipe.py sends them). Slabs are anonymous memory files
+(memfd_create) that the main process maps through /proc/<worker pid>/fd/<fd>: they have no name, so a killed worker
+leaks nothing, and they do not count against /dev/shm (64 MB in a default Docker container). Without memfd and /proc
+(macOS, Windows), or when a slab cannot be made, batches travel the usual way (with one warning in the second case).
 
 Here: the batch types and how a worker writes a batch (the pickler's reductions). The worker's slabs and the lending
 of them: data/slabs.py; the main process's mappings and the rebuilding of batches: data/receive.py.
@@ -43,11 +43,12 @@ import torch
 from tfr_torch import _native
 from tfr_torch.data.receive import (_NUMPY_DTYPES, Container, Entry, Lent, LentEntry, _rebuild, _rebuild_inline,
                                     _rebuild_nested)
+from tfr_torch.data.pipe import _portable
 from tfr_torch.data.slabs import _HEADER, _Pool, _pool, _Slab, lending_slabs, shared_memory_available, slab_tensor
 from tfr_torch.decode.spans import RecordSpans
 
-__all__ = ["Batch", "PipeBatch", "RecordBatch", "Parcel", "for_the_pipe", "lending_slabs", "shared_memory_available",
-           "slab_tensor", "wrap_for_transport"]
+__all__ = ["Batch", "RecordBatch", "Parcel", "lending_slabs", "shared_memory_available", "slab_tensor",
+           "wrap_for_transport"]
 
 _ALIGN = 64
 
@@ -56,21 +57,6 @@ class Batch(dict[Any, Any]):
     """A decoded batch (a plain dict) that a DataLoader worker sends through shared memory; see the module doc."""
 
     __slots__ = ()
-
-
-class PipeBatch(dict[Any, Any]):
-    """A decoded batch (a plain dict) that a DataLoader worker sends through the pipe, torch's usual way
-    (`shared_memory=False`, or no shared memory where it runs): it arrives as the plain dict, its sparse COO tensors
-    rebuilt without torch's "Sparse invariant checks are implicitly disabled" warning (see _SparseCOO). A dict
-    subclass, so that collate functions (which copy a mapping's type) keep it."""
-
-    __slots__ = ()
-
-
-def for_the_pipe(item: Any) -> Any:
-    """In a DataLoader worker that sends its items through the pipe: a dict as a PipeBatch (see there); anything
-    else as it is."""
-    return PipeBatch(item) if type(item) is dict else item
 
 
 class RecordBatch(list[bytes]):
@@ -232,47 +218,6 @@ def _flatten(value: Any, path: tuple[Any, ...], plan: list[tuple[Any, str, Any]]
     return _portable(value)  # travels in the pickle, the usual way (tuples, sparse tensors, RaggedTensor, ...)
 
 
-class _SparseCOO:
-    """A sparse COO tensor on its way through the pickle: its indices and values go as torch sends dense tensors,
-    and it is rebuilt without torch's "Sparse invariant checks are implicitly disabled" warning, which torch's own
-    rebuild gives in the main process at every batch (the tensor was made by the worker's decoder: nothing to
-    check)."""
-
-    __slots__ = ("tensor",)
-
-    def __init__(self, tensor: torch.Tensor) -> None:
-        self.tensor = tensor
-
-    def __reduce__(self) -> tuple[Callable[..., Any], tuple[Any, ...]]:
-        t = self.tensor
-        return _rebuild_sparse, (t._indices(), t._values(), tuple(t.shape), t.is_coalesced())
-
-
-def _rebuild_sparse(indices: torch.Tensor, values: torch.Tensor, size: tuple[int, ...], coalesced: bool
-                    ) -> torch.Tensor:
-    return torch.sparse_coo_tensor(indices, values, size, is_coalesced=coalesced, check_invariants=False)
-
-
-def _portable(value: Any) -> Any:
-    """`value`, or a sparse COO tensor wrapped to travel without torch's warning (see _SparseCOO)."""
-    if (type(value) is torch.Tensor and value.layout == torch.sparse_coo and value.device.type == "cpu"
-            and not value.requires_grad):
-        return _SparseCOO(value)
-    return value
-
-
-def _portable_tree(value: Any) -> Any:
-    """`value` with each sparse COO tensor in it, as deep as its dicts go, wrapped by _portable."""
-    if type(value) is dict or type(value) is PipeBatch:
-        return {key: _portable_tree(item) for key, item in value.items()}
-    return _portable(value)
-
-
-def _reduce_pipe(batch: PipeBatch) -> tuple[Callable[..., Any], tuple[Any, ...]]:
-    """What ForkingPickler calls for a PipeBatch: the plain dict, its sparse tensors as _SparseCOO."""
-    return _unwrap, (_portable_tree(batch),)
-
-
 def _plan_size(plan: list[tuple[Any, str, Any]]) -> int:
     size = 0
     for _, what, value in plan:
@@ -417,4 +362,3 @@ def _parcel_items(parcel: Parcel) -> tuple[Container, list[tuple[Any, Any]]]:
 ForkingPickler.register(Batch, _reducer(_batch_items))
 ForkingPickler.register(RecordBatch, _reducer(_record_items))
 ForkingPickler.register(Parcel, _reducer(_parcel_items))
-ForkingPickler.register(PipeBatch, _reduce_pipe)
