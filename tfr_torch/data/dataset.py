@@ -65,7 +65,8 @@ class TFRecordDataset(ResumableState, EpochRecords, ItemMaker, IterableDataset[A
       each epoch (it reaches workers also with `persistent_workers=True`).
     - `rank`, `world_size`: detected when not given (torch.distributed, torch_xla, RANK/WORLD_SIZE, else 0/1).
       With world_size > 1 every rank yields the same number of records (and batches): the remainder of the
-      dataset is dropped, or with `pad=True` the first records are repeated to fill the last ranks.
+      dataset is dropped, or with `pad=True` the first records are repeated to fill the last ranks; a reader
+      that skipped bad records (`on_error`) repeats its own first ones to keep its share.
     - `state_dict()` / `load_state_dict()` resume mid-epoch (torchdata's StatefulDataLoader calls them).
     - `shared_memory`: in DataLoader workers, batches (dicts and lists) reach the main process through a
       shared-memory buffer each worker reuses, copied out on arrival (plain dicts, lists, bytes and tensors);

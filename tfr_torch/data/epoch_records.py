@@ -6,7 +6,7 @@ shuffle, as file runs or whole files otherwise, or, in a resumed segment, what t
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -142,7 +142,13 @@ class EpochRecords:
 
     def _resumed(self, epoch: int, history: list[dict[str, Any]], layout: Any, worker: int) -> Iterator[Block]:
         """This reader's records in a segment after the first: what the segments of `history` left, split for
-        `layout` (see elastic.py), read by offset (a global shuffle) or as file runs that skip what was yielded."""
+        `layout` (see elastic.py), read by offset (a global shuffle) or as file runs that skip what was yielded;
+        topped up where bad records were skipped (see _topped_up)."""
+        return self._topped_up(lambda silent: self._resumed_share(epoch, history, layout, worker, silent))
+
+    def _resumed_share(self, epoch: int, history: list[dict[str, Any]], layout: Any, worker: int, silent: bool
+                       ) -> tuple[Iterator[Block], int | None]:
+        """_resumed's records, and how many they are when none is bad."""
         counts = self._ensure_counts("resuming an epoch under another layout needs the record counts")
         order = self._order_info()
         s_records = epoch_sequence(counts, self._global_shuffle, self.shuffle, self.seed, epoch,
@@ -150,9 +156,10 @@ class EpochRecords:
         left, _ = remaining(s_records, counts, order, epoch, history, self.pad)
         seq = segment_sequence(left, layout["world_size"], self.pad)
         streams = reader_streams(seq, s_records, counts, layout, self.rank, worker)
-        source = self._source()
+        source = self._source(silent)
+        share = sum(len(p) for p in streams)
         if layout["split"] == "global":
-            return iter_random(source, s_records[streams[0]] if streams else np.zeros(0, np.int64), counts)
+            return iter_random(source, s_records[streams[0]] if streams else np.zeros(0, np.int64), counts), share
         starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
 
         def read(positions: np.ndarray) -> Iterator[Block]:
@@ -167,10 +174,10 @@ class EpochRecords:
             return blocks_of(item for item, wanted in zip(located(blocks), keep.tolist()) if wanted)
 
         if not self.shuffle:
-            return _chain(read(p) for p in streams)
+            return _chain(read(p) for p in streams), share
         rng = segment_rng(self.seed, epoch, len(history), history_digest(history), layout, self.rank, worker)
         return blocks_of(reader_order([located(read(p)) for p in streams], True, self.interleave,
-                                      self.shuffle_buffer, rng))
+                                      self.shuffle_buffer, rng)), share
 
     def _in_file(self, run: Run) -> Run:
         """A TFDS split slice starts inside a shard: without an index, its record numbers count from the file's
@@ -178,7 +185,7 @@ class EpochRecords:
         skip = self.tfds.skips[run.file] if self.tfds is not None and self.offsets[run.file] is None else 0
         return Run(run.file, run.start + skip, run.stop + skip) if skip else run
 
-    def _source(self) -> Source:
+    def _source(self, silent: bool = False) -> Source:
         # a file read without an index must hold exactly the records counted for it (a stale count would make
         # ranks unequal or leave records unread): `whole` says a count is the file's total: every count but a
         # TFDS slice's, and a slice's too when it takes the whole shard (more records there than dataset_info.json
@@ -188,7 +195,7 @@ class EpochRecords:
         else:
             whole = [skip == 0 and take == expected
                      for skip, take, expected in zip(self.tfds.skips, self.tfds.counts, self.tfds.expected)]
-        return Source(self.paths, self.offsets, self.compression, self.verify, self.on_error,
+        return Source(self.paths, self.offsets, self.compression, self.verify, _ignore if silent else self.on_error,
                       self._counts, whole, self._count_origin(), self.remote, self.max_group_bytes, self._seeks)
 
     def _count_origin(self) -> str:
@@ -215,38 +222,78 @@ class EpochRecords:
                             "FILES`) and pass index='auto' to skip it")
 
     def _records(self, epoch: int, worker: int, workers: int) -> Iterator[Block]:
-        """This reader's records for the epoch, in order (before batching), in blocks."""
-        source = self._source()
+        """This reader's records for the epoch, in order (before batching), in blocks; topped up where bad records
+        were skipped (see _topped_up)."""
+        return self._topped_up(lambda silent: self._share(epoch, worker, workers, silent))
+
+    def _topped_up(self, make: Callable[[bool], tuple[Iterator[Block], int | None]]) -> Iterator[Block]:
+        """The blocks of `make(False)`; where it gave fewer records than its share (bad records skipped under
+        on_error other than "raise", several ranks), its first records again, read afresh from `make(True)` (which
+        passes over bad records silently: each was reported once), up to the share. A rank short of its share would
+        leave the others waiting at a collective (DDP, XLA); as with pad=True, a repeated record instead. Nothing
+        good to repeat: the reader ends short."""
+        blocks, share = make(False)
+        if share is None or self.on_error == "raise" or self.world_size < 2:
+            return blocks
+        return _top_up(blocks, share, make)
+
+    def _share(self, epoch: int, worker: int, workers: int, silent: bool) -> tuple[Iterator[Block], int | None]:
+        """_records's records, and how many they are when none is bad (None: not known, one rank)."""
+        source = self._source(silent)
         multiple = self.batch_size or 1
         if self._global_shuffle:  # a true global shuffle: a seeded permutation, each record read by offset
             counts = self._counts
             assert counts is not None  # every file is indexed, so every count is known
             quota = rank_quota(sum(counts), self.world_size, self.pad)
             a, b = worker_block(quota, self.rank, worker, workers, multiple)
-            if worker == 0:
+            if worker == 0 and not silent:
                 self._warn_idle_workers(quota, workers, multiple)
-            return iter_random(source, global_block(counts, self.seed, epoch, a, b), counts)
+            return iter_random(source, global_block(counts, self.seed, epoch, a, b), counts), b - a
         order = file_order(len(self.paths), self.shuffle, self.seed, epoch)
         readers = workers * self.world_size
-        self._warn_shared_count(worker, workers, readers)
+        if not silent:
+            self._warn_shared_count(worker, workers, readers)
         if self._counts is None and len(self.paths) < readers:
             self._split_counts(worker, workers, readers)
+        share: int | None = None
         if self._counts is None:  # one rank, enough files, counts unknown: whole files per worker
             known = [len(o) if o is not None else 1 << 62 for o in self.offsets]  # read unknown files to their end
             streams = (iter_run(source, Run(f, 0, known[f])) for f in files_for_worker(order, worker, workers))
         else:
             quota = rank_quota(sum(self._counts), self.world_size, self.pad)
             a, b = worker_block(quota, self.rank, worker, workers, multiple)
-            if worker == 0:
+            share = b - a
+            if worker == 0 and not silent:
                 self._warn_idle_workers(quota, workers, multiple)
             runs = opening_ahead(source, (self._in_file(run) for run in runs_of_block(self._counts, order, a, b)),
                                  self.interleave if self.shuffle else 1)
             streams = (iter_run(source, run) for run in runs)
         if not self.shuffle:
-            return _chain(streams)
+            return _chain(streams), share
         rng = epoch_rng(self.seed, epoch, 3 + worker + workers * self.rank)
         return blocks_of(shuffle_buffer(interleave((located(s) for s in streams), self.interleave),
-                                        self.shuffle_buffer, rng))
+                                        self.shuffle_buffer, rng)), share
+
+
+def _top_up(blocks: Iterator[Block], share: int, make: Callable[[bool], tuple[Iterator[Block], int | None]]
+            ) -> Iterator[Block]:
+    """See EpochRecords._topped_up."""
+    got = 0
+    for block in blocks:
+        got += len(block)
+        yield block
+    while 0 < got < share:
+        again, _ = make(True)
+        before = got
+        for block in again:
+            if got + len(block) >= share:
+                yield block.head(share - got)
+                got = share
+                break
+            got += len(block)
+            yield block
+        if got == before:
+            return
 
 
 def _ignore(err: Exception) -> None:
