@@ -177,8 +177,23 @@ class CachedDataset(IterableDataset[Any]):
             for item in self.dataset:
                 kept.append(_copy(_plain(item)))  # a copy: the caller may change what it gets in place
                 live["yielded"] += 1
-                yield item if self.transform is None else self.transform(item)
+                yield self._sent(item)
         self._keep(key, kept, source_epoch)  # the epoch is complete: keep it
+
+    def _sent(self, item: Any) -> Any:
+        """An item of the source read through, as it is yielded: transformed, and what the transform made wrapped
+        for the trip out of a DataLoader worker (_sender); the source's own items come wrapped already."""
+        return item if self.transform is None else self._sender()(self.transform(item))
+
+    def _sender(self) -> Callable[[Any], Any]:
+        """How an item this dataset makes leaves it: in a DataLoader worker, a dict or list as the shared-memory
+        transport sends it (when the source sends through shared memory), else a dict as a PipeBatch; elsewhere
+        the item itself."""
+        if get_worker_info() is None:
+            return _itself
+        if getattr(self.dataset, "shared_memory", False) and shared_memory_available():
+            return _wrapped
+        return for_the_pipe
 
     @contextlib.contextmanager
     def _source_at(self, source_epoch: int) -> Iterator[None]:
@@ -206,7 +221,7 @@ class CachedDataset(IterableDataset[Any]):
         try:
             for item in self.dataset:
                 live["yielded"] += 1
-                yield item if self.transform is None else self.transform(item)
+                yield self._sent(item)
         finally:
             if int(resume["kept_epoch"]) != epoch and hasattr(self.dataset, "set_epoch"):
                 self.dataset.set_epoch(epoch)  # it was read as in another epoch (see _read_through)
@@ -294,20 +309,16 @@ class CachedDataset(IterableDataset[Any]):
         order: Any = range(len(items))
         if self.shuffle:
             order = np.random.default_rng([self.seed & _MASK, epoch & _MASK]).permutation(len(items))
-        worker = get_worker_info() is not None
-        wrap = worker and getattr(self.dataset, "shared_memory", False) and shared_memory_available()
         self._resume = None
         live = self._live = {"epoch": epoch, "phase": "replay", "yielded": min(skip, len(items)),
                              "kept_epoch": self._part_epoch(key)}
+        send = self._sender()
         for i in order[live["yielded"]:]:
             live["yielded"] += 1
             item = items[int(i)] if fresh else _copy(items[int(i)])
             if self.transform is not None:
                 item = self.transform(item)
-            if wrap and type(item) in (dict, list):
-                yield wrap_for_transport(item)
-            else:
-                yield for_the_pipe(item) if worker else item
+            yield send(item)
 
     # ----- readers and pickling ----------------------------------------------------------------------------------
 
@@ -348,3 +359,11 @@ def _copy(item: Any) -> Any:
     if hasattr(item, "_fields"):  # NamedTuple (SparseBytes)
         return type(item)(*(_copy(v) for v in item))
     return item
+
+
+def _itself(item: Any) -> Any:
+    return item
+
+
+def _wrapped(item: Any) -> Any:
+    return wrap_for_transport(item) if type(item) in (dict, list) else item

@@ -23,7 +23,7 @@ from tfr_torch.errors import DecodeError
 from tfr_torch.format.columns import decode_column, kind_of
 from tfr_torch.format.framing import OVERHEAD
 from tfr_torch.format.options import CompressionOrAuto, FeatureKind, check_compression
-from tfr_torch.format.paths import file_size, is_url
+from tfr_torch.format.paths import as_path, file_size, is_url
 from tfr_torch.format.reader import RecordReader
 from tfr_torch.format.tensor import DTYPES
 from tfr_torch.tools.progress import Progress
@@ -255,6 +255,7 @@ class _Report:
 def _known_size(path: str) -> int | None:
     """The size of the file at `path`; None for a local pipe, FIFO, socket or device (`<(cat f)`, /dev/stdin), whose
     st_size (0) says nothing about what it holds."""
+    path = as_path(path)  # a file:// URL: its local path
     if not is_url(path):
         st = os.stat(path)
         if not stat.S_ISREG(st.st_mode):
