@@ -206,6 +206,62 @@ def test_sigterm_during_index_exits_143_and_leaves_no_temporary_file(tmp_path, w
     assert len(tfr_torch.read_index(path + ".idx", path)) == 5000
 
 
+def _children(pid):
+    """The process ids whose parent is `pid` (from /proc)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                found.append(int(name))
+    return found
+
+
+def _gone(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"  # a zombie has ended
+    except OSError:
+        return True
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads process parents from /proc")
+def test_sigterm_during_convert_with_workers_ends_them_and_leaves_no_temporary_file(tmp_path):
+    """A real SIGTERM to `convert --workers 2` once its worker processes run and a shard is being written: status
+    143, one line, no temporary file, and the workers (forked with the handler installed: each ends by SIGTERM, as
+    without it) gone too."""
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for c in range(2):
+        (tmp_path / "src" / f"c{c}").mkdir(parents=True)
+        for i in range(24):  # noise: every re-encoding costs its full time, however fast the machine
+            Image.fromarray(rng.integers(0, 256, (512, 512, 3), dtype=np.uint8)).save(
+                tmp_path / "src" / f"c{c}" / f"{i}.png", compress_level=0)
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "tfr_torch", "convert", str(tmp_path / "src"), str(out),
+                             "--name", "n", "--workers", "2", "--format", "png", "--shard-size", "1GB", "-q"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def temporaries():
+        return [n for n in os.listdir(out) if n.endswith(".tmp")] if out.is_dir() else []
+
+    wait_for(lambda: len(_children(proc.pid)) >= 2 and temporaries(), proc, "two workers and a temporary file")
+    workers = _children(proc.pid)
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=DEADLINE_S)
+    assert (proc.returncode, stdout, stderr) == (143, "", "tfr-torch convert: terminated\n")
+    assert temporaries() == []
+    deadline = time.monotonic() + DEADLINE_S
+    while not all(_gone(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert all(_gone(pid) for pid in workers), workers
+
+
 def test_main_puts_back_the_sigterm_handler_it_found(tmp_path, write_records):
     """main() run in a process of its own (a test, a notebook) leaves SIGTERM as it found it."""
     path = write_records(str(tmp_path / "f.tfrecord"), [b"x"])
