@@ -165,9 +165,16 @@ class TFRecordDataset(ResumableState, EpochRecords, ItemMaker, IterableDataset[A
         self._seeks = seek_points_beside(self.paths, index)  # where build_index wrote them beside a given index
         # the sidecar's counts only where the shard still has the size it recorded (an index's count always wins)
         counts, stale = trusted_counts(sidecar, sizes, [None if o is None else len(o) for o in self.offsets])
+        dropped = False
+        if self.on_error != "raise" and self.tfds is None:
+            # a file without an index is read by record numbers that count the records that read (bad ones
+            # skipped), so its count must too: the sidecar's counts every record written (bad ones too)
+            dropped = any(c is not None and o is None for c, o in zip(counts, self.offsets))
+            counts = [c if o is not None else None for c, o in zip(counts, self.offsets)]
         self.metadata: dict[str, Any] | None = sidecar.data if sidecar is not None else None
         self._shared = SharedCounts(counts)
-        self._sidecar_counts = sidecar is not None and not stale  # every count is the sidecar's or an index's
+        # every count is the sidecar's or an index's
+        self._sidecar_counts = sidecar is not None and not stale and not dropped
         if stale and sidecar is not None:  # stale shards are only found against a sidecar
             shown = "; ".join(stale[:3]) + (f"; and {len(stale) - 3} more" if len(stale) > 3 else "")
             self._site.warn(f"the sidecar {sidecar.path} does not match {len(stale)} of its {len(self.paths)} shards "

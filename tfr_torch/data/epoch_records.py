@@ -40,6 +40,10 @@ from tfr_torch.format.remote_options import RemoteOptions
 
 __all__ = ["EpochRecords"]
 
+# a reader topping up its share (see _top_up) keeps its first records, at most this many and this many bytes
+_KEEP_RECORDS = 4096
+_KEEP_BYTES = 16 << 20
+
 
 class EpochRecords:
     """The record-source methods of TFRecordDataset, which sets every attribute below."""
@@ -169,7 +173,11 @@ class EpochRecords:
             blocks = iter_run(source, self._in_file(Run(f, int(index[0]), int(index[-1]) + 1)))
             if len(index) == index[-1] - index[0] + 1:
                 return blocks
-            keep = np.zeros(int(index[-1] - index[0]) + 1, dtype=bool)
+            offsets = self.offsets[f]
+            if offsets is not None:  # by offset: a bad record skipped in the run shifts no later record
+                wanted = set(offsets[index, 0].tolist())
+                return blocks_of(item for item in located(blocks) if item.offset in wanted)
+            keep = np.zeros(int(index[-1] - index[0]) + 1, dtype=bool)  # numbered as read (counts by reading)
             keep[index - index[0]] = True
             return blocks_of(item for item, wanted in zip(located(blocks), keep.tolist()) if wanted)
 
@@ -277,23 +285,34 @@ class EpochRecords:
 
 def _top_up(blocks: Iterator[Block], share: int, make: Callable[[bool], tuple[Iterator[Block], int | None]]
             ) -> Iterator[Block]:
-    """See EpochRecords._topped_up."""
-    got = 0
+    """See EpochRecords._topped_up. The first records are kept as they pass (up to _KEEP_RECORDS and _KEEP_BYTES):
+    where they are every good record of the share, or as many as are missing, the top-up comes from them, without
+    reading the share again; otherwise (a share with many good records) each pass again gives more records than the
+    limits keep, so a share mostly bad is not read once per good record."""
+    got = kept_bytes = 0
+    kept: list[Block] = []
+    complete = True  # every record so far is in `kept`
     for block in blocks:
         got += len(block)
+        if complete:
+            size = sum(map(len, block.records))
+            if got <= _KEEP_RECORDS and kept_bytes + size <= _KEEP_BYTES:
+                kept.append(block.head(len(block)))  # its own list: the consumer may change the one it gets
+                kept_bytes += size
+            else:
+                complete = False
         yield block
-    while 0 < got < share:
-        again, _ = make(True)
-        before = got
+    if got == 0:
+        return  # nothing good to repeat: the reader ends short
+    from_kept = complete or share - got <= sum(map(len, kept))
+    while got < share:
+        again = iter(kept) if from_kept else make(True)[0]
         for block in again:
             if got + len(block) >= share:
                 yield block.head(share - got)
-                got = share
-                break
+                return
             got += len(block)
             yield block
-        if got == before:
-            return
 
 
 def _ignore(err: Exception) -> None:
