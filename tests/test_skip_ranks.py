@@ -168,3 +168,16 @@ def test_an_elastic_resume_keeps_equal_counts(tmp_path):
         ds.load_state_dict(merged)
         counts.append(len(ids(ds)))
     assert len(set(counts)) == 1
+
+
+def test_a_corrupt_header_where_the_index_is_checked_is_named_as_such(tmp_path):
+    """The index check reads the first, middle and last records' headers: one that fails its CRC is said to be a
+    corrupt record or a stale index (it was called a stale index only), naming the offset."""
+    path = write(tmp_path / "a.tfrecord", range(9))
+    offset = int(read_index(path + ".idx")[4, 0])
+    raw = bytearray(Path(path).read_bytes())
+    raw[offset] ^= 0xFF  # the middle record's length: its header CRC fails
+    Path(path).write_bytes(bytes(raw))
+    with pytest.raises(tfr_torch.IndexMismatchError, match=f"offset {offset}, but the header there fails its CRC "
+                                                           r"\(a corrupt record, or a stale index"):
+        TFRecordDataset(path, SPEC, index="auto", on_error="skip")

@@ -233,8 +233,13 @@ def _check_header(header: bytes, row: np.ndarray, line: int, path: str, index_pa
         raise IndexMismatchError(f"line {line + 1} of the index points at offset {offset}, past the end of the file",
                                  path, offset, index_path)
     length = parse_header(header)
-    if length is None or length + OVERHEAD != size:
-        found = f"a record of {length + OVERHEAD} bytes" if length is not None else "no valid record header"
+    if length is None:  # a header whose CRC fails: the file damaged there, or an index of other bytes
+        raise IndexMismatchError(
+            f"line {line + 1} of the index says a record of {size} bytes starts at offset {offset}, but the header "
+            "there fails its CRC (a corrupt record, or a stale index or one made for another file? `tfr-torch "
+            "verify` reads the file alone)", path, offset, index_path)
+    if length + OVERHEAD != size:
         raise IndexMismatchError(
             f"line {line + 1} of the index says a record of {size} bytes starts at offset {offset}, but the file has "
-            f"{found} there (stale index, or made for another file?)", path, offset, index_path)
+            f"a record of {length + OVERHEAD} bytes there (stale index, or made for another file?)", path, offset,
+            index_path)
