@@ -181,3 +181,19 @@ def test_a_corrupt_header_where_the_index_is_checked_is_named_as_such(tmp_path):
     with pytest.raises(tfr_torch.IndexMismatchError, match=f"offset {offset}, but the header there fails its CRC "
                                                            r"\(a corrupt record, or a stale index"):
         TFRecordDataset(path, SPEC, index="auto", on_error="skip")
+
+
+def test_one_rank_keeps_the_sidecar_count_under_skip(tmp_path):
+    """Only several ranks need counts numbered as reading numbers records; one rank keeps the sidecar's len()."""
+    with tfr_torch.ShardedWriter(tmp_path, "ds", "train", records_per_shard=20) as writer:
+        for i in range(20):
+            writer.write_example({"id": i})
+    (shard,) = [str(p) for p in tmp_path.glob("ds-train.tfrecord-*") if p.suffix not in (".idx", ".seek")]
+    corrupt(shard, [3])
+    os.remove(shard + ".idx")
+    one = TFRecordDataset(shard, SPEC, on_error="skip")
+    assert len(one) == 20  # the sidecar's count (bad records included): no counting pass for one rank
+    assert ids(quiet(one)) == [i for i in range(20) if i != 3]
+    with pytest.warns(UserWarning, match="counting the records"):
+        two = TFRecordDataset(shard, SPEC, on_error="skip", rank=0, world_size=2)
+    assert len(two) == 9

@@ -166,9 +166,10 @@ class TFRecordDataset(ResumableState, EpochRecords, ItemMaker, IterableDataset[A
         # the sidecar's counts only where the shard still has the size it recorded (an index's count always wins)
         counts, stale = trusted_counts(sidecar, sizes, [None if o is None else len(o) for o in self.offsets])
         dropped = False
-        if self.on_error != "raise" and self.tfds is None:
+        if self.on_error != "raise" and self.tfds is None and self.world_size > 1:
             # a file without an index is read by record numbers that count the records that read (bad ones
-            # skipped), so its count must too: the sidecar's counts every record written (bad ones too)
+            # skipped), so the count that splits it between ranks must too: the sidecar's counts every record
+            # written (bad ones too; one rank keeps it: its len() then counts them)
             dropped = any(c is not None and o is None for c, o in zip(counts, self.offsets))
             counts = [c if o is not None else None for c, o in zip(counts, self.offsets)]
         self.metadata: dict[str, Any] | None = sidecar.data if sidecar is not None else None
