@@ -197,3 +197,27 @@ def test_one_rank_keeps_the_sidecar_count_under_skip(tmp_path):
     with pytest.warns(UserWarning, match="counting the records"):
         two = TFRecordDataset(shard, SPEC, on_error="skip", rank=0, world_size=2)
     assert len(two) == 9
+
+
+def _log_error(log, err):
+    with open(log, "a") as f:
+        f.write(f"{err.offset}\n")
+
+
+@pytest.mark.parametrize("bad", [[0], [7], [12], [5, 6]])
+def test_without_an_index_each_bad_record_is_reported_once_by_all_readers(tmp_path, bad):
+    """Every reader of an unindexed file reads it from its start to its own records: a bad record before them was
+    reported by each (once per rank and DataLoader worker); now only by the reader whose records it lies among."""
+    import functools
+
+    path = write(tmp_path / "a.tfrecord", range(13))  # 12 good records with one bad (4 a rank): all read
+    corrupt(path, bad)
+    offsets = sorted(int(read_index(path + ".idx")[b, 0]) for b in bad)
+    os.remove(path + ".idx")
+    log = tmp_path / "errors.log"
+    report = functools.partial(_log_error, str(log))
+    for workers in (0, 2):
+        log.write_text("")
+        for r in range(3):
+            quiet(TFRecordDataset(path, SPEC, on_error=report, rank=r, world_size=3), num_workers=workers)
+        assert sorted(int(line) for line in log.read_text().split()) == offsets, workers

@@ -1,6 +1,6 @@
 """Audit of on_error="skip" (or a callable) with several ranks (26a46f2): every rank keeps its share by repeating
 its own first records. A hypothesis test over files, corruption and reader options checks the invariants; the
-defects it found are fixed and tested here, two known limitations (docs/limitations.md) pinned as strict xfails."""
+defects it found are fixed and tested here, a known limitation (docs/limitations.md) pinned as a strict xfail."""
 
 from __future__ import annotations
 
@@ -288,8 +288,6 @@ def test_sidecar_counts_without_index_keep_each_rank_to_its_own_records(tmp_path
     assert got == [[0, 1, 2, 4, 5, 6, 7, 8, 9], list(range(10, 19))]
 
 
-@pytest.mark.xfail(strict=True, reason="without an index, every reader whose range starts after a bad record reads "
-                   "past it and reports it: one bad record is reported by each rank (and each DataLoader worker)")
 def test_without_an_index_a_bad_record_is_reported_once_across_ranks(tmp_path):
     path = write(tmp_path / "a.tfrecord", range(12))
     flip_data(path, [0])

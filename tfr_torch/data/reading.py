@@ -69,14 +69,20 @@ def iter_run(source: Source, run: Run) -> Iterator[Block]:
     else:
         start, end, skip = 0, None, run.start
     checked = source.counts if offsets is None else None  # counts to check the file against as it is read
+    at = [0]  # records read from the file so far (what `policy` looks at)
+    on_error: OnError = source.on_error
+    if offsets is None and on_error != "raise":
+        last = checked is not None and run.stop == checked[run.file]
+        on_error = _own_errors(_resolve_policy(on_error), at, run, last)
     with RecordReader(path, source.compression, source.verify, start=start, end=end,
-                      on_error=source.on_error, remote=source.remote) as reader:
+                      on_error=on_error, remote=source.remote) as reader:
         blocks = reader.blocks(None if offsets is None else offsets[run.start : run.stop, 1])
         read = given = 0  # records read from the file; records yielded
         extra: int | None = None  # the offset of a record past the run, once one is read
         for records, offset in blocks:
             block = Block(records, path, offset)
             read += len(records)
+            at[0] = read
             if read <= skip:
                 continue
             if read - len(records) < skip:
@@ -112,6 +118,19 @@ def iter_run(source: Source, run: Run) -> Iterator[Block]:
                 raise TFRecordError(f"the file holds more records than {source.origin} ({checked[run.file]}): "
                                     "the file changed after the dataset was built? Build the dataset again (and "
                                     "rewrite its index or sidecar)", path, extra)
+
+
+def _own_errors(report: Any, at: list[int], run: Run, last: bool) -> Any:
+    """The on_error policy of a reader that reads a file from its start to its run (no index): the errors of the
+    records before its run are the readers' of those records, told to them; this one reports a bad record that
+    lies before one of its own (`at[0]` good records were read before it), or after its last one where its run
+    ends the file. A reader frames a block of good records up to a bad one, hands it out, then reports the bad one."""
+
+    def policy(err: TFRecordError) -> None:
+        if run.start <= at[0] < run.stop or (last and at[0] >= run.stop):
+            report(err)
+
+    return policy
 
 
 def opening_ahead(source: Source, runs: Iterable[Run], depth: int = 1) -> Iterator[Run]:
