@@ -529,6 +529,52 @@ def test_a_forked_child_keeps_the_values_of_a_batch_the_parent_drops(records, sh
         _shut_down(loader)
 
 
+def _slow_copy(real):
+    def copy(mm):
+        time.sleep(1.0)  # a child the scheduler runs late (a loaded machine)
+        real(mm)
+
+    return copy
+
+
+@needs_shm
+def test_a_forked_child_that_copies_late_still_copies_the_batch_it_was_given(records, monkeypatch):
+    """Fixed (seen once in CI, on a loaded machine): the child copies the lent slabs it inherits after the fork,
+    while the parent went on at once; a parent that dropped the batch and read on released the slab, the worker
+    wrote the next batch into it, and a child scheduled late copied that instead. The parent's fork now returns once
+    the child has copied them (releases from other threads meanwhile wait too)."""
+    import multiprocessing
+
+    from tfr_torch.data import receive
+
+    monkeypatch.setattr(receive, "_private_copy", _slow_copy(receive._private_copy))
+    path = records(80)
+    width = 500
+    dataset = tfr_torch.TFRecordDataset(path, SPEC, index="auto", batch_size=4, transform=Lending(width))
+    loader = DataLoader(dataset, batch_size=None, num_workers=1, persistent_workers=True)
+    ctx = multiprocessing.get_context("fork")
+    out, go = ctx.Queue(), ctx.Event()
+    it = iter(loader)
+    child = None
+    try:
+        batch = next(it)
+        assert _in_a_slab(batch["x"])
+        want = (_digest(batch["x"]), [0, 1, 2, 3])
+        child = ctx.Process(target=_digest_later, args=(batch["x"], go, out), daemon=True)
+        child.start()
+        del batch
+        gc.collect()
+        for b in it:
+            _assert_equal(b, _expected(b, width, "one"))
+        go.set()
+        assert out.get(timeout=20) == want
+    finally:
+        go.set()
+        if child is not None:
+            child.join(10)
+        _shut_down(loader)
+
+
 # ----- what a transform may return: values torch's own transport carries --------------------------------------------
 
 def _ragged_rows(batch):

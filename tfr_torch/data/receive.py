@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import mmap
 import os
+import select
 import threading
 import warnings
 import weakref
@@ -173,10 +174,19 @@ def _views(mm: mmap.mmap, nbytes: int, at: list[LentEntry], values: dict[Any, An
 def _release(mm: mmap.mmap, pid: int, number: int, slab: tuple[int, int] | None = None) -> None:
     """The last view of a lent slab's batch is gone: the worker may reuse the slab. Where the worker has exited,
     the mapping (`slab`: its key in _MAPS, worker pid and slab serial) goes now, its memory with it, not at the
-    next sweep."""
+    next sweep. While a forked child copies the slabs this process held (see _before_fork), the release waits
+    for it."""
     _HELD.pop(number, None)
     if os.getpid() != pid:
         return
+    with _FORK_LOCK:
+        if _COPYING:
+            _DEFERRED.append((mm, pid, number, slab))
+            return
+    _give_back(mm, slab)
+
+
+def _give_back(mm: mmap.mmap, slab: tuple[int, int] | None) -> None:
     try:
         _RELEASED.pack_into(mm, 0, _RELEASED.unpack_from(mm, 0)[0] + 1)
     except ValueError:  # unmapped already
@@ -193,13 +203,20 @@ _HELD: dict[int, tuple[weakref.finalize[Any, Any], mmap.mmap, int | None]] = {} 
 _NUMBERS = itertools.count()
 COPY_AT_FORK = 256 << 20  # held lent slabs a forked child copies (bytes in all); beyond it they are kept instead
 _TO_COPY: list[mmap.mmap] = []  # set just before a fork: the mappings the child copies
+# while a forked child copies them: the pipe it says it is done through, and the releases that wait for it
+_COPYING: list[int] = []  # [read end, write end]
+_DEFERRED: list[tuple[mmap.mmap, int, int, tuple[int, int] | None]] = []
+_FORK_LOCK = threading.Lock()
+_COPY_WAIT_S = 60.0  # a child that has not copied by then (stopped?): the slabs it inherits are kept instead
+_KEEP_IF_LATE: list[tuple[int, Any]] = []  # the held entries to keep from reuse where the child does not answer
 
 
 def _before_fork() -> None:
     """Run before this process forks. A forked child inherits the views this process holds of lent slabs, and those
     are the worker's own memory (MAP_SHARED): once this process's views die and release a slab, the worker writes
     its next batches into it, under the child's eyes. So the child takes private copies of those mappings, at the
-    same addresses, before it runs anything (`_after_fork_in_child`); this process goes on as before. Where the
+    same addresses, before it runs anything (`_after_fork_in_child`), and this process's fork returns once it has
+    (a release meanwhile, from another thread, waits for it too: `_after_fork_in_parent`). Where the
     slabs held come to more than COPY_AT_FORK bytes (a process keeping many batches), or the copy cannot be made,
     they are never released instead: each stays its worker's until the worker exits (the worker makes others, up
     to 8, then sends its batches the usual way). Slabs of workers that have exited need neither."""
@@ -210,25 +227,81 @@ def _before_fork() -> None:
     if not held:
         return
     if sum(len(mm) for mm in held.values()) <= COPY_AT_FORK and _private_copy is not None:
-        _TO_COPY[:] = held.values()
-        return
-    for key, (done, _, _) in live:
+        try:
+            pipe = os.pipe()
+        except OSError:
+            pipe = None
+        if pipe is not None:
+            # the child copies after the fork, while this process goes on: a slab it releases meanwhile (its
+            # views dropped, here or in another thread) would be rewritten under the copy, so releases wait
+            # until the child says it is done (_after_fork_in_parent)
+            with _FORK_LOCK:
+                busy = bool(_COPYING)  # another thread's fork, its child still copying: keep these instead
+                if not busy:
+                    _COPYING[:] = pipe
+            if not busy:
+                _TO_COPY[:] = held.values()
+                _KEEP_IF_LATE[:] = live
+                return
+            os.close(pipe[0])
+            os.close(pipe[1])
+    _keep(live)
+
+
+def _keep(entries: Sequence[tuple[int, Any]]) -> None:
+    """Never release these held slabs: each stays its worker's until the worker exits."""
+    for key, (done, _, _) in entries:
         done.detach()
         _HELD.pop(key, None)
 
 
 def _after_fork_in_parent() -> None:
     _TO_COPY.clear()
+    if not _COPYING:
+        return
+    read_end, write_end = _COPYING
+    late, _KEEP_IF_LATE[:] = list(_KEEP_IF_LATE), []
+    os.close(write_end)
+    answered = False
+    try:
+        ready, _, _ = select.select([read_end], [], [], _COPY_WAIT_S)
+        if ready:
+            os.read(read_end, 1)  # its byte, or nothing: the child has copied, or has ended
+            answered = True
+        else:
+            _keep(late)
+    finally:
+        os.close(read_end)
+        with _FORK_LOCK:
+            _COPYING.clear()
+            deferred, _DEFERRED[:] = list(_DEFERRED), []
+        for mm, _pid, _number, slab in deferred if answered else ():  # (unanswered: kept, as `late`)
+            _give_back(mm, slab)
 
 
 def _after_fork_in_child() -> None:
+    global _FORK_LOCK
+    _FORK_LOCK = threading.Lock()  # another thread of the parent may have held it at the fork
     mappings, _TO_COPY[:] = list(_TO_COPY), []
-    for mm in mappings:
-        try:
-            _private_copy(mm)
-        except (OSError, ValueError) as exc:  # the views stay the worker's memory: say so, nothing else to do
-            warnings.warn(f"tfr_torch: a forked process could not copy a batch it inherits ({exc}); its values may "
-                          "change once the parent drops it", RuntimeWarning, stacklevel=1)
+    pipe, _COPYING[:] = list(_COPYING), []
+    _DEFERRED.clear()
+    _KEEP_IF_LATE.clear()
+    try:
+        for mm in mappings:
+            try:
+                _private_copy(mm)
+            except (OSError, ValueError) as exc:  # the views stay the worker's memory: say so, nothing else to do
+                warnings.warn(f"tfr_torch: a forked process could not copy a batch it inherits ({exc}); its values "
+                              "may change once the parent drops it", RuntimeWarning, stacklevel=1)
+    finally:
+        if pipe:
+            os.close(pipe[0])
+            try:
+                os.write(pipe[1], b"1")
+            except OSError:  # the parent stopped waiting (it keeps the slabs instead)
+                pass
+            finally:
+                os.close(pipe[1])
 
 
 def _libc_private_copy() -> Any:
