@@ -206,7 +206,7 @@ _TO_COPY: list[mmap.mmap] = []  # set just before a fork: the mappings the child
 # while a forked child copies them: the pipe it says it is done through, and the releases that wait for it
 _COPYING: list[int] = []  # [read end, write end]
 _DEFERRED: list[tuple[mmap.mmap, int, int, tuple[int, int] | None]] = []
-_FORK_LOCK = threading.Lock()
+_FORK_LOCK = threading.RLock()  # reentrant: a release can run inside it, from a finalizer the collector calls
 _COPY_WAIT_S = 60.0  # a child that has not copied by then (stopped?): the slabs it inherits are kept instead
 _KEEP_IF_LATE: list[tuple[int, Any]] = []  # the held entries to keep from reuse where the child does not answer
 
@@ -273,15 +273,16 @@ def _after_fork_in_parent() -> None:
     finally:
         os.close(read_end)
         with _FORK_LOCK:
-            _COPYING.clear()
-            deferred, _DEFERRED[:] = list(_DEFERRED), []
-        for mm, _pid, _number, slab in deferred if answered else ():  # (unanswered: kept, as `late`)
-            _give_back(mm, slab)
+            _COPYING.clear()  # from here on releases are made at once; those deferred are all in the list
+        while _DEFERRED:
+            mm, _pid, _number, slab = _DEFERRED.pop()
+            if answered:  # (unanswered: kept from reuse, as `late`)
+                _give_back(mm, slab)
 
 
 def _after_fork_in_child() -> None:
     global _FORK_LOCK
-    _FORK_LOCK = threading.Lock()  # another thread of the parent may have held it at the fork
+    _FORK_LOCK = threading.RLock()  # another thread of the parent may have held it at the fork
     mappings, _TO_COPY[:] = list(_TO_COPY), []
     pipe, _COPYING[:] = list(_COPYING), []
     _DEFERRED.clear()
