@@ -220,32 +220,50 @@ def _before_fork() -> None:
     slabs held come to more than COPY_AT_FORK bytes (a process keeping many batches), or the copy cannot be made,
     they are never released instead: each stays its worker's until the worker exits (the worker makes others, up
     to 8, then sends its batches the usual way). Slabs of workers that have exited need neither."""
+    pipe = _copy_pipe()  # set first: a slab released from here on waits (see _after_fork_in_parent)
     # a slab of a worker that has exited is never written again (a DataLoader's new workers are forked while the
     # last epoch's last batch is still held, its workers gone): nothing to protect
     live = [(key, entry) for key, entry in list(_HELD.items()) if entry[2] is None or _alive(entry[2])]
     held = {id(mm): mm for _, (_, mm, _) in live}
-    if not held:
+    if pipe is not None and held and sum(len(mm) for mm in held.values()) <= COPY_AT_FORK:
+        _TO_COPY[:] = held.values()
+        _KEEP_IF_LATE[:] = live
         return
-    if sum(len(mm) for mm in held.values()) <= COPY_AT_FORK and _private_copy is not None:
-        try:
-            pipe = os.pipe()
-        except OSError:
-            pipe = None
-        if pipe is not None:
-            # the child copies after the fork, while this process goes on: a slab it releases meanwhile (its
-            # views dropped, here or in another thread) would be rewritten under the copy, so releases wait
-            # until the child says it is done (_after_fork_in_parent)
-            with _FORK_LOCK:
-                busy = bool(_COPYING)  # another thread's fork, its child still copying: keep these instead
-                if not busy:
-                    _COPYING[:] = pipe
-            if not busy:
-                _TO_COPY[:] = held.values()
-                _KEEP_IF_LATE[:] = live
-                return
-            os.close(pipe[0])
-            os.close(pipe[1])
+    if pipe is not None:  # nothing for the child to copy, or too much: no waiting
+        _end_copying(pipe, True)
     _keep(live)
+
+
+def _copy_pipe() -> tuple[int, int] | None:
+    """The pipe a forked child says through that it has copied the slabs it inherits, set as _COPYING (releases
+    wait while it is); None where no copy can be made (no libc mmap, no pipe) or another thread's fork is waiting
+    for its child: the slabs held are then kept from reuse."""
+    if _private_copy is None:
+        return None
+    try:
+        pipe = os.pipe()
+    except OSError:
+        return None
+    with _FORK_LOCK:
+        if not _COPYING:
+            _COPYING[:] = pipe
+            return pipe
+    os.close(pipe[0])
+    os.close(pipe[1])
+    return None
+
+
+def _end_copying(fds: Sequence[int], answered: bool) -> None:
+    """Close the pipe's `fds` still open; releases are made at once again, those that waited now (`answered`: the
+    child has copied), or never (the slabs stay kept from reuse)."""
+    for fd in fds:
+        os.close(fd)
+    with _FORK_LOCK:
+        _COPYING.clear()  # from here on releases are made at once; those deferred are all in the list
+    while _DEFERRED:
+        mm, _pid, _number, slab = _DEFERRED.pop()
+        if answered:
+            _give_back(mm, slab)
 
 
 def _keep(entries: Sequence[tuple[int, Any]]) -> None:
@@ -269,15 +287,9 @@ def _after_fork_in_parent() -> None:
             os.read(read_end, 1)  # its byte, or nothing: the child has copied, or has ended
             answered = True
         else:
-            _keep(late)
+            _keep(late)  # (and the releases that waited are never made)
     finally:
-        os.close(read_end)
-        with _FORK_LOCK:
-            _COPYING.clear()  # from here on releases are made at once; those deferred are all in the list
-        while _DEFERRED:
-            mm, _pid, _number, slab = _DEFERRED.pop()
-            if answered:  # (unanswered: kept from reuse, as `late`)
-                _give_back(mm, slab)
+        _end_copying([read_end], answered)
 
 
 def _after_fork_in_child() -> None:
