@@ -530,9 +530,9 @@ def test_a_forked_child_keeps_the_values_of_a_batch_the_parent_drops(records, sh
 
 
 def _slow_copy(real):
-    def copy(mm):
+    def copy(*args):
         time.sleep(1.0)  # a child the scheduler runs late (a loaded machine)
-        real(mm)
+        real(*args)
 
     return copy
 
@@ -541,8 +541,8 @@ def _slow_copy(real):
 def test_a_forked_child_that_copies_late_still_copies_the_batch_it_was_given(records, monkeypatch):
     """Fixed (seen once in CI, on a loaded machine): the child copies the lent slabs it inherits after the fork,
     while the parent went on at once; a parent that dropped the batch and read on released the slab, the worker
-    wrote the next batch into it, and a child scheduled late copied that instead. The parent's fork now returns once
-    the child has copied them (releases from other threads meanwhile wait too)."""
+    wrote the next batch into it, and a child scheduled late copied that instead. The bytes are now taken by the
+    parent before the fork (the child copies its own, copy-on-write, snapshot of them)."""
     import multiprocessing
 
     from tfr_torch.data import receive

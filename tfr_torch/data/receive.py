@@ -7,7 +7,6 @@ from __future__ import annotations
 import itertools
 import mmap
 import os
-import select
 import threading
 import warnings
 import weakref
@@ -174,19 +173,10 @@ def _views(mm: mmap.mmap, nbytes: int, at: list[LentEntry], values: dict[Any, An
 def _release(mm: mmap.mmap, pid: int, number: int, slab: tuple[int, int] | None = None) -> None:
     """The last view of a lent slab's batch is gone: the worker may reuse the slab. Where the worker has exited,
     the mapping (`slab`: its key in _MAPS, worker pid and slab serial) goes now, its memory with it, not at the
-    next sweep. While a forked child copies the slabs this process held (see _before_fork), the release waits
-    for it."""
+    next sweep."""
     _HELD.pop(number, None)
     if os.getpid() != pid:
         return
-    with _FORK_LOCK:
-        if _COPYING:
-            _DEFERRED.append((mm, pid, number, slab))
-            return
-    _give_back(mm, slab)
-
-
-def _give_back(mm: mmap.mmap, slab: tuple[int, int] | None) -> None:
     try:
         _RELEASED.pack_into(mm, 0, _RELEASED.unpack_from(mm, 0)[0] + 1)
     except ValueError:  # unmapped already
@@ -202,119 +192,46 @@ def _give_back(mm: mmap.mmap, slab: tuple[int, int] | None) -> None:
 _HELD: dict[int, tuple[weakref.finalize[Any, Any], mmap.mmap, int | None]] = {}  # + the worker's pid
 _NUMBERS = itertools.count()
 COPY_AT_FORK = 256 << 20  # held lent slabs a forked child copies (bytes in all); beyond it they are kept instead
-_TO_COPY: list[mmap.mmap] = []  # set just before a fork: the mappings the child copies
-# while a forked child copies them: the pipe it says it is done through, and the releases that wait for it
-_COPYING: list[int] = []  # [read end, write end]
-_DEFERRED: list[tuple[mmap.mmap, int, int, tuple[int, int] | None]] = []
-_FORK_LOCK = threading.RLock()  # reentrant: a release can run inside it, from a finalizer the collector calls
-_COPY_WAIT_S = 60.0  # a child that has not copied by then (stopped?): the slabs it inherits are kept instead
-_KEEP_IF_LATE: list[tuple[int, Any]] = []  # the held entries to keep from reuse where the child does not answer
+_TO_COPY: list[tuple[mmap.mmap, bytes]] = []  # set just before a fork: the mappings the child copies, and their bytes
 
 
 def _before_fork() -> None:
     """Run before this process forks. A forked child inherits the views this process holds of lent slabs, and those
     are the worker's own memory (MAP_SHARED): once this process's views die and release a slab, the worker writes
-    its next batches into it, under the child's eyes. So the child takes private copies of those mappings, at the
-    same addresses, before it runs anything (`_after_fork_in_child`), and this process's fork returns once it has
-    (a release meanwhile, from another thread, waits for it too: `_after_fork_in_parent`). Where the
+    its next batches into it, under the child's eyes. So their bytes are taken here, and the child puts private
+    copies of them in place of those mappings, at the same addresses, before it runs anything
+    (`_after_fork_in_child`); this process goes on as before. Where the
     slabs held come to more than COPY_AT_FORK bytes (a process keeping many batches), or the copy cannot be made,
     they are never released instead: each stays its worker's until the worker exits (the worker makes others, up
     to 8, then sends its batches the usual way). Slabs of workers that have exited need neither."""
-    pipe = _copy_pipe()  # set first: a slab released from here on waits (see _after_fork_in_parent)
     # a slab of a worker that has exited is never written again (a DataLoader's new workers are forked while the
     # last epoch's last batch is still held, its workers gone): nothing to protect
     live = [(key, entry) for key, entry in list(_HELD.items()) if entry[2] is None or _alive(entry[2])]
     held = {id(mm): mm for _, (_, mm, _) in live}
-    if pipe is not None and held and sum(len(mm) for mm in held.values()) <= COPY_AT_FORK:
-        _TO_COPY[:] = held.values()
-        _KEEP_IF_LATE[:] = live
+    if not held:
         return
-    if pipe is not None:  # nothing for the child to copy, or too much: no waiting
-        _end_copying(pipe, True)
-    _keep(live)
-
-
-def _copy_pipe() -> tuple[int, int] | None:
-    """The pipe a forked child says through that it has copied the slabs it inherits, set as _COPYING (releases
-    wait while it is); None where no copy can be made (no libc mmap, no pipe) or another thread's fork is waiting
-    for its child: the slabs held are then kept from reuse."""
-    if _private_copy is None:
-        return None
-    try:
-        pipe = os.pipe()
-    except OSError:
-        return None
-    with _FORK_LOCK:
-        if not _COPYING:
-            _COPYING[:] = pipe
-            return pipe
-    os.close(pipe[0])
-    os.close(pipe[1])
-    return None
-
-
-def _end_copying(fds: Sequence[int], answered: bool) -> None:
-    """Close the pipe's `fds` still open; releases are made at once again, those that waited now (`answered`: the
-    child has copied), or never (the slabs stay kept from reuse)."""
-    for fd in fds:
-        os.close(fd)
-    with _FORK_LOCK:
-        _COPYING.clear()  # from here on releases are made at once; those deferred are all in the list
-    while _DEFERRED:
-        mm, _pid, _number, slab = _DEFERRED.pop()
-        if answered:
-            _give_back(mm, slab)
-
-
-def _keep(entries: Sequence[tuple[int, Any]]) -> None:
-    """Never release these held slabs: each stays its worker's until the worker exits."""
-    for key, (done, _, _) in entries:
+    if sum(len(mm) for mm in held.values()) <= COPY_AT_FORK and _private_copy is not None:
+        # their bytes taken here, while this process holds the slabs: taken in the child after the fork, they could
+        # be another batch's already (this process goes on at once, may release a slab, and its worker write in it)
+        _TO_COPY[:] = [(mm, mm[:]) for mm in held.values()]
+        return
+    for key, (done, _, _) in live:
         done.detach()
         _HELD.pop(key, None)
 
 
 def _after_fork_in_parent() -> None:
     _TO_COPY.clear()
-    if not _COPYING:
-        return
-    read_end, write_end = _COPYING
-    late, _KEEP_IF_LATE[:] = list(_KEEP_IF_LATE), []
-    os.close(write_end)
-    answered = False
-    try:
-        ready, _, _ = select.select([read_end], [], [], _COPY_WAIT_S)
-        if ready:
-            os.read(read_end, 1)  # its byte, or nothing: the child has copied, or has ended
-            answered = True
-        else:
-            _keep(late)  # (and the releases that waited are never made)
-    finally:
-        _end_copying([read_end], answered)
 
 
 def _after_fork_in_child() -> None:
-    global _FORK_LOCK
-    _FORK_LOCK = threading.RLock()  # another thread of the parent may have held it at the fork
     mappings, _TO_COPY[:] = list(_TO_COPY), []
-    pipe, _COPYING[:] = list(_COPYING), []
-    _DEFERRED.clear()
-    _KEEP_IF_LATE.clear()
-    try:
-        for mm in mappings:
-            try:
-                _private_copy(mm)
-            except (OSError, ValueError) as exc:  # the views stay the worker's memory: say so, nothing else to do
-                warnings.warn(f"tfr_torch: a forked process could not copy a batch it inherits ({exc}); its values "
-                              "may change once the parent drops it", RuntimeWarning, stacklevel=1)
-    finally:
-        if pipe:
-            os.close(pipe[0])
-            try:
-                os.write(pipe[1], b"1")
-            except OSError:  # the parent stopped waiting (it keeps the slabs instead)
-                pass
-            finally:
-                os.close(pipe[1])
+    for mm, saved in mappings:
+        try:
+            _private_copy(mm, saved)
+        except (OSError, ValueError) as exc:  # the views stay the worker's memory: say so, nothing else to do
+            warnings.warn(f"tfr_torch: a forked process could not copy a batch it inherits ({exc}); its values may "
+                          "change once the parent drops it", RuntimeWarning, stacklevel=1)
 
 
 def _libc_private_copy() -> Any:
@@ -331,9 +248,8 @@ def _libc_private_copy() -> Any:
     mmap_call.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
     flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_FIXED", 0x10)
 
-    def copy(mm: mmap.mmap) -> None:
+    def copy(mm: mmap.mmap, saved: bytes) -> None:
         size = len(mm)
-        saved = mm[:]  # the bytes as they are now
         anchor = ctypes.c_char.from_buffer(mm)
         address = ctypes.addressof(anchor)
         del anchor
