@@ -2,56 +2,25 @@
 
 A rank that skipped a record used to yield one record (or batch) fewer than the others, and a DDP or XLA job
 waited forever at the first collective past its end. Now a reader that came up short repeats its own first records
-(read again, the bad ones passed over silently), as `pad=True` repeats records to fill the last ranks.
+(kept from its first pass, or read again without reporting the bad ones twice), as `pad=True` repeats records to
+fill the last ranks.
 """
 
 from __future__ import annotations
 
-import gzip
 import os
 import warnings
 from collections import Counter
 from pathlib import Path
 
 import pytest
-import torch
 from torch.utils.data import DataLoader
+
+from skip_util import SPEC, corrupt, ids, write
 
 import tfr_torch
 from tfr_torch import SkippedRecordWarning, TFRecordDataset
 from tfr_torch.format.index import read_index
-
-SPEC = {"id": tfr_torch.FixedLenFeature([], torch.int64)}
-
-
-def write(path, ids, gz=False):
-    with tfr_torch.TFRecordWriter(str(path), compression="gzip" if gz else None) as writer:
-        for i in ids:
-            writer.write_example({"id": i, "pad": b"x" * (i % 5 + 1)})
-    tfr_torch.build_index(str(path))
-    return str(path)
-
-
-def corrupt(path, records, gz=False):
-    """Flip a data byte of each of `records` (their data CRCs then fail); the index is kept (or rebuilt: GZIP)."""
-    table = read_index(path + ".idx")
-    raw = bytearray(gzip.decompress(Path(path).read_bytes()) if gz else Path(path).read_bytes())
-    for r in records:
-        offset, size = (int(v) for v in table[r])
-        raw[offset + size - 5] ^= 0xFF
-    Path(path).write_bytes(gzip.compress(bytes(raw)) if gz else bytes(raw))
-    if gz:
-        os.remove(path + ".idx")
-        os.remove(path + ".idx.seek")
-        tfr_torch.build_index(path)
-
-
-def ids(items):
-    out = []
-    for item in items:
-        value = item["id"]
-        out += value.tolist() if value.dim() else [int(value)]
-    return out
 
 
 def quiet(dataset, **loader):

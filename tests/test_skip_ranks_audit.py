@@ -4,7 +4,6 @@ defects it found are fixed and tested here, a known limitation (docs/limitations
 
 from __future__ import annotations
 
-import gzip
 import os
 import shutil
 import tempfile
@@ -13,38 +12,15 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch.utils.data import DataLoader
 
+from skip_util import SPEC, corrupt, ids, write
+
 import tfr_torch
 from tfr_torch import TFRecordDataset
 from tfr_torch.format.index import read_index
-
-SPEC = {"id": tfr_torch.FixedLenFeature([], torch.int64)}
-
-
-def write(path, ids, gz=False):
-    with tfr_torch.TFRecordWriter(str(path), compression="gzip" if gz else None) as writer:
-        for i in ids:
-            writer.write_example({"id": i, "pad": b"x" * (i % 5 + 1)})
-    tfr_torch.build_index(str(path))
-    return str(path)
-
-
-def flip_data(path, records, gz=False):
-    """Flip a data byte of each of `records` (their data CRCs fail); the index and seek points are rebuilt."""
-    table = read_index(path + ".idx")
-    raw = bytearray(gzip.decompress(Path(path).read_bytes()) if gz else Path(path).read_bytes())
-    for r in records:
-        offset, size = (int(v) for v in table[r])
-        raw[offset + size - 5] ^= 0xFF
-    Path(path).write_bytes(gzip.compress(bytes(raw)) if gz else bytes(raw))
-    if gz:
-        os.remove(path + ".idx")
-        os.remove(path + ".idx.seek")
-        tfr_torch.build_index(path)
 
 
 def flip_header(path, record):
@@ -53,14 +29,6 @@ def flip_header(path, record):
     raw = bytearray(Path(path).read_bytes())
     raw[offset + 9] ^= 0xFF
     Path(path).write_bytes(bytes(raw))
-
-
-def ids(items):
-    out = []
-    for item in items:
-        value = item["id"]
-        out += value.tolist() if value.dim() else [int(value)]
-    return out
 
 
 def batches_of(ds, workers):
@@ -104,7 +72,7 @@ def build(folder, case, damaged, leave_out=()):
             if header_lost(case, k):
                 flip_header(path, case["header"][k])
             if case["bad"][k]:
-                flip_data(path, case["bad"][k], gz)
+                corrupt(path, case["bad"][k], gz)
         if gz and not case["seeks"]:
             os.remove(path + ".idx.seek")  # indexed, but no global shuffle: runs and a shuffle buffer
         paths.append(path)
@@ -200,7 +168,7 @@ def test_resuming_at_every_position_gives_the_rest_of_the_run(n, bad, gz, world,
     folder = tempfile.mkdtemp()
     try:
         path = write(Path(folder) / f"a.tfrecord{'.gz' if gz else ''}", range(n), gz)
-        flip_data(path, sorted(b for b in bad if b < n), gz)
+        corrupt(path, sorted(b for b in bad if b < n), gz)
 
         def make():
             return TFRecordDataset(path, SPEC, index=index, shuffle=shuffle, seed=2, batch_size=batch, pad=pad,
@@ -251,7 +219,7 @@ def test_an_elastic_resume_of_intact_files_reads_every_record_once(tmp_path):
 
 def test_an_elastic_resume_after_a_skipped_record_loses_no_good_record(tmp_path):
     path = write(tmp_path / "a.tfrecord", range(24))
-    flip_data(path, [2, 14])
+    corrupt(path, [2, 14])
     heads, rests = elastic_run(path, 3, 2, 2)
     assert len({len(r) for r in rests}) == 1  # holds: equal counts
     read = sum(heads + rests, [])
@@ -263,7 +231,7 @@ def test_an_elastic_resume_after_a_skipped_record_loses_no_good_record(tmp_path)
                    "so the record after the yielded ones is read again in the next segment")
 def test_an_elastic_resume_after_a_skipped_record_repeats_nothing_already_read(tmp_path):
     path = write(tmp_path / "a.tfrecord", range(24))
-    flip_data(path, [2, 14])
+    corrupt(path, [2, 14])
     # a global shuffle (records read by offset: no keep-mask involved); old rank 1 meets bad record 2 first
     heads, rests = elastic_run(path, 2, 3, 1, shuffle=True)
     assert heads == [[16], [11]]
@@ -279,7 +247,7 @@ def test_sidecar_counts_without_index_keep_each_rank_to_its_own_records(tmp_path
         for i in range(20):
             writer.write_example({"id": i, "pad": b"x" * (i % 5 + 1)})
     (shard,) = [str(p) for p in tmp_path.glob("ds-train.tfrecord-*") if p.suffix not in (".idx", ".seek")]
-    flip_data(shard, [3])
+    corrupt(shard, [3])
     os.remove(shard + ".idx")  # read without an index: counts from the sidecar
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -290,7 +258,7 @@ def test_sidecar_counts_without_index_keep_each_rank_to_its_own_records(tmp_path
 
 def test_without_an_index_a_bad_record_is_reported_once_across_ranks(tmp_path):
     path = write(tmp_path / "a.tfrecord", range(12))
-    flip_data(path, [0])
+    corrupt(path, [0])
     calls = []
     for r in range(3):
         ids(TFRecordDataset(path, SPEC, on_error=calls.append, rank=r, world_size=3))
@@ -301,7 +269,7 @@ def test_topping_up_a_mostly_bad_share_reads_it_a_bounded_number_of_times(tmp_pa
     import tfr_torch.data.epoch_records as epoch_records  # the run reader it calls: no public name counts passes
 
     path = write(tmp_path / "a.tfrecord", range(400))
-    flip_data(path, list(range(1, 200)))  # rank 0's share: records 0-199, only record 0 good
+    corrupt(path, list(range(1, 200)))  # rank 0's share: records 0-199, only record 0 good
     passes = []
     real = epoch_records.iter_run
 
@@ -324,7 +292,7 @@ def test_an_elastic_resume_keeps_equal_counts_and_yields_no_bad_record(n, bad, w
     try:
         path = write(Path(folder) / f"a.tfrecord{'.gz' if gz else ''}", range(n), gz)
         bad = sorted(b for b in bad if b < n)
-        flip_data(path, bad, gz)
+        corrupt(path, bad, gz)
 
         def make(rank, size):
             return TFRecordDataset(path, SPEC, index="auto", shuffle=shuffle, pad=pad, seed=4,
