@@ -484,20 +484,38 @@ def test_a_received_view_put_on_a_multiprocessing_queue_saved_and_dropped(record
         _shut_down(loader)
 
 
+def _slow_copy(real):
+    def copy(*args):
+        time.sleep(1.0)  # a child the scheduler runs late (a loaded machine)
+        real(*args)
+
+    return copy
+
+
 def _digest_later(tensor, go, out):
     go.wait(20)
     out.put((_digest(tensor), (tensor[:, 0] // _MUL).tolist()))
 
 
 @needs_shm
-@pytest.mark.parametrize("shared_memory", [True, False])
-def test_a_forked_child_keeps_the_values_of_a_batch_the_parent_drops(records, shared_memory):
+@pytest.mark.parametrize(("shared_memory", "late"), [(True, False), (False, False), (True, True)],
+                         ids=["slab", "pipe", "slab-child-copies-late"])
+def test_a_forked_child_keeps_the_values_of_a_batch_the_parent_drops(records, shared_memory, late, monkeypatch):
     """The user hands a received batch to a forked process (multiprocessing's default start method on Linux
     before 3.14: the child inherits it, nothing is pickled), e.g. to log or evaluate it asynchronously, and goes
     on training. With torch's own transport (a shared-memory segment per tensor, or private memory) the child
-    keeps the values it was given, whatever the parent does next."""
+    keeps the values it was given, whatever the parent does next.
+
+    `late`: fixed (seen once in CI, on a loaded machine): the child copied the lent slabs it inherits after the
+    fork, while the parent went on; a parent that dropped the batch and read on released the slab, the worker
+    wrote the next batch into it, and a child scheduled late copied that instead. The bytes are now taken by the
+    parent before the fork (the child copies its own, copy-on-write, snapshot of them)."""
     import multiprocessing
 
+    from tfr_torch.data import receive
+
+    if late:
+        monkeypatch.setattr(receive, "_private_copy", _slow_copy(receive._private_copy))
     path = records(80)
     width = 500
     dataset = tfr_torch.TFRecordDataset(path, SPEC, index="auto", batch_size=4, transform=Lending(width),
@@ -521,52 +539,6 @@ def test_a_forked_child_keeps_the_values_of_a_batch_the_parent_drops(records, sh
         # Regression test: before 48e8820 the child's inherited view lay in the worker's MAP_SHARED slab, which the
         # parent released when its own views died (receive._release), so the child read a later batch's values
         # (seen: ids [76..79], [68..71] for [0..3]). 48e8820 keeps any slab held at a fork from reuse.
-        assert out.get(timeout=20) == want
-    finally:
-        go.set()
-        if child is not None:
-            child.join(10)
-        _shut_down(loader)
-
-
-def _slow_copy(real):
-    def copy(*args):
-        time.sleep(1.0)  # a child the scheduler runs late (a loaded machine)
-        real(*args)
-
-    return copy
-
-
-@needs_shm
-def test_a_forked_child_that_copies_late_still_copies_the_batch_it_was_given(records, monkeypatch):
-    """Fixed (seen once in CI, on a loaded machine): the child copies the lent slabs it inherits after the fork,
-    while the parent went on at once; a parent that dropped the batch and read on released the slab, the worker
-    wrote the next batch into it, and a child scheduled late copied that instead. The bytes are now taken by the
-    parent before the fork (the child copies its own, copy-on-write, snapshot of them)."""
-    import multiprocessing
-
-    from tfr_torch.data import receive
-
-    monkeypatch.setattr(receive, "_private_copy", _slow_copy(receive._private_copy))
-    path = records(80)
-    width = 500
-    dataset = tfr_torch.TFRecordDataset(path, SPEC, index="auto", batch_size=4, transform=Lending(width))
-    loader = DataLoader(dataset, batch_size=None, num_workers=1, persistent_workers=True)
-    ctx = multiprocessing.get_context("fork")
-    out, go = ctx.Queue(), ctx.Event()
-    it = iter(loader)
-    child = None
-    try:
-        batch = next(it)
-        assert _in_a_slab(batch["x"])
-        want = (_digest(batch["x"]), [0, 1, 2, 3])
-        child = ctx.Process(target=_digest_later, args=(batch["x"], go, out), daemon=True)
-        child.start()
-        del batch
-        gc.collect()
-        for b in it:
-            _assert_equal(b, _expected(b, width, "one"))
-        go.set()
         assert out.get(timeout=20) == want
     finally:
         go.set()
