@@ -173,17 +173,23 @@ class CachedDataset(IterableDataset[Any]):
         kept = []
         self._resume = None
         live = self._live = {"epoch": epoch, "phase": "read", "yielded": 0, "kept_epoch": source_epoch}
+        sent = self._sent()
         with self._source_at(source_epoch):
             for item in self.dataset:
                 kept.append(_copy(_plain(item)))  # a copy: the caller may change what it gets in place
                 live["yielded"] += 1
-                yield self._sent(item)
+                yield sent(item)
         self._keep(key, kept, source_epoch)  # the epoch is complete: keep it
 
-    def _sent(self, item: Any) -> Any:
-        """An item of the source read through, as it is yielded: transformed, and what the transform made wrapped
-        for the trip out of a DataLoader worker (_sender); the source's own items come wrapped already."""
-        return item if self.transform is None else self._sender()(self.transform(item))
+    def _sent(self) -> Callable[[Any], Any]:
+        """What an item of the source read through becomes as it is yielded: transformed, and what the transform
+        made wrapped for the trip out of a DataLoader worker (_sender); the source's own items come wrapped
+        already."""
+        transform = self.transform
+        if transform is None:
+            return _itself
+        send = self._sender()
+        return lambda item: send(transform(item))
 
     def _sender(self) -> Callable[[Any], Any]:
         """How an item this dataset makes leaves it: in a DataLoader worker, a dict or list as the shared-memory
@@ -218,10 +224,11 @@ class CachedDataset(IterableDataset[Any]):
         self.dataset.load_state_dict(resume["source"])  # type: ignore[attr-defined]  # state_dict checked it
         live = self._live = {"epoch": epoch, "phase": "read", "yielded": int(resume["yielded"]),
                              "kept_epoch": int(resume["kept_epoch"])}
+        sent = self._sent()
         try:
             for item in self.dataset:
                 live["yielded"] += 1
-                yield self._sent(item)
+                yield sent(item)
         finally:
             if int(resume["kept_epoch"]) != epoch and hasattr(self.dataset, "set_epoch"):
                 self.dataset.set_epoch(epoch)  # it was read as in another epoch (see _read_through)
