@@ -6,8 +6,11 @@ Errors about arguments are plain `ValueError`/`TypeError`.
 
 from __future__ import annotations
 
+import json
 import re
+import sys
 
+from types import FrameType
 from typing import Any
 
 
@@ -45,16 +48,36 @@ class TFRecordError(Exception):
     skipped_estimated: bool = False
     skipped_range: tuple[int, int] | None = None
     skipped_file_range: tuple[int, int] | None = None
+    # the attributes an error keeps on its way out of a DataLoader worker
+    _carried: tuple[str, ...] = ("path", "offset", "skipped_records", "skipped_estimated", "skipped_range",
+                                 "skipped_file_range")
 
     def __init__(self, message: str, path: str | None = None, offset: int | None = None) -> None:
+        carried: dict[str, Any] = {}
+        located: tuple[str | None, int | None] = (path, offset)
+        if path is None and offset is None and message.startswith("Caught ") and "\nOriginal Traceback" in message:
+            # torch's DataLoader re-raises a worker's error as `type(its traceback's text)`: its attributes are read
+            # back from the line the worker added to that text (taken out of it again; the message stays the text),
+            # or, without that line, the path and offset from the `path:offset: ` the error was rendered with
+            message, carried = _carried_in(type(self), message)
+            located = _located_in(type(self), message)
         self.message = message
         self.path = path
         self.offset = offset
         super().__init__(self._render())
-        if path is None and offset is None and message.startswith("Caught ") and "\nOriginal Traceback" in message:
-            # torch's DataLoader re-raises a worker's error as `type(its traceback's text)`: the path and offset
-            # the worker's error was rendered with are read back from that text (the message stays the text)
-            self.path, self.offset = _located_in(type(self), message)
+        self.path, self.offset = located
+        for name, value in carried.items():
+            setattr(self, name, tuple(value) if isinstance(value, list) else value)
+
+    def __str__(self) -> str:
+        text = super().__str__()
+        if not _formatted_for_a_reraise():
+            return text
+        # formatted by torch's ExceptionWrapper (a DataLoader worker, its pin-memory thread), which keeps only the
+        # class and the traceback's text: one more line carries the attributes the text does not name
+        carried = {name: getattr(self, name) for name in self._carried
+                   if getattr(self, name, None) not in (None, False) and _plain(getattr(self, name))}
+        return f"{text}\n{_CARRY_HEAD}{json.dumps(carried)})" if carried else text
 
     def _render(self) -> str:
         where = ""
@@ -76,6 +99,45 @@ def _rebuild(cls: type[TFRecordError], message: str, path: str | None, offset: i
     if args is not None:
         err.args = args  # its text as it was (a worker's error re-raised by a DataLoader is not rendered again)
     return err
+
+
+_CARRY_HEAD = "(tfr_torch error attributes: "
+
+
+def _plain(value: Any) -> bool:
+    return isinstance(value, (str, int, float)) or (isinstance(value, tuple) and all(isinstance(v, int) for v in value))
+
+
+def _formatted_for_a_reraise(depth: int = 16) -> bool:
+    """Whether str() is being taken by torch's ExceptionWrapper, which sends an exception to another process or
+    thread as its class and the text of its traceback."""
+    frame: FrameType | None = sys._getframe(2)
+    while frame is not None and depth > 0:
+        if frame.f_code.co_name == "__init__" and frame.f_globals.get("__name__") == "torch._utils":
+            return True
+        frame, depth = frame.f_back, depth - 1
+    return False
+
+
+def _carried_in(cls: type, text: str) -> tuple[str, dict[str, Any]]:
+    """The worker's traceback text without the attribute line its error of class `cls` ended with, and the
+    attributes that line holds ({} when there is none or it does not read back)."""
+    head = f"\n{cls.__module__}.{cls.__qualname__}: "
+    at = text.rfind(head)
+    mark = text.rfind("\n" + _CARRY_HEAD)
+    if at < 0 or mark < at:
+        return text, {}
+    end = text.find("\n", mark + 1)
+    end = len(text) if end < 0 else end
+    line = text[mark + 1 + len(_CARRY_HEAD):end]
+    try:
+        carried = json.loads(line[:-1]) if line.endswith(")") else None
+    except ValueError:
+        carried = None
+    if not isinstance(carried, dict):
+        return text, {}
+    names = set(getattr(cls, "_carried", ()))
+    return text[:mark] + text[end:], {k: v for k, v in carried.items() if k in names}
 
 
 def _located_in(cls: type, text: str) -> tuple[str | None, int | None]:
@@ -112,6 +174,7 @@ class DecodeError(TFRecordError, ValueError):
     index: int | None = None
     step: int | None = None
     position: int | None = None
+    _carried = TFRecordError._carried + ("key", "index", "step", "position")
 
     def __init__(self, message: str, path: str | None = None, offset: int | None = None, *, key: str | None = None,
                  index: int | None = None, step: int | None = None, position: int | None = None) -> None:
@@ -124,6 +187,8 @@ class IndexMismatchError(TFRecordError):
 
     `path` is the TFRecord file and `index_path` the index.
     """
+
+    _carried = TFRecordError._carried + ("index_path",)
 
     def __init__(self, message: str, path: str | None = None, offset: int | None = None,
                  index_path: str | None = None) -> None:

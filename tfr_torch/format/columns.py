@@ -55,9 +55,13 @@ class ColumnKindError(DecodeError):
     batch, `.found` and `.expected` the kinds ('float', 'int64' or 'bytes')."""
 
     index: int  # always set here (DecodeError's may be None)
+    _carried = DecodeError._carried + ("found", "expected")
 
-    def __init__(self, key: str, index: int, found: str, expected: str) -> None:
+    def __init__(self, key: str, index: int | None = None, found: str = "", expected: str = "") -> None:
         self.found, self.expected = found, expected
+        if index is None:  # one text: torch's DataLoader re-raising the error of a worker (errors.py reads it)
+            super().__init__(key)
+            return
         super().__init__(f"feature {key!r} in record {index} holds {found} values, expected {expected}", key=key,
                          index=index)
 
