@@ -9,6 +9,7 @@ import ctypes
 import io
 import itertools
 import math
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +22,8 @@ import tfr_torch
 from tfr_torch.data import receive, transport
 from tfr_torch.rlds import FrameDataset, Source, Window, frame_index, gather_frames, shuffled, window_episode
 
-pytestmark = pytest.mark.filterwarnings("ignore:.*have no index:UserWarning")
+pytestmark = [pytest.mark.filterwarnings("ignore:.*have no index:UserWarning"),
+              pytest.mark.filterwarnings("ignore:FrameDataset with world_size:UserWarning")]  # ranks apart
 
 GOLDEN = Path(__file__).parent / "data" / "tfds" / "rlds" / "rlds_golden" / "1.0.0"
 _CLASS = "tensorflow_datasets.core.features."
@@ -267,6 +269,19 @@ def test_mixture_reproducible_per_epoch_and_resumable(folders):
     assert head + [(key(f), int(f["goal_timestep"])) for f in fresh] == first
     with pytest.raises(ValueError, match=r"cannot resume: the saved state has seed=11, this dataset has 12"):
         FrameDataset(sources, samples_per_epoch=300, seed=12).load_state_dict(state)
+
+
+def test_several_ranks_without_samples_per_epoch_are_warned_of_unequal_counts(folders):
+    """Without samples_per_epoch each rank yields the frames of its own episodes (here 3+1+... against 5+7+...):
+    a DDP job would wait forever at a collective past the shortest rank's end, so building it says so, naming the
+    way out; one rank, or samples_per_epoch, is not warned about."""
+    small, _ = folders
+    with pytest.warns(UserWarning, match=r"world_size=2 and samples_per_epoch=None.*pass samples_per_epoch"):
+        FrameDataset(Source(str(small)), rank=0, world_size=2)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", "FrameDataset with world_size")
+        FrameDataset(Source(str(small)), rank=0, world_size=1)
+        FrameDataset(Source(str(small)), rank=1, world_size=2, samples_per_epoch=10)
 
 
 @pytest.mark.parametrize("batch_size", [None, 4])

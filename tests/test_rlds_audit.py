@@ -48,7 +48,8 @@ import tfr_torch
 from tfr_torch.rlds import FrameDataset, Source, Window, frame_index, resize_images, shuffled, window_episode
 from tfr_torch.tfds import TFDSMetadataError
 
-pytestmark = pytest.mark.filterwarnings("ignore:.*have no index:UserWarning")
+pytestmark = [pytest.mark.filterwarnings("ignore:.*have no index:UserWarning"),
+              pytest.mark.filterwarnings("ignore:FrameDataset with world_size:UserWarning")]  # ranks apart
 
 TF_PYTHON = os.environ.get("TFR_TORCH_TF_PYTHON", "")
 needs_tf = pytest.mark.skipif(not TF_PYTHON or not os.path.exists(TF_PYTHON),

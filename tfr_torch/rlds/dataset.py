@@ -129,6 +129,11 @@ class FrameDataset(IterableDataset[Any]):
         self.shared_memory = bool(shared_memory)
         self._rank_world = rank_world(rank, world_size)
         self.rank, self.world_size = self._rank_world.rank, self._rank_world.world_size
+        if samples_per_epoch is None and self.world_size > 1:
+            warnings.warn(f"FrameDataset with world_size={self.world_size} and samples_per_epoch=None: each rank "
+                          "yields the frames of its own episodes, whose lengths differ, so ranks run different "
+                          "numbers of steps (under DDP, a collective past the shortest rank's end waits forever); "
+                          "pass samples_per_epoch for the same number of frames on every rank", stacklevel=2)
         self.episodes = [self._episodes(i) for i in range(len(self.sources))]  # checks each folder and split now
         self._totals = [self._total(i) for i in range(len(self.sources))]
         self._epoch = torch.zeros((), dtype=torch.int64).share_memory_()
