@@ -26,9 +26,10 @@ from tfr_torch.format.streams import _BUFFER, _size_of
 __all__ = ["RecordFile"]
 
 # The most framed bytes of a compressed record read before its header is checked against the index's size: a stale
-# or forged index line claiming a huge record is refused without that many bytes inflated (larger records read
-# the rest once the header agrees, one more restart).
-_BEFORE_HEADER = 1 << 16
+# or forged index line claiming a huge record is refused after at most this many bytes inflated. A larger record
+# reads the rest once the header agrees, one more restart (from the seek point before the rest: at most one span
+# inflated again, which is why this is not smaller: at 64 KiB, records of 512 KiB read one by one took 1.6x as long).
+_BEFORE_HEADER = 2 << 20
 
 
 class RecordFile:
