@@ -868,6 +868,10 @@ with warnings.catch_warnings(record=True) as caught:
                    for b in DataLoader(nested, batch_size=None, num_workers=2)],
         "cached": [b for _ in range(2) for b in DataLoader(cached, batch_size=None, num_workers=2)],
     }
+    indexed = tfr_torch.IndexedTFRecordDataset(path, spec, shared_memory=False)
+    rows = [row for rows in DataLoader(indexed, batch_size=8, num_workers=2, collate_fn=list) for row in rows]
+assert all(type(row) is dict and row["tok"].layout == torch.sparse_coo for row in rows)
+assert {int(row["id"]): row["tok"].to_dense().tolist() for row in rows} == want
 for name, batches in runs.items():
     seen = {}
     for b in batches:
@@ -886,7 +890,8 @@ def test_sparse_batches_through_the_pipe_arrive_whole_and_without_torchs_invaria
     """Fixed: with shared_memory=False (batches through the workers' pipes, torch's usual way), every program
     reading VarLenFeatures still printed torch's "Sparse invariant checks are implicitly disabled ... SEGFAULT"
     warning; batches, nested transform results and a CachedDataset's replay now arrive as plain dicts without
-    it. A fresh process: torch gives that warning once per process."""
+    it, and so do an IndexedTFRecordDataset's rows that a collate function passes on as they are (or in a mapping
+    of their own type). A fresh process: torch gives that warning once per process."""
     import subprocess
     import sys
 

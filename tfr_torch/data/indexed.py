@@ -22,6 +22,7 @@ from tfr_torch.data.indexes import resolve_indexes, seek_points_beside
 from tfr_torch.decode.hints import check_features_argument
 from tfr_torch.decode.plan import ExamplePlan
 from tfr_torch.decode.sequence_features import SequenceFeatures
+from tfr_torch.data.pipe import PipeBatch
 from tfr_torch.data.transport import Batch, shared_memory_available
 from tfr_torch.errors import TFRecordError
 from tfr_torch.format.index import scan_index
@@ -178,16 +179,22 @@ class IndexedTFRecordDataset(Dataset[Any]):
             self._plan = plan_of(self.features)
         return self._plan
 
-    def _finish(self, item: Any, mark: bool) -> Any:
+    def _finish(self, item: Any, mark: type[dict[Any, Any]] | None) -> Any:
         if self.transform is not None:
             item = self.transform(item)
-        if mark and type(item) is dict:
-            # in a DataLoader worker: the default collate keeps the type, so the batch goes through shared memory
-            item = Batch(item)
+        if mark is not None and type(item) is dict:
+            # in a DataLoader worker: collate functions keep a mapping's type (default_collate does), so the batch
+            # goes through shared memory (Batch), or through the pipe with its sparse tensors sent as torch sends
+            # dense ones (PipeBatch: no warning from torch's rebuild of each)
+            item = mark(item)
         return item
 
-    def _mark(self) -> bool:
-        return self.shared_memory and get_worker_info() is not None and shared_memory_available()
+    def _mark(self) -> type[dict[Any, Any]] | None:
+        """How a dict item leaves this DataLoader worker: Batch (shared memory), PipeBatch (the pipe), or None
+        outside workers."""
+        if get_worker_info() is None:
+            return None
+        return Batch if self.shared_memory and shared_memory_available() else PipeBatch
 
     def __getitem__(self, index: int) -> Any:
         data, name = self._read(index)
@@ -209,7 +216,7 @@ class IndexedTFRecordDataset(Dataset[Any]):
         plan = self._plan_here()
         key = self.location_key
         if self.transform is None and type(plan) is ExamplePlan:  # rows made as what _finish would make of them
-            rows = list(plan.rows(records, names, row_type=Batch if mark else dict))
+            rows = list(plan.rows(records, names, row_type=mark or dict))
             if key is not None:
                 for row, name in zip(rows, names):
                     row[key] = str(name)
