@@ -9,6 +9,7 @@ it out of the text again.
 from __future__ import annotations
 
 import pickle
+import subprocess
 import sys
 import traceback
 
@@ -100,6 +101,16 @@ def test_the_line_is_added_only_for_torch_s_wrapper():
         assert HEAD not in "".join(traceback.format_exception(*sys.exc_info()))
     plain = TFRecordError("no extra attributes", "/d/f.tfrecord", 1)
     assert HEAD not in str(_through_a_wrapper(plain).args[0])
+
+
+def test_an_uncaught_error_prints_its_message(tmp_path):
+    """Fixed: printed by the interpreter for an uncaught error (str() called from C, no Python frame above it),
+    the error's text was "<exception str() failed>": looking for torch's wrapper up the stack raised."""
+    script = tmp_path / "uncaught.py"
+    script.write_text("from tfr_torch import DecodeError\nraise DecodeError('bad value', 'p.tfrecord', 12, key='k')\n")
+    for args in (["-c", script.read_text()], [str(script)]):
+        done = subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=120)
+        assert done.stderr.rstrip().endswith("tfr_torch.errors.DecodeError: p.tfrecord:12: bad value"), done.stderr
 
 
 def test_a_text_whose_line_is_damaged_is_kept_whole():

@@ -111,7 +111,10 @@ def _plain(value: Any) -> bool:
 def _formatted_for_a_reraise(depth: int = 16) -> bool:
     """Whether str() is being taken by torch's ExceptionWrapper, which sends an exception to another process or
     thread as its class and the text of its traceback."""
-    frame: FrameType | None = sys._getframe(2)
+    try:
+        frame: FrameType | None = sys._getframe(2)
+    except ValueError:  # str() called with no Python frame above (the interpreter printing an uncaught error)
+        return False
     while frame is not None and depth > 0:
         if frame.f_code.co_name == "__init__" and frame.f_globals.get("__name__") == "torch._utils":
             return True
