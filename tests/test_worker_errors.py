@@ -13,6 +13,7 @@ import subprocess
 import sys
 import traceback
 
+import numpy as np
 import pytest
 import torch
 from torch._utils import ExceptionWrapper
@@ -56,6 +57,15 @@ def test_every_attribute_of_a_decode_error_comes_back_and_its_line_leaves_the_te
     assert HEAD not in text
     again = pickle.loads(pickle.dumps(err))
     assert (again.key, again.index, again.step, again.position, str(again)) == ("id", 2, 5, 7, text)
+
+
+def test_numpy_integers_come_back_as_ints():
+    """Attributes set from numpy arrays (a batch position, offsets from an index) are numpy integers."""
+    err = DecodeError("bad", "/d/a.tfrecord", np.int64(40), key="k", index=np.int64(3))
+    err.skipped_range = (np.int64(40), np.int64(90))
+    back = _through_a_wrapper(err)
+    assert (back.offset, back.index, back.skipped_range) == (40, 3, (40, 90))
+    assert type(back.index) is int
 
 
 def test_the_skipped_attributes_come_back_as_they_were():

@@ -7,6 +7,7 @@ Errors about arguments are plain `ValueError`/`TypeError`.
 from __future__ import annotations
 
 import json
+import numbers
 import re
 import sys
 
@@ -75,8 +76,8 @@ class TFRecordError(Exception):
             return text
         # formatted by torch's ExceptionWrapper (a DataLoader worker, its pin-memory thread), which keeps only the
         # class and the traceback's text: one more line carries the attributes the text does not name
-        carried = {name: getattr(self, name) for name in self._carried
-                   if getattr(self, name, None) not in (None, False) and _plain(getattr(self, name))}
+        carried = {name: value for name in self._carried
+                   if (value := _plain(getattr(self, name, None))) is not None and value is not False}
         return f"{text}\n{_CARRY_HEAD}{json.dumps(carried)})" if carried else text
 
     def _render(self) -> str:
@@ -104,8 +105,16 @@ def _rebuild(cls: type[TFRecordError], message: str, path: str | None, offset: i
 _CARRY_HEAD = "(tfr_torch error attributes: "
 
 
-def _plain(value: Any) -> bool:
-    return isinstance(value, (str, int, float)) or (isinstance(value, tuple) and all(isinstance(v, int) for v in value))
+def _plain(value: Any) -> Any:
+    """`value` as JSON gives it back (a str, bool, int or float; a tuple of ints as a list), or None for others
+    (numpy integers count as ints)."""
+    if isinstance(value, (str, bool, float)):
+        return value
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, tuple) and all(isinstance(v, numbers.Integral) for v in value):
+        return [int(v) for v in value]
+    return None
 
 
 def _formatted_for_a_reraise(depth: int = 16) -> bool:
