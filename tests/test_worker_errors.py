@@ -59,6 +59,15 @@ def test_every_attribute_of_a_decode_error_comes_back_and_its_line_leaves_the_te
     assert (again.key, again.index, again.step, again.position, str(again)) == ("id", 2, 5, 7, text)
 
 
+def test_an_error_with_notes_keeps_them_and_its_attributes():
+    """Notes (PEP 678; the readers add some) are printed after the error's text, so after the attribute line."""
+    err = _decode_error()
+    err.add_note("while reading shard 3")
+    back = _through_a_wrapper(err)
+    assert (back.key, back.index) == ("id", 2)
+    assert str(back).rstrip("\n").endswith("holds bytes values\nwhile reading shard 3") and HEAD not in str(back)
+
+
 def test_numpy_integers_come_back_as_ints():
     """Attributes set from numpy arrays (a batch position, offsets from an index) are numpy integers."""
     err = DecodeError("bad", "/d/a.tfrecord", np.int64(40), key="k", index=np.int64(3))

@@ -19,10 +19,10 @@ from tfr_torch.data.arguments import (
     plan_of,
 )
 from tfr_torch.data.indexes import resolve_indexes, seek_points_beside
+from tfr_torch.data.pipe import PipeBatch
 from tfr_torch.decode.hints import check_features_argument
 from tfr_torch.decode.plan import ExamplePlan
 from tfr_torch.decode.sequence_features import SequenceFeatures
-from tfr_torch.data.pipe import PipeBatch
 from tfr_torch.data.transport import Batch, shared_memory_available
 from tfr_torch.errors import TFRecordError
 from tfr_torch.format.index import scan_index
