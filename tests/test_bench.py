@@ -112,3 +112,40 @@ def test_decode_rows_include_parse_example_from_two_threads(tmp_path):
     assert "a pool's 2 threads (started once and kept busy: the second of two passes in a row), in the same " in stdout
     pool = next(r for r in rows if r["key"] == "threads-pool")
     assert pool["metrics"]["gil_free_2_threads"] > 0
+
+
+def _compare_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_compare", os.path.join(os.path.dirname(RUN), "compare.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_compare_knows_the_workloads_run_py_lists():
+    assert _compare_module().known_workloads(os.path.dirname(os.path.dirname(RUN))) == WORKLOADS
+
+
+def test_compare_reports_medians_ratios_and_a_verdict_that_every_round_must_agree_on():
+    """benchmarks/compare.py's summary of run.py reports: a variant is "slower" or "faster" only where every
+    round's ratio is past 10% the same way; rows that failed, other libraries and variants missing from a round
+    on either side are left out."""
+    compare = _compare_module()
+
+    def report(**rates):
+        rows = [{"workload": "w", "library": "tfr_torch", "key": key, "label": f"label {key}", "status": "ok",
+                 "records_per_s": rate} for key, rate in rates.items()]
+        rows.append({"workload": "w", "library": "tensorflow", "key": "a", "label": "tf", "status": "ok",
+                     "records_per_s": 1.0})
+        rows.append({"workload": "w", "library": "tfr_torch", "key": "z", "label": "failed", "status": "error"})
+        return {"rows": rows}
+
+    base = [report(a=100, b=100, c=100, d=100, e=100), report(a=100, b=100, c=100, d=100)]
+    head = [report(a=150, b=80, c=130, d=105, e=1), report(a=120, b=70, c=80, d=95, e=1)]
+    lines = {line["variant"]: line for line in compare.summarize(base, head)}
+    assert sorted(lines) == ["a", "b", "c", "d"]  # e did not run in the base's second round
+    assert {k: line["verdict"] for k, line in lines.items()} == {"a": "faster", "b": "slower", "c": "mixed",
+                                                                 "d": "same"}
+    assert lines["a"]["rounds"] == [1.5, 1.2] and lines["a"]["ratio"] == 135 / 100
+    assert lines["b"]["label"] == "label b" and (lines["b"]["base"], lines["b"]["head"]) == (100, 75)
