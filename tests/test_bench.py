@@ -149,3 +149,20 @@ def test_compare_reports_medians_ratios_and_a_verdict_that_every_round_must_agre
                                                                  "d": "same"}
     assert lines["a"]["rounds"] == [1.5, 1.2] and lines["a"]["ratio"] == 135 / 100
     assert lines["b"]["label"] == "label b" and (lines["b"]["base"], lines["b"]["head"]) == (100, 75)
+
+
+def test_gzip_rows_include_the_global_shuffle_through_seek_points(tmp_path):
+    """The read-16k-gzip workload also reads every record in a random order (TFRecordDataset's global shuffle
+    through the seek points build_index writes beside the data set): the row benchmarks/compare.py compares for a
+    change to random access into compressed files."""
+    _, rows = run_rows(tmp_path, "read-16k-gzip")
+    shuffled = [r for r in rows if r["key"] == "shuffled"]
+    assert [r["library"] for r in shuffled] == ["tfr_torch"] and shuffled[0]["records_per_s"] > 0
+    data = tmp_path / "data"
+    assert any(name.endswith(".idx.seek") for name in os.listdir(data)) == tfr_torch_native()
+
+
+def tfr_torch_native() -> bool:
+    from tfr_torch import _native
+
+    return _native.available()

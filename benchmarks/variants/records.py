@@ -62,6 +62,33 @@ def _tfr_read_nocrc(ctx: Ctx) -> Callable[[], int]:
     return run
 
 
+@variant("read-16k-gzip", "tfr_torch", "shuffled",
+         "TFRecordDataset(path, index='auto', shuffle=True)  [global shuffle through seek points]", "shuffled",
+         note="every record once in a random order (a new one each pass), read in groups of max_group_bytes (64 "
+              "MiB): each group's records inflated in one pass over the 1 MiB seek intervals they touch (build_index's "
+              "seek points, built before the timed passes). A file of N such groups costs about N sequential reads "
+              "(5 for this 328 MB file); no peer reads a GZIP file in a random order")
+def _tfr_read_gzip_shuffled(ctx: Ctx) -> Callable[[], int]:
+    import tfr_torch
+    from tfr_torch.format.seek import has_seek_points
+
+    path = ctx.path
+    if not has_seek_points(path):
+        tfr_torch.build_index(path)
+    dataset = tfr_torch.TFRecordDataset(path, index="auto", shuffle=True, seed=0)
+    epoch = [0]
+
+    def run() -> int:
+        dataset.set_epoch(epoch[0])
+        epoch[0] += 1
+        n = 0
+        for _ in dataset:
+            n += 1
+        return n
+
+    return run
+
+
 @variant(("write-16k", "write-small"), "tfr_torch", "raw", "TFRecordWriter.write(bytes)", "raw", same_bytes=True)
 def _tfr_write(ctx: Ctx) -> Callable[[], int]:
     from tfr_torch import TFRecordWriter
