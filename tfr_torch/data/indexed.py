@@ -114,6 +114,7 @@ class IndexedTFRecordDataset(Dataset[Any]):
         if not isinstance(index, (int, np.integer)) or isinstance(index, bool):
             raise TypeError(f"record numbers are ints, got {type(index).__name__}")
         asked = index
+        index = int(index)  # a numpy int8 -1 plus n would overflow its own type
         if index < 0:
             index += n
         if not 0 <= index < n:

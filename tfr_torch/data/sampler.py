@@ -120,7 +120,8 @@ class ElasticDistributedSampler(Sampler[int]):
         iteration began (a plain DataLoader with workers draws indices ahead of the batches it has handed out:
         pass batches x batch_size); StatefulDataLoader needs none (it saves the state as of each batch). A state
         loaded but not yet iterated is returned as this rank's part of it."""
-        if self._resume is not None and self._resume["epoch"] == self.epoch:
+        pending = self._resume is not None and self._resume["epoch"] == self.epoch
+        if pending:
             history, yielded = self._pending()
         elif self._epoch_run == self.epoch:
             history, yielded = self._history, self._start + self._taken
@@ -129,12 +130,16 @@ class ElasticDistributedSampler(Sampler[int]):
         if consumed is not None:
             if isinstance(consumed, bool) or not isinstance(consumed, int) or consumed < 0:
                 raise ValueError(f"consumed must be an int >= 0, got {consumed!r}")
-            if self._epoch_run != self.epoch:
-                raise ValueError(f"consumed={consumed} but this sampler has not begun epoch {self.epoch}")
-            if consumed > self._taken:
-                raise ValueError(f"consumed={consumed} is more than the {self._taken} indices this sampler has "
-                                 f"handed out in epoch {self.epoch}")
-            yielded = self._start + consumed
+            if pending or self._epoch_run != self.epoch:
+                # no iteration of this epoch has begun (since the state was loaded): nothing can have been received
+                if consumed:
+                    since = " since its state was loaded" if pending else ""
+                    raise ValueError(f"consumed={consumed} but this sampler has not begun epoch {self.epoch}{since}")
+            else:
+                if consumed > self._taken:
+                    raise ValueError(f"consumed={consumed} is more than the {self._taken} indices this sampler has "
+                                     f"handed out in epoch {self.epoch}")
+                yielded = self._start + consumed
         return {"kind": SAMPLER_KIND, "version": SAMPLER_VERSION, "epoch": self.epoch, **self._order_info(),
                 "segments": [dict(s, yielded=list(s["yielded"])) for s in history],
                 "world_size": self.num_replicas, "rank": self.rank, "yielded": int(yielded)}

@@ -114,7 +114,13 @@ def _check_counts(state: Mapping[str, Any]) -> None:
                          f"{type(segments).__name__}, expected a list")
     for i, segment in enumerate(segments):
         check(segment.get("world_size"), f"segments[{i}].world_size", 1)
-        for r, n in enumerate(segment.get("yielded", [])):
+        counts = segment.get("yielded", [])
+        if not isinstance(counts, Sequence) or len(counts) != segment["world_size"]:
+            shown = len(counts) if isinstance(counts, Sequence) else type(counts).__name__
+            raise ValueError(f"cannot resume: the saved ElasticDistributedSampler state's segments[{i}] has "
+                             f"world_size={segment['world_size']} but {shown} yielded counts (a damaged or edited "
+                             "state?)")
+        for r, n in enumerate(counts):
             check(n, f"segments[{i}].yielded[{r}]")
 
 
