@@ -65,7 +65,11 @@ class Ahead:
             raise StopIteration
         if isinstance(item, _Failure):
             self._finished = True
-            raise item.error
+            error, item = item.error, None
+            try:
+                raise error
+            finally:  # its traceback holds this frame: no reference cycle through it
+                del error
         self._slots.release()
         return item
 

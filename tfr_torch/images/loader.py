@@ -26,7 +26,6 @@ DecodeImages), which is how the tests run it.
 from __future__ import annotations
 
 import collections
-import contextlib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Optional, Union
@@ -40,56 +39,12 @@ from tfr_torch.images import _pixels
 from tfr_torch.images._formats import sniff
 from tfr_torch.images._ahead import Ahead
 from tfr_torch.images.decode import _resolve, decode_views
+from tfr_torch.images.device_streams import Streams, streams_for
 from tfr_torch.images.transforms import ImageTransform
 
 __all__ = ["DeviceLoader", "Streams", "streams_for"]
 
 _STATE_VERSION = 1
-
-
-class Streams:
-    """Where the loader's device work runs and how the training stream waits for it. This one (the CPU's) does
-    nothing; CudaStreams uses a side CUDA stream and events. Tests give a recording stand-in."""
-
-    def side(self) -> contextlib.AbstractContextManager[Any]:
-        return contextlib.nullcontext()
-
-    def stream_id(self) -> Optional[int]:
-        return None
-
-    def record(self) -> Any:
-        return None
-
-    def wait(self, event: Any, tensors: list[torch.Tensor]) -> None:
-        return None
-
-
-class CudaStreams(Streams):
-    def __init__(self, device: torch.device) -> None:
-        self.device = device
-        self.stream = torch.cuda.Stream(device)
-
-    def side(self) -> contextlib.AbstractContextManager[Any]:
-        return torch.cuda.stream(self.stream)
-
-    def stream_id(self) -> Optional[int]:
-        return int(self.stream.cuda_stream)
-
-    def record(self) -> Any:
-        event = torch.cuda.Event()
-        event.record(self.stream)
-        return event
-
-    def wait(self, event: Any, tensors: list[torch.Tensor]) -> None:
-        current = torch.cuda.current_stream(self.device)
-        current.wait_event(event)
-        for tensor in tensors:  # made on the side stream, used on this one: the allocator must know
-            tensor.record_stream(current)
-
-
-def streams_for(device: torch.device) -> Streams:
-    """The Streams of `device`: a side CUDA stream for a GPU, nothing for the CPU."""
-    return CudaStreams(device) if device.type == "cuda" else Streams()
 
 
 @dataclass
@@ -110,8 +65,11 @@ class DeviceLoader:
     - `names`: a key of the batch whose values name the records in errors (e.g. "image/filename"); by default the
       record locations the wrapped dataset puts in its batches (TFRecordDataset's `location_key`): a bad image's
       DecodeError then has its record's `path` and `offset`; without them it is named by its place: "epoch E,
-      batch B, item I".
-    - `rank`: for the random crops; by default the wrapped dataset's `rank`, else 0.
+      batch B, item I". A batch without the `names` key is named as if `names` were not given. An int feature
+      (a record id) names by its values.
+    - `rank`: for the random crops; by default the wrapped dataset's `rank`, else its sampler's (DDP's
+      DistributedSampler over a map-style dataset), else 0. The epoch of the crops likewise follows the dataset's
+      `set_epoch`, else the sampler's.
     - `thread`: pull and prepare the next batches in a background thread (default: on a GPU), so that decoding's
       host work (JPEG checks, decoder calls, kernel launches) overlaps the training loop's own; False prepares them
       in the training loop's thread between its steps. Either way at most `prefetch` batches are ahead.
@@ -154,8 +112,13 @@ class DeviceLoader:
         self.mode = _pixels.normalize_mode(transform.mode if transform is not None else "RGB")
         dataset = getattr(loader, "dataset", None)
         self._location_key: Optional[str] = getattr(dataset, "location_key", None)  # TFRecordDataset's
-        self.rank = int(rank if rank is not None else getattr(dataset, "rank", 0) or 0)
-        self._epoch = int(getattr(dataset, "epoch", 0) or 0)
+        sampler = _sampler_of(loader)  # a DistributedSampler's rank and epoch, for a map-style dataset
+        if rank is None:
+            rank = getattr(dataset, "rank", None)
+        if rank is None:
+            rank = getattr(sampler, "rank", None)
+        self.rank = int(rank or 0)
+        self._epoch = int(_epoch_of(loader) or 0)
         self._samples = 0  # samples handed out this epoch
         self._batches = 0
         self._snapshot: Any = None
@@ -174,7 +137,11 @@ class DeviceLoader:
             if self._resume is not None and int(self._resume["epoch"]) != int(epoch):
                 self._resume = None  # a state of another epoch: the dataset drops it too
         self._epoch = int(epoch)
-        for part in (getattr(self.loader, "dataset", None), getattr(self.loader, "sampler", None)):
+        parts = [getattr(self.loader, "dataset", None), getattr(self.loader, "sampler", None)]
+        sampler = _sampler_of(self.loader)
+        if all(sampler is not part for part in parts):
+            parts.append(sampler)  # a batch_sampler's
+        for part in parts:
             if part is not None and hasattr(part, "set_epoch"):
                 part.set_epoch(epoch)
 
@@ -222,9 +189,9 @@ class DeviceLoader:
     # ----- iteration ---------------------------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[Any]:
-        followed = getattr(getattr(self.loader, "dataset", None), "epoch", None)
-        if followed is not None and int(followed) != self._epoch:  # set on the dataset itself: the crops follow it
-            self.set_epoch(int(followed))
+        followed = _epoch_of(self.loader)
+        if followed is not None and int(followed) != self._epoch:  # set on the dataset or the sampler itself (a
+            self.set_epoch(int(followed))  # DistributedSampler's set_epoch): the crops follow it
         streams = streams_for(self.device)
         samples, batches = 0, 0
         if self._resume is not None:
@@ -283,12 +250,21 @@ class DeviceLoader:
                 return
             ready = queue.popleft()
             if isinstance(ready, BaseException):
-                raise ready
+                error = ready
+                del ready
+                try:
+                    raise error
+                finally:  # its traceback holds this frame: no cycle through it, or the wrapped loader (its worker
+                    del error  # processes) would live on until a garbage collection, which stalls 5 s to stop them
             fill(depth)  # the next batches go to the device before this one is handed out
             yield ready
 
     def _prepare(self, batch: Any, streams: Streams, epoch: int, first: int, number: int) -> _Ready:
         tensors: list[torch.Tensor] = []
+        if self.transform is not None and not isinstance(batch, Mapping):  # its images would pass undecoded
+            raise TypeError(f"DeviceLoader with a transform decodes the images of dict batches (under "
+                            f"{self.images!r}), got a {type(batch).__name__}; give it a loader of dicts, or "
+                            f"transform=None, images=None to only move the batches")
         with streams.side():
             if isinstance(batch, Mapping) and self.images is not None:
                 out = {key: self._move(value, tensors) for key, value in batch.items() if key != self.images}
@@ -324,18 +300,27 @@ class DeviceLoader:
             return moved
         if isinstance(value, Mapping):
             return {k: self._move(v, tensors) for k, v in value.items()}
-        if isinstance(value, (list, tuple)) and value and isinstance(value[0], torch.Tensor):
-            return type(value)(self._move(v, tensors) for v in value)
+        if isinstance(value, (list, tuple)):  # tensors at any depth: (features, label), lists of dicts
+            items = [self._move(v, tensors) for v in value]
+            if all(m is v for m, v in zip(items, value)):
+                return value  # nothing in it to move (names, bytes): the caller's object as it was
+            if isinstance(value, tuple) and hasattr(value, "_fields"):
+                return type(value)(*items)  # a namedtuple (default_collate keeps them) takes its fields apart
+            return type(value)(items)
         return value
 
     def _images(self, encoded: list[Any], batch: Mapping[str, Any], streams: Streams, epoch: int, first: int,
                 number: int) -> Union[torch.Tensor, list[torch.Tensor]]:
         items = [bytes(e) if not isinstance(e, bytes) else e for e in encoded]
-        located = self.names is None and self._location_key is not None and self._location_key in batch
+        named = self.names is not None and self.names in batch  # a names= key this batch lacks: as if not given
+        located = not named and self._location_key is not None and self._location_key in batch
         names: list[Optional[ExampleName]]
-        if self.names is not None and self.names in batch:
+        if named:
+            given = batch[self.names]  # type: ignore[index]
+            if isinstance(given, (torch.Tensor, np.ndarray)):
+                given = given.tolist()  # ids: 7, not "tensor(7)"
             names = [str(n.decode(errors="backslashreplace") if isinstance(n, bytes) else n)
-                     for n in batch[self.names]]  # a name that is not UTF-8 is still a name
+                     for n in given]  # a name that is not UTF-8 is still a name
         elif located:
             names = [_location(text) for text in batch[self._location_key]]  # type: ignore[index]
         else:
@@ -367,6 +352,25 @@ class DeviceLoader:
         shifted[:, 0] -= [origin[0] for _, origin in decoded]
         shifted[:, 1] -= [origin[1] for _, origin in decoded]
         return transform.apply([pixels for pixels, _ in decoded], shifted, flips)
+
+
+def _sampler_of(loader: Any) -> Any:
+    """The sampler of `loader` that has a rank or an epoch (a DistributedSampler): its `sampler`, else its
+    batch_sampler's; None when neither has."""
+    for sampler in (getattr(loader, "sampler", None), getattr(getattr(loader, "batch_sampler", None), "sampler", None)):
+        if sampler is not None and (hasattr(sampler, "rank") or hasattr(sampler, "epoch")):
+            return sampler
+    return None
+
+
+def _epoch_of(loader: Any) -> Optional[int]:
+    """The epoch the wrapped loader reads: its dataset's (TFRecordDataset.set_epoch), else its sampler's
+    (DistributedSampler.set_epoch); None when neither has one."""
+    for part in (getattr(loader, "dataset", None), _sampler_of(loader)):
+        epoch = getattr(part, "epoch", None)
+        if epoch is not None:
+            return int(epoch)
+    return None
 
 
 def _samples_in(batch: Any) -> int:
