@@ -204,6 +204,8 @@ def to_row(feature: Any, value: Any) -> Any:
     if isinstance(value, torch.Tensor) and (value.is_nested or (value.is_sparse and value.dim() == 2)):
         if isinstance(feature, datasets.List):  # a list per step of a SequenceExample's feature list
             return [to_row(feature.feature, row) for row in step_rows(value)]
+    if type(feature).__name__ in _ARRAY_NAMES and feature.dtype in _TEXT:  # as a Dataset's Arrow cast gives them
+        return _text(value)
     numeric = _numeric(feature)
     if numeric and isinstance(value, torch.Tensor) and not value.is_sparse and not value.is_nested:
         return value.numpy()
@@ -214,6 +216,15 @@ def to_row(feature: Any, value: Any) -> Any:
     if isinstance(feature, datasets.List):
         return [to_row(feature.feature, v) for v in _items(value)]
     return value
+
+
+def _text(value: Any) -> Any:
+    """Nested lists of bytes (a string ArrayND's value) as nested lists of str."""
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).decode("utf-8")
+    if isinstance(value, str):
+        return value
+    return [_text(v) for v in (value.tolist() if isinstance(value, np.ndarray) else value)]
 
 
 def _numeric(feature: Any) -> bool:

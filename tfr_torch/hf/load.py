@@ -19,8 +19,8 @@ from tfr_torch.errors import DecodeError
 from tfr_torch.format.index import scan_index
 from tfr_torch.format.options import CompressionOrAuto
 from tfr_torch.format.paths import PathLike, as_path, expand_paths, file_size, is_url
-from tfr_torch.format.shardset import class_names, find_sidecar, read_sidecar
-from tfr_torch.hf.features import features_from_spec, features_from_tfds, to_row
+from tfr_torch.format.shardset import Sidecar, class_names, find_sidecar, read_sidecar
+from tfr_torch.hf.features import _utf8_keys, features_from_spec, features_from_tfds, to_row
 
 __all__ = ["load", "RAW_COLUMN", "HF_KEY"]
 
@@ -125,13 +125,18 @@ def load(paths: PathLike | Sequence[PathLike] | Any, features: Mapping[str, Any]
     make = dict(streaming=streaming, cache_dir=cache_dir, keep_in_memory=keep_in_memory, num_proc=num_proc)
     if isinstance(paths, TFDSInfo) or (isinstance(paths, (str, os.PathLike)) and is_tfds_dir(paths)):
         info = paths if isinstance(paths, TFDSInfo) else read_info(paths)
-        if features not in ("auto", None) or utf8 is not False:
+        if not (isinstance(features, str) and features == "auto") or utf8 is not False:
             raise ValueError("a TFDS folder's features come from its features.json: leave features='auto' and "
-                             "utf8=False (Text features are strings, string Tensors binary)")
+                             "utf8=False (Text features are strings, string Tensors binary); for its raw records, "
+                             "pass its shard files with features=None")
         return _load_tfds(info, split, options, make)
     if isinstance(paths, (str, os.PathLike)) and not is_url(as_path(paths)) and os.path.isdir(
             os.path.expanduser(as_path(paths))):
         return _load_folder(os.path.expanduser(as_path(paths)), features, split, utf8, options, make)
+    if split is not None and not re.fullmatch(r"\w+(\.\w+)*", split):  # never a slice silently read whole
+        raise ValueError(f"split={split!r}: slices and sums of splits select the records of TFDS folders; for "
+                         "TFRecord files split= only names the split (such as 'train'): slice the Dataset instead "
+                         "(ds.select(range(...)))")
     return _load_files(expand_paths(paths), features, split or "train", utf8, options, make)
 
 
@@ -140,7 +145,9 @@ def _load_tfds(info: Any, split: Optional[str], options: Mapping[str, Any], make
 
     hf = features_from_tfds(TFDSDecoder(info, decode_images=False))
     reader = _Reader(hf, None, info, options)
-    files = [info.path, *(f"{s}:{t.shard_lengths}" for s, t in info.splits.items())]
+    # the cache key: every shard file (its size and time: a shard rewritten in place is converted again), the counts
+    files = [info.info_path, *(p for s in info.splits for p in info.shard_paths(s)),
+             *(f"{s}:{t.shard_lengths}" for s, t in info.splits.items())]
 
     def one(split_string: str) -> Any:
         lengths = info.splits[split_string].shard_lengths if split_string in info.splits else None
@@ -158,34 +165,37 @@ def _load_tfds(info: Any, split: Optional[str], options: Mapping[str, Any], make
 def _load_folder(folder: str, features: Any, split: Optional[str], utf8: Any, options: Mapping[str, Any],
                  make: Mapping[str, Any]) -> AnyDataset:
     sidecars = sorted(glob.glob(f"{glob.escape(folder)}/*.tfr_torch.json"))
-    sets = {}
+    sets, found = {}, {}
     for path in sidecars:
         data = read_sidecar(path)
         sets[str(data["split"])] = [f"{folder}/{s['file']}" for s in data["shards"]]
+        found[str(data["split"])] = Sidecar(path, data, list(data["shards"]))
     if not sets:
         raise ValueError(f"{folder} holds no shard set (no *.tfr_torch.json sidecar) and no TFDS dataset_info.json: "
                          "pass the TFRecord files (a glob such as 'folder/*.tfrecord*')")
     if split is not None:
         if split not in sets:
             raise ValueError(f"{folder} has no split {split!r} (it has {', '.join(map(repr, sorted(sets)))})")
-        return _load_files(sets[split], features, split, utf8, options, make)
-    parts = {name: _load_files(files, features, name, utf8, options, make) for name, files in sets.items()}
+        return _load_files(sets[split], features, split, utf8, options, make, found[split])
+    parts = {name: _load_files(files, features, name, utf8, options, make, found[name])
+             for name, files in sets.items()}
     return datasets.IterableDatasetDict(parts) if make["streaming"] else datasets.DatasetDict(parts)
 
 
 def _load_files(paths: list[str], features: Any, split: str, utf8: Any, options: Mapping[str, Any],
-                make: Mapping[str, Any]) -> Any:
+                make: Mapping[str, Any], sidecar: Optional[Sidecar] = None) -> Any:
+    """`sidecar`: the shard set's (a folder's split), which also describes a set of no shards."""
     from tfr_torch.data.arguments import auto_features
 
     if features is None:
         hf = datasets.Features({RAW_COLUMN: datasets.Value("binary")})
         return _make(paths, _Reader(hf, None, None, options), hf, split, paths, make)
-    sidecar = find_sidecar(paths)
+    sidecar = sidecar if sidecar is not None else find_sidecar(paths)
     stored = (sidecar.data.get(HF_KEY) or {}).get("features") if sidecar is not None else None
     if isinstance(features, str):
         spec = auto_features(sidecar)  # the sidecar's spec, or the error that says there is none
-        if stored is not None and utf8 is False:  # what tfr_torch.hf.write recorded (Examples or SequenceExamples)
-            hf = datasets.Features.from_dict(stored)
+        if stored is not None:  # what tfr_torch.hf.write recorded (Examples or SequenceExamples), utf8 keys as text
+            hf = _as_text(datasets.Features.from_dict(stored), spec, utf8)
         elif isinstance(spec, SequenceFeatures):
             hf = features_from_spec(spec, utf8)
         else:
@@ -201,9 +211,35 @@ def _load_files(paths: list[str], features: Any, split: str, utf8: Any, options:
     return _make(paths, _Reader(hf, spec, None, options), hf, split, [*paths, repr(spec)], make)
 
 
+def _as_text(features: datasets.Features, spec: Any, utf8: Any) -> datasets.Features:
+    """Recorded features with the binary columns `utf8` names (True: every binary column; the keys of either part
+    of a SequenceExample) as `Value("string")`; the rest (Image, ClassLabel, text) as they were recorded."""
+    if utf8 is False:
+        return features
+    parts = [spec.context, spec.sequence] if isinstance(spec, SequenceFeatures) else [spec]
+    keys = _utf8_keys({k: f for part in parts for k, f in part.items()}, utf8)
+
+    def text(key: str, feature: Any) -> Any:
+        if isinstance(feature, datasets.Value) and feature.dtype in ("binary", "large_binary"):
+            return datasets.Value("string")
+        if isinstance(feature, datasets.List):
+            return datasets.List(text(key, feature.feature), length=feature.length)
+        if utf8 is not True:
+            raise ValueError(f"utf8 names {key!r}, which the sidecar records as {feature!r}, not a binary column")
+        return feature
+
+    def convert(group: Mapping[str, Any]) -> dict[str, Any]:
+        return {k: text(k, f) if k in keys else f for k, f in group.items()}
+
+    if isinstance(spec, SequenceFeatures):
+        return datasets.Features({part: convert(group) for part, group in features.items()})
+    return datasets.Features(convert(features))
+
+
 def _fingerprint(parts: Sequence[Any], hf: datasets.Features, options: Any) -> str:
-    """The cache key of a conversion: the files (name, size and, when local, modification time), the features
-    and the options, so a rewritten file is converted again rather than read from a stale cache."""
+    """The cache key of a conversion: the files (name, size, and the modification time, or for a URL the time /
+    ETag / generation its filesystem reports), the features and the options, so a rewritten file is converted
+    again rather than read from a stale cache."""
     described = []
     for p in parts:
         text = str(p)
@@ -211,11 +247,25 @@ def _fingerprint(parts: Sequence[Any], hf: datasets.Features, options: Any) -> s
             stat = os.stat(text)
             described.append([os.path.abspath(text), stat.st_size, stat.st_mtime_ns])
         elif is_url(text):
-            described.append([text, file_size(text)])
+            described.append([text, *_remote_stamp(text)])
         else:
             described.append([text])
     data = json.dumps([__version__, described, hf.to_dict(), options], sort_keys=True, default=str)
     return hashlib.sha256(data.encode()).hexdigest()[:32]
+
+
+# what fsspec's info() says changes when an object is written again (gcsfs, s3fs, adlfs, http, local, memory)
+_STAMPS = ("mtime", "created", "updated", "LastModified", "last_modified", "generation", "etag", "ETag",
+           "VersionId", "md5Hash", "crc32c", "content_md5")
+
+
+def _remote_stamp(url: str) -> list[Any]:
+    """A URL's size and whatever its filesystem reports that changes with its content (time, ETag, generation)."""
+    import fsspec
+
+    fs, inner = fsspec.core.url_to_fs(url)
+    info = fs.info(inner)
+    return [info.get("size", file_size(url)), *(f"{k}={info[k]}" for k in _STAMPS if info.get(k) is not None)]
 
 
 def _make(units: list[str], reader: _Reader, hf: datasets.Features, split: str, parts: Sequence[Any],
@@ -226,6 +276,19 @@ def _make(units: list[str], reader: _Reader, hf: datasets.Features, split: str, 
         return datasets.IterableDataset.from_generator(_generate, features=hf, gen_kwargs=kwargs,
                                                        split=datasets.NamedSplit(name))
     fingerprint = _fingerprint([*parts, *units, f"split={name}"], hf, reader.options)
-    return datasets.Dataset.from_generator(_generate, features=hf, gen_kwargs=kwargs, split=datasets.NamedSplit(name),
-                                           cache_dir=make["cache_dir"], keep_in_memory=make["keep_in_memory"],
-                                           num_proc=make["num_proc"], fingerprint=fingerprint)
+    if not units:  # no files (a shard set of no shards): datasets makes no split of no generator call
+        return _empty(hf, name)
+    try:
+        return datasets.Dataset.from_generator(_generate, features=hf, gen_kwargs=kwargs,
+                                               split=datasets.NamedSplit(name), cache_dir=make["cache_dir"],
+                                               keep_in_memory=make["keep_in_memory"], num_proc=make["num_proc"],
+                                               fingerprint=fingerprint)
+    except ValueError as err:  # files of no records: datasets refuses a split of no rows; a streamed one is empty
+        if "corresponds to no data" not in str(err):
+            raise
+        return _empty(hf, name)
+
+
+def _empty(hf: datasets.Features, name: str) -> datasets.Dataset:
+    """A Dataset of no rows with the features, as a stream of the same files is empty."""
+    return datasets.Dataset.from_dict({k: [] for k in hf}, features=hf, split=datasets.NamedSplit(name))

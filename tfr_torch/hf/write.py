@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import Any, Optional, Union
 
@@ -90,7 +91,7 @@ def write(dataset: Union[datasets.Dataset, datasets.IterableDataset, datasets.Da
     if dataset.features is None:
         raise ValueError("the dataset's features are unknown (an IterableDataset without features): give it "
                          "features, e.g. ds.cast(features), or resolve them with ds._resolve_features()")
-    split = split or (str(dataset.split) if dataset.split is not None else "train")
+    split = split or _split_name(dataset.split)
     features = dataset.features
     if is_sequence_features(features):  # the rows hf.load makes of SequenceExamples
         if tfds:
@@ -122,6 +123,13 @@ def write(dataset: Union[datasets.Dataset, datasets.IterableDataset, datasets.Da
     if not tfds:
         _record_features(out_dir, name, split, features)
     return {split: list(writer.paths)}
+
+
+def _split_name(split: Any) -> str:
+    """The split a dataset's rows are written as: its split's name, without the slice `load_dataset` leaves in it
+    ("train[:10%]" -> "train": a file name, and a TFDS split that TFDS and `load` read), "train" without one."""
+    match = re.match(r"\w+(\.\w+)*", str(split)) if split is not None else None
+    return match.group() if match else "train"
 
 
 def _write_sequences(dataset: Any, out_dir: str, name: str, split: str, shard_size: Union[int, str],
