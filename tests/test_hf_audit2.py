@@ -403,15 +403,16 @@ def test_a_sliced_split_of_tfrecord_files_is_refused(tmp_path):
     assert hf.load(path, spec, split="validation", cache_dir=_cache(tmp_path))["a"] == list(range(6))
 
 
-@pytest.mark.xfail(strict=True, raises=Exception, reason=(
-    "FixedLenFeature([0]) (zero values, valid in TensorFlow) maps to datasets.List(length=0), an Arrow "
-    "fixed_size_list of size 0, which pyarrow refuses: 'ArrowInvalid: list_size needs to be a strict positive "
-    "integer' while generating the Dataset; the same for a 0 in a 2-D to 5-D shape"))
 def test_a_fixed_len_feature_of_no_values_loads(tmp_path):
-    """A FixedLenFeature of shape [0] loads as rows of empty lists, as a stream gives them."""
+    """Fixed: FixedLenFeature([0]) (zero values, valid in TensorFlow) mapped to datasets.List(length=0), an Arrow
+    fixed_size_list of size 0, which pyarrow refuses ('list_size needs to be a strict positive integer'): a 0
+    dimension is now a List of any length, and the rows hold empty lists, as a stream gives them."""
     path = str(tmp_path / "z.tfrecord")
     with tfr_torch.TFRecordWriter(path) as writer:
         writer.write_example({"id": 1, "z": np.array([], np.int64)})
     spec = {"id": F([], torch.int64), "z": F([0], torch.int64)}
     ds = hf.load(path, spec, cache_dir=_cache(tmp_path))
     assert ds[0] == {"id": 1, "z": []}
+    assert list(hf.load(path, spec, streaming=True)) == [{"id": 1, "z": []}]
+    two = {"id": F([], torch.int64), "z": F([2, 0], torch.int64)}
+    assert hf.load(path, two, cache_dir=_cache(tmp_path))[0] == {"id": 1, "z": [[], []]}

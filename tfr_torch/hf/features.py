@@ -54,11 +54,11 @@ def _shaped(key: str, value: Any, shape: Sequence[Optional[int]], numeric: bool)
     """The feature of `shape` of `value`s: Value, List(length=n), ArrayND or nested Lists."""
     if not shape:
         return value
-    if numeric and 2 <= len(shape) <= 5 and all(d is not None for d in shape[1:]):
+    if numeric and 2 <= len(shape) <= 5 and all(d is not None for d in shape[1:]) and 0 not in shape:
         return _ARRAYS[len(shape)](shape=tuple(shape), dtype=value.dtype)
     feature = value
-    for d in reversed(shape):
-        feature = datasets.List(feature, length=-1 if d is None else int(d))
+    for d in reversed(shape):  # a 0 dimension as a List of any length (Arrow has no fixed lists of length 0)
+        feature = datasets.List(feature, length=-1 if d is None or d == 0 else int(d))
     return feature
 
 
