@@ -15,7 +15,9 @@ read by many TF input functions):
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import numbers
 import os
 import sys
 import warnings
@@ -99,6 +101,44 @@ def image_folder_items(root: str, allow_empty: bool = False) -> tuple[list[tuple
     return items, classes
 
 
+def _check_workers(workers: Any) -> int:
+    if isinstance(workers, bool) or not isinstance(workers, numbers.Integral) or int(workers) < 1:
+        raise ValueError(f"workers must be a positive int (the number of encoding processes), got {workers!r}")
+    return int(workers)
+
+
+def _check_quality(quality: Any) -> int:
+    if isinstance(quality, bool) or not isinstance(quality, numbers.Integral) or not 0 <= int(quality) <= 100:
+        raise ValueError(f"quality must be a JPEG quality, an int from 0 to 100, got {quality!r}")
+    return int(quality)
+
+
+def _check_utf8_classes(root: str, classes: Sequence[str]) -> None:
+    """A TFDS folder holds the class names as UTF-8 text (`<feature>.labels.txt`): a folder name that is not UTF-8
+    (kept by Python as surrogate escapes) would make a folder that neither TFDS nor tfr_torch can read."""
+    for name in classes:
+        try:
+            name.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError(f"the class folder {os.path.join(root, name)!r} has a name that is not UTF-8 "
+                             f"({os.fsencode(name)!r}): a TensorFlow Datasets folder keeps class names as UTF-8 text "
+                             "(<feature>.labels.txt); rename the folder, or convert without tfds=True (--tfds)"
+                             ) from None
+
+
+def _listing_digest(root: str, items: Sequence[tuple[str, int]], classes: Sequence[str]) -> str:
+    """A digest of the classes and of every (file relative to the folder, label): a folder whose listing changed
+    (a file added and another removed, a class folder added) must not resume an interrupted run's shards, whose
+    records were made from the old listing (they would miss files, repeat removed ones or carry other labels)."""
+    digest = hashlib.sha256()
+    for name in classes:
+        digest.update(os.fsencode(name) + b"\0")
+    prefix = len(os.path.join(root, ""))  # image_folder_items' paths are os.path.join(root, class, ...)
+    for path, label in items:
+        digest.update(b"\1" + os.fsencode(path[prefix:]) + b"\0" + str(label).encode())
+    return digest.hexdigest()
+
+
 def _convert(job: Callable[[int], _Item], count: int, out_dir: str, name: str, split: str, *, shard_size: Any,
              records_per_shard: int | None, compression: Compression, workers: int, on_error: OnErrorPolicy,
              resume: bool,
@@ -111,7 +151,7 @@ def _convert(job: Callable[[int], _Item], count: int, out_dir: str, name: str, s
         raise ValueError(f'engine must be "local" or "ray", got {engine!r}')
     if address is not None and engine != "ray":
         raise ValueError(f'address={address!r} names a Ray cluster: it needs engine="ray"')
-    workers = max(int(workers), 1)
+    workers = _check_workers(workers)
 
     def say(message: str, always: bool = False) -> None:
         """On screen (stderr) with progress=True; otherwise to the log (skipped images: as warnings too)."""
@@ -192,14 +232,19 @@ def convert_image_folder(src_dir: str, out_dir: str, name: str, split: str = "tr
         raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {format!r}")
     check_on_error_policy(on_error)  # before the folder is listed
     check_compression(compression)
+    quality = _check_quality(quality)
+    workers = _check_workers(workers)
     mode = check_mode_for_format(mode, format)
     items, classes = image_folder_items(src_dir, allow_empty=allow_empty)
+    if tfds:
+        _check_utf8_classes(src_dir, classes)
     job = _FolderJob(os.path.abspath(src_dir), items, classes, format, quality, check, mode)
     if format == "keep" and not check and engine == "local":
         workers = 1  # nothing to compute: copying bytes in one process beats shipping them between processes
     image = {"encoding": format, "key": "image/encoded", "label_key": "image/class/label", "classes": classes,
              "filenames": True}
-    settings = {"source": os.path.abspath(src_dir), "items": len(items), "format": format, "quality": quality}
+    settings = {"source": os.path.abspath(src_dir), "items": len(items), "format": format, "quality": quality,
+                "listing": _listing_digest(src_dir, items, classes)}
     if mode != "UNCHANGED":
         image["mode"] = settings["mode"] = mode
     return _convert(job, len(items), out_dir, name, split, shard_size=shard_size, records_per_shard=records_per_shard,
@@ -231,6 +276,7 @@ def convert_dataset(dataset: Any, out_dir: str, name: str, split: str = "train",
         raise ValueError(f"image_format must be 'jpeg', 'png' or 'raw', got {image_format!r}")
     check_on_error_policy(on_error)
     check_compression(compression)
+    quality = _check_quality(quality)
     if not hasattr(dataset, "__getitem__") or not hasattr(dataset, "__len__"):
         raise TypeError(f"convert_dataset needs a map-style dataset (with __getitem__ and __len__), got "
                         f"{type(dataset).__name__}")

@@ -48,14 +48,18 @@ class _FolderJob:
                  check: bool, mode: str = "UNCHANGED") -> None:
         self.root, self.items, self.classes = root, items, classes
         self.fmt, self.quality, self.check, self.mode = fmt, quality, check, mode
+        # a relative item path is resolved against the cwd where the folder was listed, not the one of the process
+        # that runs the job (a Ray worker elsewhere on the cluster, or in a runtime_env working_dir)
+        self.cwd = os.getcwd() if items and not os.path.isabs(items[0][0]) else ""
 
     def __call__(self, i: int) -> tuple[int, bytes | None, int, str | None]:
         from PIL import Image, UnidentifiedImageError
 
-        path, label = self.items[i]
-        rel = os.path.relpath(path, self.root)
+        path, label = self.items[i]  # as listed (the messages name it so); opened and stored by its full path
+        full = os.path.join(self.cwd, path)
+        rel = os.path.relpath(full, self.root)
         try:
-            with open(path, "rb") as f:
+            with open(full, "rb") as f:
                 data = f.read()
             if self.fmt == "keep":
                 with Image.open(io.BytesIO(data)) as img:

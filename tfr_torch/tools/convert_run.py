@@ -32,8 +32,10 @@ def _run(job: Callable[[int], _Item], count: int, writer: ShardedWriter, workers
         results = ordered_map(job, indices, address=address)
     elif workers > 1:
         context = multiprocessing.get_context("fork" if sys.platform != "win32" else "spawn")
-        pool = ProcessPoolExecutor(workers, mp_context=context)  # a dead worker raises BrokenProcessPool, never hangs
-        results = _ordered_map(pool, job, indices, window=workers * 4, chunk=8)
+        # the job (a dataset, a folder's listing: large) reaches each worker once, with its start (forked: not even
+        # pickled), never with each chunk: a dead worker raises BrokenProcessPool, never hangs
+        pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_set_job, initargs=(job,))
+        results = _ordered_map(pool, indices, window=workers * 4, chunk=8)
     else:
         results = map(job, indices)
     try:
@@ -53,21 +55,30 @@ def _run(job: Callable[[int], _Item], count: int, writer: ShardedWriter, workers
             pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _run_chunk(job: Callable[[int], _Item], indices: range) -> list[_Item]:
-    return [job(i) for i in indices]
+_job: Callable[[int], _Item] | None = None  # in a worker process: the conversion's job, set once by _set_job
 
 
-def _ordered_map(pool: ProcessPoolExecutor, job: Callable[[int], _Item], indices: range, window: int,
-                 chunk: int) -> Iterator[_Item]:
-    """job(i) for every index, in order, computed in the pool with at most `window` chunks in flight (so memory
-    stays bounded however many items there are)."""
+def _set_job(job: Callable[[int], _Item]) -> None:
+    global _job
+    _job = job
+
+
+def _run_chunk(indices: range) -> list[_Item]:
+    assert _job is not None  # _set_job, the pool's initializer, ran first
+    return [_job(i) for i in indices]
+
+
+def _ordered_map(pool: ProcessPoolExecutor, indices: range, window: int, chunk: int) -> Iterator[_Item]:
+    """The job (installed in each worker by _set_job) of every index, in order, computed in the pool with at most
+    `window` chunks in flight (so memory stays bounded however many items there are); a chunk sends only its
+    indices."""
     chunks = (indices[k : k + chunk] for k in range(0, len(indices), chunk))
     pending: collections.deque[Future[list[_Item]]] = collections.deque()
     for part in itertools.islice(chunks, window):
-        pending.append(pool.submit(_run_chunk, job, part))
+        pending.append(pool.submit(_run_chunk, part))
     while pending:
         results = pending.popleft().result()
         more = next(chunks, None)
         if more is not None:
-            pending.append(pool.submit(_run_chunk, job, more))
+            pending.append(pool.submit(_run_chunk, more))
         yield from results
