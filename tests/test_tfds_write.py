@@ -132,10 +132,8 @@ def test_tfds_option_errors(tmp_path):
 def test_splits_with_other_features_refused(tmp_path):
     folder = write_table(tmp_path, splits=(("train", 2),))
     other = {"y": FixedLenFeature([], torch.int64)}
-    writer = ShardedWriter(folder, "table", "test", features=other, tfds={})
-    writer.write_example({"y": 1})
-    with pytest.raises(ValueError) as info:
-        writer.close()
+    with pytest.raises(ValueError) as info:  # when the writer is made: nothing of the folder replaced yet
+        ShardedWriter(folder, "table", "test", features=other, tfds={})
     assert str(info.value) == (f"{folder}/features.json describes other features than split 'test' has: write "
                                "splits of different features into different datasets")
     assert list(read_info(folder).splits) == ["train"]
@@ -143,12 +141,11 @@ def test_splits_with_other_features_refused(tmp_path):
 
 def test_other_dataset_in_the_folder_refused(tmp_path):
     folder = write_table(tmp_path, splits=(("train", 2),))
-    writer = ShardedWriter(folder, "other", "train", features=SPEC, tfds={})
-    writer.write_example(row(0))
-    with pytest.raises(ValueError) as info:
-        writer.close()
+    with pytest.raises(ValueError) as info:  # when the writer is made: the folder's train split left as it was
+        ShardedWriter(folder, "other", "train", features=SPEC, tfds={})
     assert str(info.value) == (f"{folder}/dataset_info.json describes dataset 'table' version '1.0.0', not 'other' "
                                "'1.0.0': write each dataset version into its own folder")
+    assert read_info(folder).splits["train"].num_examples == 2
 
 
 def test_rewriting_a_split_replaces_its_entry(tmp_path):

@@ -93,15 +93,16 @@ def write(dataset: Union[datasets.Dataset, datasets.IterableDataset, datasets.Da
                          "features, e.g. ds.cast(features), or resolve them with ds._resolve_features()")
     split = split or _split_name(dataset.split)
     features = dataset.features
+    as_tfds = tfds is not None and tfds is not False  # True or options (an empty dict too, as ShardedWriter's)
     if is_sequence_features(features):  # the rows hf.load makes of SequenceExamples
-        if tfds:
+        if as_tfds:
             raise ValueError("tfds=: TensorFlow Datasets folders hold tf.train.Example records; rows of a context "
                              "and feature lists are written as SequenceExamples with the sidecar instead")
         return {split: _write_sequences(dataset, out_dir, name, split, shard_size, records_per_shard, compression,
                                         batch_size)}
     spec = spec_from_features(features)
     options: Optional[dict[str, Any]] = None
-    if tfds:
+    if as_tfds:
         tree, names = tfds_features(features)
         options = {"features": tree, "class_names": names, **(dict(tfds) if isinstance(tfds, Mapping) else {})}
     plain = dataset.with_format(None)
@@ -120,7 +121,7 @@ def write(dataset: Union[datasets.Dataset, datasets.IterableDataset, datasets.Da
                 writer.write_example({key: from_row(key, feature, s, values[i], row=done + i)
                                       for key, feature, s, values in columns})
             done += rows
-    if not tfds:
+    if not as_tfds:
         _record_features(out_dir, name, split, features)
     return {split: list(writer.paths)}
 

@@ -121,6 +121,18 @@ def _read_existing(path: str, name: str, version: str) -> dict[str, Any]:
     return data
 
 
+def check_folder(out_dir: str, name: str, split: str, options: Mapping[str, Any]) -> None:
+    """Before a split's shards are written into `out_dir` (ShardedWriter's start): the folder's dataset_info.json,
+    if any, must describe this dataset and version and its features.json these features, as write_metadata checks at
+    the end; refused here, the folder's other splits, and the split being replaced, are left as they were."""
+    existing = _read_existing(f"{out_dir}/dataset_info.json", name, options["version"])
+    old_features = _read_json(f"{out_dir}/features.json") if existing else None
+    new_features = json.loads(json.dumps(options["features"], sort_keys=True))
+    if old_features is not None and old_features != new_features:
+        raise ValueError(f"{out_dir}/features.json describes other features than split {split!r} has: write splits "
+                         "of different features into different datasets")
+
+
 def write_metadata(out_dir: str, name: str, split: str, shards: Sequence[tuple[str, int, int]],
                    features: Mapping[str, Any], *, version: str = "1.0.0",
                    supervised_keys: Optional[tuple[str, str]] = None,
@@ -145,6 +157,8 @@ def write_metadata(out_dir: str, name: str, split: str, shards: Sequence[tuple[s
                             "moduleName": "tfr_torch", "splits": splits}
     if supervised_keys is not None:
         info["supervisedKeys"] = {"tuple": {"items": [{"featureKey": k} for k in supervised_keys]}}
+    elif "supervisedKeys" in existing:  # a split written without them keeps those the folder's other splits have
+        info["supervisedKeys"] = existing["supervisedKeys"]
     written = []
     for stem, names in (class_names or {}).items():
         path = f"{out_dir}/{stem}.labels.txt"
@@ -177,7 +191,34 @@ def tfds_options(options: Mapping[str, Any], spec: Optional[Mapping[str, Any]], 
         if spec is None:
             raise ValueError("TFDS metadata needs the features: pass features= (a spec) or tfds={'features': ...}")
         out["features"] = features_from_spec(spec)
+    _check_supervised_keys(out.get("supervised_keys"), out["features"])
+    _check_class_names(out.get("class_names") or {})
     return out
+
+
+def _check_supervised_keys(keys: Any, features: Mapping[str, Any]) -> None:
+    """ValueError unless `keys` (None, or a tuple of 2 or 3 keys) name top-level features of the features.json tree
+    `features`: TFDS's `as_supervised=True` fails with a bare KeyError on a folder whose keys it lacks."""
+    if keys is None:
+        return
+    if isinstance(keys, str) or not isinstance(keys, Sequence) or len(keys) not in (2, 3):
+        raise ValueError(f"tfds supervised_keys: expected a tuple of 2 or 3 feature keys, got {keys!r}")
+    known = (features.get("featuresDict") or {}).get("features") or {}
+    missing = [k for k in keys if k not in known]
+    if missing:
+        raise ValueError(f"tfds supervised_keys {tuple(keys)!r}: no feature {missing[0]!r} in the features "
+                         f"({', '.join(map(repr, known))})")
+
+
+def _check_class_names(class_names: Mapping[str, Sequence[str]]) -> None:
+    """ValueError naming the labels file and the name when a class name cannot round-trip through
+    `<stem>.labels.txt` (one name a line, which TFDS reads back stripped, skipping empty lines)."""
+    for stem, names in class_names.items():
+        for name in names:
+            if not isinstance(name, str) or not name or name != name.strip() or "\n" in name or "\r" in name:
+                raise ValueError(f"class name {name!r} of {stem}.labels.txt: TensorFlow Datasets reads class names "
+                                 "one a line, stripped of surrounding whitespace and skipping empty lines; use a "
+                                 "non-empty name without line breaks or surrounding whitespace")
 
 
 def finish_split(out_dir: str, name: str, split: str, shards: Sequence[Mapping[str, Any]],

@@ -95,12 +95,16 @@ class ShardedWriter:
         # TFDS metadata (dataset_info.json, features.json) instead of the sidecar: tfr_torch.tfds.write
         self.tfds = None
         if tfds is not None:
-            from tfr_torch.tfds.write import tfds_options
+            from tfr_torch.tfds.write import check_folder, tfds_options
 
             if isinstance(self.features, SequenceFeatures):
                 raise ValueError("tfds=: TensorFlow Datasets folders hold tf.train.Example records (features.json has "
                                  "no SequenceExample form); write these SequenceExamples with the sidecar instead")
+            if not re.fullmatch(r"[\w-]+", split):
+                raise ValueError(f"split {split!r}: TensorFlow Datasets selects splits by names of letters, digits, "
+                                 "'_' and '-' (as in 'train[:10%]'); name the split without other characters")
             self.tfds = tfds_options(tfds, self.features, self.compression)
+            check_folder(self.out_dir, name, split, self.tfds)  # a refused split must not replace the old one
         self.folder.makedirs()
         self._settings = {"name": name, "split": split, "shard_size": self.shard_size, "compression": self.compression,
                           "records_per_shard": records_per_shard, **(settings or {})}
