@@ -51,7 +51,7 @@ class ExampleDecoder:
         if isinstance(records, str) or not isinstance(records, Sequence):
             raise TypeError(f"ExampleDecoder decodes a record (bytes), a list of records or a list of batches, got "
                             f"{type(records).__name__}")
-        if records and isinstance(records[0], list):  # a run of batches
+        if records and isinstance(records[0], (list, tuple)):  # a run of batches (lists, or tuples as a collate's)
             parse = self._plan.parse
             return [parse(batch) for batch in records]
         return self._plan.parse(list(records))

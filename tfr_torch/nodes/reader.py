@@ -26,7 +26,8 @@ class TFRecordNode(BaseNode[Any]):  # type: ignore[misc]  # torchdata has no py.
     """Yields the records (bytes; or decoded dicts / batches when given `features` / `batch_size`) of `paths` that
     this rank reads, one epoch per `reset()`: `Loader` resets at each `iter()`, and every new epoch after the first
     advances the epoch that seeds shuffling. `paths` and the keyword arguments are `TFRecordDataset`'s (`rank`,
-    `world_size`, `pad`, `shuffle`, `seed`, `index`, `split`, ...), or pass a `TFRecordDataset` itself.
+    `world_size`, `pad`, `shuffle`, `seed`, `index`, `split`, ...), or pass a `TFRecordDataset` itself. `epoch` is
+    the first epoch: 0, or for a `TFRecordDataset` given, its own (`set_epoch`, or that of a state it loaded).
 
     `Loader.state_dict()` holds the epoch and how many items this node yielded; a new pipeline given it by
     `load_state_dict` yields exactly the rest (records skipped by reading, never decoded).
@@ -36,15 +37,20 @@ class TFRecordNode(BaseNode[Any]):  # type: ignore[misc]  # torchdata has no py.
     """
 
     def __init__(self, paths: PathLike | Sequence[PathLike] | TFRecordDataset,
-                 features: Mapping[str, Any] | str | None = None, *, epoch: int = 0, **dataset_options: Any) -> None:
+                 features: Mapping[str, Any] | str | None = None, *, epoch: int | None = None,
+                 **dataset_options: Any) -> None:
         super().__init__()
         if isinstance(paths, TFRecordDataset):
             if features is not None or dataset_options:
                 raise TypeError("TFRecordNode(dataset) takes no features or dataset options: they are the dataset's")
             self.dataset = paths
+            if epoch is None:  # the dataset's own (set_epoch, or a state it loaded): not silently epoch 0
+                epoch = self.dataset.epoch
         else:
             self.dataset = TFRecordDataset(paths, features, **dataset_options)  # type: ignore[arg-type]
-        if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
+        if epoch is None:
+            epoch = 0
+        if not _is_epoch(epoch):
             raise ValueError(f"epoch must be a non-negative int, got {epoch!r}")
         self.epoch = epoch
         self._started = False  # an epoch began (reset was called): the next plain reset starts the next epoch
@@ -66,8 +72,12 @@ class TFRecordNode(BaseNode[Any]):  # type: ignore[misc]  # torchdata has no py.
         super().reset(initial_state)
         if initial_state is not None:
             epoch = initial_state.get(_EPOCH)
-            if not isinstance(epoch, int) or _DATASET not in initial_state:
+            dataset_state = initial_state.get(_DATASET)
+            if not _is_epoch(epoch) or not isinstance(dataset_state, Mapping):
                 raise ValueError(f"not a TFRecordNode state: {initial_state!r}")
+            if dataset_state.get(_EPOCH, epoch) != epoch:  # the dataset resumes its epoch: the next would skip some
+                raise ValueError(f"not a TFRecordNode state: its epoch is {epoch!r} but its dataset state's epoch is "
+                                 f"{dataset_state.get(_EPOCH)!r}")
             self.epoch = epoch
             self.dataset.load_state_dict(initial_state[_DATASET])  # checks seed, rank, world size and files
         else:
@@ -84,3 +94,7 @@ class TFRecordNode(BaseNode[Any]):  # type: ignore[misc]  # torchdata has no py.
 
     def get_state(self) -> dict[str, Any]:
         return {_EPOCH: self.epoch, _DATASET: self.dataset.state_dict()}
+
+
+def _is_epoch(epoch: Any) -> bool:
+    return isinstance(epoch, int) and not isinstance(epoch, bool) and epoch >= 0
