@@ -25,6 +25,7 @@ import tfr_torch
 datasets = pytest.importorskip("datasets")
 import tfr_torch.hf as hf  # noqa: E402
 from tfr_torch.format.example import ByteStrings, encode_sequence_example  # noqa: E402
+from chain_util import chain as _chain  # noqa: E402
 
 S = tfr_torch.string
 F = tfr_torch.FixedLenFeature
@@ -53,15 +54,6 @@ def _bits(value):
     if isinstance(value, float):
         return ("float", struct.pack("<d", value))
     return value
-
-
-def _chain(err):
-    """The messages of an exception and its causes (datasets wraps generator errors in DatasetGenerationError)."""
-    out = []
-    while err is not None:
-        out.append(str(err))
-        err = err.__cause__ or err.__context__
-    return "\n".join(out)
 
 
 def _shards(folder):

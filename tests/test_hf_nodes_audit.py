@@ -33,6 +33,7 @@ from datasets.distributed import split_dataset_by_node  # noqa: E402
 from torchdata.nodes import Batcher, Loader, ParallelMapper, Prefetcher  # noqa: E402
 
 from tfr_torch.nodes import ExampleDecoder, TFRecordNode  # noqa: E402
+from chain_util import chain as _chain  # noqa: E402
 
 S = tfr_torch.string
 ID = {"id": tfr_torch.FixedLenFeature([], torch.int64)}
@@ -51,15 +52,6 @@ def _plain(value):
     if isinstance(value, (np.ndarray, np.generic)):
         return value.tolist()
     return value
-
-
-def _chain(err):
-    """The messages of an exception and its causes (datasets wraps generator errors in DatasetGenerationError)."""
-    out = []
-    while err is not None:
-        out.append(str(err))
-        err = err.__cause__ or err.__context__
-    return "\n".join(out)
 
 
 def _id_files(tmp_path, counts, index=True):
