@@ -9,8 +9,8 @@ indexed files, several ranks and shuffling; every stop criterion of MultiNodeWei
 resumed at every item; GZIP buffered shuffles; states through JSON and pickle; what `reset()` does with and without
 a state; truncated files and stale indexes (errors that name the file and the offset, after exactly the records
 before them); a TFRecordDataset passed in keeping its epoch; malformed node states; runs of batches given as
-tuples to `ExampleDecoder`. Pinned (xfail, causes outside tfr_torch.nodes): torchdata's Loader reporting a stale
-state after resuming at an epoch's end, and corrupt records raising up to a block before their item.
+tuples to `ExampleDecoder`; a corrupt record raising at its item, after every record before it. Pinned (xfail, a
+cause outside tfr_torch): torchdata's Loader reporting a stale state after resuming at an epoch's end.
 """
 
 import json
@@ -390,12 +390,6 @@ def test_saved_again_after_resuming_at_an_epochs_end(tmp_path, kind):
     assert _epoch(again) == epoch1[1:]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "tfr_torch.data, not tfr_torch.nodes: TFRecordDataset reads records in blocks (32 records when it decodes, "
-    "data/blocks.py) and, with an indexed global shuffle, the epoch's records ahead of the order, verifying each "
-    "block's CRCs before yielding any of it; so a corrupt record raises (naming file and offset, nothing dropped "
-    "silently) while up to a block of good records before it, in the node's order, was never yielded: the error "
-    "comes early, not at the bad item as it does for raw records read in file order"))
 @pytest.mark.parametrize("how", ["rows", "global shuffle"])
 def test_a_corrupt_record_raises_at_its_item(tmp_path, how):
     """A corrupt record among 40: the node yields every record before it in its order, then raises naming the file

@@ -154,11 +154,22 @@ def drop(blocks: Iterator[Block], n: int) -> Iterator[Block]:
     yield from blocks
 
 
-def regroup(blocks: Iterable[Block], size: int) -> Iterator[list[Block]]:
-    """Groups of blocks holding `size` records each (the last one fewer), cutting blocks where needed."""
+def regroup(blocks: Iterable[Block], size: int, partial_on_error: bool = False) -> Iterator[list[Block]]:
+    """Groups of blocks holding `size` records each (the last one fewer), cutting blocks where needed. With
+    `partial_on_error`, when `blocks` raises, the records gathered so far come out as a last, short group first,
+    then the error (records one by one: every record before a bad one is yielded, as TensorFlow does)."""
     group: list[Block] = []
     have = 0
-    for block in blocks:
+    stream = iter(blocks)
+    while True:
+        try:
+            block = next(stream)
+        except StopIteration:
+            break
+        except Exception:
+            if partial_on_error and group:
+                yield group
+            raise
         while True:
             need = size - have
             if len(block) < need:

@@ -76,13 +76,13 @@ class ItemMaker:
         options = {"row_type": Batch} if marked else {}
         if key is None and type(plan) is ExamplePlan:  # no Python step per row here (ExamplePlan.rows)
             return itertools.chain.from_iterable(
-                plan.rows(flatten(group), Names(group), **options) for group in regroup(blocks, ROW_CHUNK))
+                plan.rows(flatten(group), Names(group), **options) for group in regroup(blocks, ROW_CHUNK, True))
         return self._rows_named(blocks, plan, key, options)
 
     def _rows_named(self, blocks: Iterator[Block], plan: Any, key: str | None, options: dict[str, Any]
                     ) -> Iterator[Any]:
         """_rows for other plans, and rows that get their location under `key`."""
-        for group in regroup(blocks, ROW_CHUNK):
+        for group in regroup(blocks, ROW_CHUNK, True):
             rows = plan.iter_rows(flatten(group), Names(group), **options)
             if key is None:
                 yield from rows

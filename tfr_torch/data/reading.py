@@ -244,9 +244,9 @@ def iter_random(source: Source, global_ids: np.ndarray, counts: Sequence[int]) -
                     try:
                         read = handle(f).read_many(located[start + at, 0], located[start + at, 1])
                     except TFRecordError:
-                        if policy is None:
-                            raise
-                        continue  # a bad record among them: each is read alone below, the bad one handed over
+                        # a bad record among them: each is read alone below, in the order asked, so the records
+                        # ahead of the bad one come out first and it raises at its turn (or goes to `policy`)
+                        continue
                     for k, record in zip(at.tolist(), read):
                         ready[k] = record
             for f, (offset, size), got in zip(files_of[start:stop], located[start:stop].tolist(), ready):
