@@ -7,6 +7,7 @@ epoch and the counts that decide it (epoch_records.py), the items made of them (
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Literal
@@ -77,6 +78,10 @@ class TFRecordDataset(ResumableState, EpochRecords, ItemMaker, IterableDataset[A
       groups of at most this many bytes, in the shuffled order: each group's records of a file are inflated in one
       pass over the intervals they touch instead of one restart per record. A reader holds at most one group's
       records (plus one run's compressed bytes); larger groups make an epoch cheaper (see the README).
+    - `spill_dir`: where a reader whose share of such a shuffle is many groups may spill it instead (True: the
+      system's temporary folder, TMPDIR; a path; False: never): one sequential pass over each file writes the
+      share's records in the shuffled order into an unnamed temporary file, read back front to back. Chosen only
+      when it inflates less than the groups would and the folder has room for the share; same order and errors.
     - `location_key`: a key under which each decoded item gets its record's location, "path:offset" (a list of
       them in a batch; the offset in the decompressed stream for GZIP/ZLIB files), as TFDS's `add_tfds_id`: to log
       or find the records of a batch. DeviceLoader names a bad image by it.
@@ -113,6 +118,7 @@ class TFRecordDataset(ResumableState, EpochRecords, ItemMaker, IterableDataset[A
         as_supervised: bool = False,
         remote: RemoteOptions | None = None,
         max_group_bytes: int = GROUP_BYTES,
+        spill_dir: PathLike | bool = True,
         location_key: str | None = None,
     ) -> None:
         super().__init__()
@@ -159,6 +165,13 @@ class TFRecordDataset(ResumableState, EpochRecords, ItemMaker, IterableDataset[A
         if not isinstance(max_group_bytes, int) or isinstance(max_group_bytes, bool) or max_group_bytes < 1:
             raise ValueError(f"max_group_bytes must be a positive int (bytes), got {max_group_bytes!r}")
         self.max_group_bytes = max_group_bytes
+        if not isinstance(spill_dir, (bool, str, os.PathLike)):
+            raise TypeError(f"spill_dir must be True, False or a folder's path, got {type(spill_dir).__name__}: "
+                            f"{spill_dir!r}")
+        if not isinstance(spill_dir, bool) and not os.path.isdir(spill_dir):
+            raise ValueError(f"spill_dir {os.fspath(spill_dir)!r} is not a folder (True: the system's temporary "
+                             "folder; False: never spill)")
+        self.spill_dir = spill_dir
         self._rank_world = rank_world(rank, world_size)  # checked again where the records are read
         self.rank, self.world_size = self._rank_world.rank, self._rank_world.world_size
         self.offsets = resolve_indexes(self.paths, index, compression)

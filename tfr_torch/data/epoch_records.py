@@ -55,6 +55,7 @@ class EpochRecords:
     on_error: OnError
     remote: RemoteOptions | None
     max_group_bytes: int
+    spill_dir: Any
     seed: int
     rank: int
     world_size: int
@@ -204,7 +205,8 @@ class EpochRecords:
             whole = [skip == 0 and take == expected
                      for skip, take, expected in zip(self.tfds.skips, self.tfds.counts, self.tfds.expected)]
         return Source(self.paths, self.offsets, self.compression, self.verify, _ignore if silent else self.on_error,
-                      self._counts, whole, self._count_origin(), self.remote, self.max_group_bytes, self._seeks)
+                      self._counts, whole, self._count_origin(), self.remote, self.max_group_bytes, self._seeks,
+                      getattr(self, "spill_dir", True))  # (a dataset pickled before spill_dir: the default)
 
     def _count_origin(self) -> str:
         if self._sidecar_counts and self.metadata is not None:

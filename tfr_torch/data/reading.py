@@ -5,6 +5,7 @@ takes them without a Python step per record."""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, NamedTuple, cast
 
@@ -12,6 +13,7 @@ import numpy as np
 
 from tfr_torch.data.blocks import Block, Located, blocks_of
 from tfr_torch.data.sharding import Run
+from tfr_torch.data.spill import SpillFailed, seek_span, spill_folder, spilled, worth_spilling
 from tfr_torch.errors import IndexMismatchError, TFRecordError
 from tfr_torch.format.compression import NONE, compression_from_name, normalize_compression
 from tfr_torch.format.paths import is_url
@@ -38,7 +40,8 @@ class Source(NamedTuple):
     the counts came from, for that message. `remote`: how URLs are read (a `RemoteOptions`; None: its defaults).
     `group_bytes`: records of GZIP/ZLIB files read by offset are read in groups of at most this many framed
     bytes (see `group_bounds`). `seeks`: per file, the seek points build_index wrote beside an index given by path
-    (None: RecordFile's default place)."""
+    (None: RecordFile's default place). `spill_dir`: where such a shuffle may spill its records when that costs
+    less (data/spill.py): True the system's temporary folder, a path that folder, False never."""
 
     paths: Sequence[str]
     offsets: Sequence[np.ndarray | None]
@@ -51,6 +54,7 @@ class Source(NamedTuple):
     remote: Any = None
     group_bytes: int = GROUP_BYTES
     seeks: Sequence[str | None] | None = None  # per file, its seek points where not `<file>.idx.seek`
+    spill_dir: Any = True  # where a global shuffle of GZIP/ZLIB files may spill (data/spill.py); False: never
 
 
 def iter_run(source: Source, run: Run) -> Iterator[Block]:
@@ -287,8 +291,46 @@ def iter_random(source: Source, global_ids: np.ndarray, counts: Sequence[int]) -
             for opened, token in current:
                 opened.release(token)
 
+    def spill_plan() -> tuple[Any, ...] | None:
+        """(folder, file of each record, (offset, framed size) of each, group bounds, where each file's pass ends)
+        where this share's records are all of compressed local files and spilling them costs less (spill.py)."""
+        folder = spill_folder(source.spill_dir)
+        if folder is None or remote or not len(global_ids):
+            return None
+        files_of, rows = where(global_ids)
+        touched = sorted(set(files_of))
+        if not all(handle(f).compressed for f in touched):
+            return None
+        file_ids, row_ids = np.asarray(files_of, dtype=np.int64), np.asarray(rows, dtype=np.int64)
+        located = np.empty((len(rows), 2), dtype=np.int64)
+        for f in touched:
+            mine = file_ids == f
+            located[mine] = tables[f][row_ids[mine], :2]
+        bounds = group_bounds(located[:, 1], source.group_bytes)
+        stops = {f: int(located[file_ids == f].sum(axis=1).max()) for f in touched}  # where each pass ends
+        spans = {f: seek_span(handle(f)) for f in touched}
+        if not worth_spilling(folder, file_ids, located, bounds, spans, stops):
+            return None
+        return folder, file_ids, located, bounds, stops
+
     try:
-        yield from blocks_of(records())
+        plan = spill_plan()
+        if plan is None:
+            yield from blocks_of(records())
+        else:
+            folder, file_ids, located, bounds, stops = plan
+            spill = spilled(folder, source.paths, source.compression, source.verify, file_ids, located, bounds,
+                            stops, one)
+            try:
+                first = next(spill, None)  # the pass over the files: SpillFailed comes before any record
+            except SpillFailed as err:
+                warnings.warn(f"{err}; reading this shuffle's records of compressed files in groups instead "
+                              "(TFRecordDataset(spill_dir=...) names another folder)", RuntimeWarning, stacklevel=2)
+                yield from blocks_of(records())
+                return
+            if first is not None:
+                yield first
+                yield from spill
     finally:
         for opened in files.values():
             opened.close()
