@@ -120,6 +120,8 @@ def _tfds_version(value: str) -> str:
 def _label(value: str) -> str:
     if not value or "/" in value:
         raise argparse.ArgumentTypeError(f"expected a non-empty name without '/', got {value!r}")
+    if value in (".", ".."):  # with --tfds, NAME is a folder: OUT/NAME/VERSION
+        raise argparse.ArgumentTypeError(f"expected a name, not the folder {value!r}")
     return value
 
 

@@ -82,7 +82,7 @@ def _cmd_reshard(args: argparse.Namespace) -> int:
     paths = _files(args)
     name, split = reshard_names(paths, args.name, args.split)
     try:
-        check_output(paths, args.out, name, split)
+        check_output(paths, args.out, name, split, version if args.tfds else None)
     except ValueError as err:
         raise UsageError(str(err)) from None
     try:

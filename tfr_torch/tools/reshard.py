@@ -7,7 +7,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from tfr_torch.decode.infer import infer_features
+from tfr_torch.decode.infer import NoRecordsError, infer_features
 from tfr_torch.decode.sequence_features import SequenceFeatures
 from tfr_torch.decode.sidecar import spec_of_sidecar
 from tfr_torch.errors import DecodeError
@@ -80,16 +80,28 @@ def reshard_names(paths: Sequence[str], name: str | None = None, split: str | No
 
 
 def _where(path: str) -> str:
-    """One spelling per file: an absolute local path, or a URL as fsspec spells it (memory://a = memory:///a)."""
+    """One spelling per file: a local path with its folder's symbolic links resolved (an output folder that is a
+    link to the input's is that folder), or a URL as fsspec spells it (memory://a = memory:///a)."""
     if not is_url(path):
-        return os.path.abspath(path)
+        folder, base = os.path.split(os.path.abspath(path))
+        return os.path.join(os.path.realpath(folder), base)
     fs, inner = _fsspec(path)
     return str(fs.unstrip_protocol(inner))
 
 
-def check_output(paths: Sequence[str], out_dir: str, name: str, split: str) -> None:
-    """Raise ValueError if shards `name`-`split` in `out_dir` would write over one of `paths`."""
-    prefix = _where(f"{as_path(out_dir).rstrip('/') or '.'}/{name}-{split}.tfrecord-")
+def _read_once(path: str) -> bool:
+    """Whether `path` is a local input that can be read only once (a pipe, such as the shell's `<(cat f)`)."""
+    local = as_path(path)
+    return not is_url(local) and os.path.exists(local) and not os.path.isfile(local) and not os.path.isdir(local)
+
+
+def check_output(paths: Sequence[str], out_dir: str, name: str, split: str, version: str | None = None) -> None:
+    """Raise ValueError if shards `name`-`split` in `out_dir` (with a TFDS `version`: in `out_dir/name/version/`,
+    where `reshard(..., tfds=True)` writes them) would write over one of `paths`."""
+    folder = as_path(out_dir).rstrip("/") or "."
+    if version is not None:
+        folder = f"{folder}/{name}/{version}"
+    prefix = _where(f"{folder}/{name}-{split}.tfrecord-")
     clash = [p for p in paths if _where(as_path(p)).startswith(prefix)]
     if clash:
         raise ValueError(f"the new shards would write over their input {clash[0]!r} (same folder, name {name!r} and "
@@ -101,7 +113,8 @@ def reshard(paths: Sequence[str], out_dir: str, *, shard_size: Any = "128MB", co
             version: str = "1.0.0") -> list[str]:
     """Copy every record of `paths` (any compression, detected), in order, into new shards (ShardedWriter: TFDS
     names, an index per shard, a sidecar) named by `reshard_names`. The features spec is taken from the input's
-    sidecar when there is one, else inferred from records of every file (none when they are not Examples).
+    sidecar when there is one, else inferred from records of every file (none when they are not Examples, or when
+    an input is a pipe, which can be read only once).
     Refuses to write over its own input (same folder, name and split). `tfds=True` writes a TensorFlow Datasets
     folder `out_dir/name/version/` instead of the sidecar (tfr_torch.tfds.write.reshard_options).
 
@@ -113,19 +126,29 @@ def reshard(paths: Sequence[str], out_dir: str, *, shard_size: Any = "128MB", co
     paths = list(paths)
     name, split = reshard_names(paths, name, split)
     out = as_path(out_dir).rstrip("/") or "."
-    check_output(paths, out, name, split)
+    check_output(paths, out, name, split, version if tfds else None)
     found = find_sidecar(paths)
     features, image = None, None
     if found is not None:
         features = spec_of_sidecar(found)
         image = found.image
-    if features is None:
+    pipes = [p for p in paths if _read_once(p)]
+    if features is None and pipes:  # inferring would read (and lose) records that the copy must read
+        if tfds:
+            raise ValueError(f"tfds=True needs the records' features, read from the records before they are copied: "
+                             f"{pipes[0]!r} is a pipe, which can be read only once; write it to a file first")
+    elif features is None:
         try:
             inferred = infer_features(paths, max_records=1000)
             features = (SequenceFeatures(inferred.context, inferred.sequence)
                         if isinstance(inferred, SequenceFeatures) else dict(inferred))
+        except NoRecordsError:
+            if tfds:  # said before the folders are made, as ShardedWriter says it once they are
+                raise ValueError(f"split {split!r} of {name!r} has no records: TensorFlow Datasets cannot read an "
+                                 "empty split (its own writer refuses one: 'No examples were yielded.')") from None
+            features = None  # no records: an empty set all the same
         except (DecodeError, ValueError):
-            features = None  # not Examples (or no records): the records are copied all the same
+            features = None  # not Examples: the records are copied all the same
     sizes = [file_size(p) for p in paths] if progress else []
     meter = Progress(label=f"{name}-{split}", enabled=progress, total_bytes=sum(sizes), unit="records")
     tfds_options = None
@@ -148,9 +171,9 @@ def reshard(paths: Sequence[str], out_dir: str, *, shard_size: Any = "128MB", co
                 for record in reader:
                     writer.write(record)
                     meter.update(1, len(record) + OVERHEAD)
+        paths = writer.close()  # finishes the last shard (its index, its seek points): stopped there too
     except BaseException:
         writer.abort(keep_finished=False)  # never resumed: its finished shards would be left behind for good
         raise
-    paths = writer.close()
     meter.done()
     return paths
