@@ -124,7 +124,18 @@ def test_the_spill_is_chosen_only_where_it_pays(files, counted, monkeypatch, tmp
     monkeypatch.setattr(spill.shutil, "disk_usage", lambda folder: type("Usage", (), {"free": 1 << 20})())
     _read(paths)
     assert counted == []
-    monkeypatch.undo()
+    # room for one share but not for every reader of the machine (torchrun's LOCAL_WORLD_SIZE)
+    share = sum(int(tfr_torch.read_index(p + ".idx")[:, 1].sum()) for p in paths)
+    monkeypatch.setattr(spill.shutil, "disk_usage",
+                        lambda folder: type("Usage", (), {"free": 2 * share + spill.FREE_MARGIN})())
+    _read(paths)
+    assert len(counted) == 1
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "3")
+    _read(paths)
+    assert len(counted) == 1
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    _read(paths)
+    assert len(counted) == 2
 
 
 def test_worth_spilling_compares_the_inflation(tmp_path):

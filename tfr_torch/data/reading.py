@@ -13,7 +13,7 @@ import numpy as np
 
 from tfr_torch.data.blocks import Block, Located, blocks_of
 from tfr_torch.data.sharding import Run
-from tfr_torch.data.spill import SpillFailed, seek_span, spill_folder, spilled, worth_spilling
+from tfr_torch.data.spill import SpillFailed, local_readers, seek_span, spill_folder, spilled, worth_spilling
 from tfr_torch.errors import IndexMismatchError, TFRecordError
 from tfr_torch.format.compression import NONE, compression_from_name, normalize_compression
 from tfr_torch.format.paths import is_url
@@ -309,7 +309,7 @@ def iter_random(source: Source, global_ids: np.ndarray, counts: Sequence[int]) -
         bounds = group_bounds(located[:, 1], source.group_bytes)
         stops = {f: int(located[file_ids == f].sum(axis=1).max()) for f in touched}  # where each pass ends
         spans = {f: seek_span(handle(f)) for f in touched}
-        if not worth_spilling(folder, file_ids, located, bounds, spans, stops):
+        if not worth_spilling(folder, file_ids, located, bounds, spans, stops, local_readers()):
             return None
         return folder, file_ids, located, bounds, stops
 

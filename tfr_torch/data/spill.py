@@ -15,7 +15,8 @@ bookkeeping per record of the share.
 
 Chosen per reader and epoch when the grouped path's estimated inflation (the distinct intervals of each group,
 times the span) exceeds SPILL_FACTOR x the spill's (one pass over the files, plus the share written and read once),
-and the temporary folder has room for the share plus FREE_MARGIN. Where the spill file cannot be made or written
+and the temporary folder has room for the share, times the readers of the machine that may spill at once
+(local_readers), plus FREE_MARGIN. Where the spill file cannot be made or written
 (the disk filled up since), the share is read in groups after all, with a warning."""
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
+from torch.utils.data import get_worker_info
 
 from tfr_torch.data.blocks import Block
 from tfr_torch.errors import TFRecordError
@@ -34,7 +36,8 @@ from tfr_torch.format.framing import OVERHEAD
 from tfr_torch.format.reader import RecordReader
 from tfr_torch.format.seek import DEFAULT_SPAN
 
-__all__ = ["spill_folder", "seek_span", "worth_spilling", "spilled", "SpillFailed", "SPILL_FACTOR", "FREE_MARGIN"]
+__all__ = ["spill_folder", "seek_span", "local_readers", "worth_spilling", "spilled", "SpillFailed", "SPILL_FACTOR",
+           "FREE_MARGIN"]
 
 SPILL_FACTOR = 1.5  # spill when the grouped reads would inflate more than this many times the spill's cost
 FREE_MARGIN = 256 << 20  # bytes the temporary folder keeps free beyond the spill file
@@ -56,11 +59,23 @@ def seek_span(handle: Any) -> int:
     return int(seek.span) if seek is not None else DEFAULT_SPAN
 
 
+def local_readers() -> int:
+    """How many readers of this machine may spill at once: this process's DataLoader workers, times the ranks of
+    the machine where the launcher says (LOCAL_WORLD_SIZE, as torchrun sets it)."""
+    info = get_worker_info()
+    try:
+        ranks = max(int(os.environ.get("LOCAL_WORLD_SIZE", "1")), 1)
+    except ValueError:
+        ranks = 1
+    return (info.num_workers if info is not None else 1) * ranks
+
+
 def worth_spilling(folder: str, file_ids: np.ndarray, located: np.ndarray, bounds: Sequence[tuple[int, int]],
-                   spans: dict[int, int], ends: dict[int, int]) -> bool:
+                   spans: dict[int, int], ends: dict[int, int], readers: int = 1) -> bool:
     """Whether spilling the share (records `located[k]` = (decompressed offset, framed size) of file `file_ids[k]`,
     read in groups `bounds`) into `folder` inflates less than the grouped reads would. `spans`: each file's seek
-    interval; `ends`: where the pass over each file stops (the end of its last record of the share)."""
+    interval; `ends`: where the pass over each file stops (the end of its last record of the share); `readers`:
+    how many readers may spill shares like this one into the folder at once (each needs its room)."""
     if len(bounds) < 2:  # one group is one pass over what it touches: nothing to gain
         return False
     span = np.array([spans.get(int(f), DEFAULT_SPAN) for f in range(int(file_ids.max()) + 1)], dtype=np.int64)
@@ -75,7 +90,7 @@ def worth_spilling(folder: str, file_ids: np.ndarray, located: np.ndarray, bound
         free = shutil.disk_usage(folder).free
     except OSError:
         return False
-    return free >= share + FREE_MARGIN
+    return free >= share * readers + FREE_MARGIN
 
 
 def spilled(folder: str, paths: Sequence[str], compression: str | None, verify: bool, file_ids: np.ndarray,
