@@ -242,7 +242,10 @@ class AtomicOutput:
         if is_url(self.path):
             self._fs, self._inner = _fsspec(self.path)
             self._tmp = f"{self._inner}.tmp-{uuid.uuid4().hex}"
-            self.file: IO[bytes] = self._fs.open(self._tmp, "wb")
+            try:
+                self.file: IO[bytes] = self._fs.open(self._tmp, "wb")
+            except Exception as exc:  # its message names the temporary object, or nothing: name the user's URL
+                raise _write_error(self.path, exc) from exc
         else:
             if os.path.isdir(self.path):  # found now, not at the rename, which would name the temporary file
                 raise IsADirectoryError(f"cannot write {self.path!r}: it is a folder")
@@ -261,13 +264,17 @@ class AtomicOutput:
             return
         self.done = True
         try:
-            self.file.close()
             if self._fs is not None:
-                self._fs.mv(self._tmp, self._inner)
+                try:
+                    self.file.close()  # (the upload: a store's errors name the temporary object, or nothing)
+                    self._fs.mv(self._tmp, self._inner)
+                except Exception as exc:
+                    raise _write_error(self.path, exc) from exc
                 from tfr_torch.format.remote import forget_object  # (remote imports this module)
 
                 forget_object(self.path)  # this process's readers ask its new size and version
             else:
+                self.file.close()
                 os.chmod(self._tmp, 0o666 & ~_UMASK)
                 os.replace(self._tmp, self.path)
         except BaseException:
@@ -289,6 +296,12 @@ class AtomicOutput:
                 self._fs.rm(self._tmp)
             else:
                 os.unlink(self._tmp)
+
+
+def _write_error(url: str, exc: Exception) -> OSError:
+    """An error naming the URL being written (a missing bucket or folder stays a FileNotFoundError)."""
+    kind = FileNotFoundError if isinstance(exc, FileNotFoundError) else OSError
+    return kind(f"writing {url!r} failed: {type(exc).__name__}: {exc}")
 
 
 @contextlib.contextmanager

@@ -117,6 +117,7 @@ class ShardedWriter:
         self.resumed_state: dict[str, Any] = {}
         self.closed = False
         self.paths: list[str] = []  # the finished shards, once close() has renamed them (none after abort())
+        self._close_error: str | None = None  # why close() failed, if it did
         # a URL out_dir: shards are made in a local staging folder and uploaded by one background thread
         self._staging: str | None = None
         self._uploader: ThreadPoolExecutor | None = None
@@ -155,12 +156,18 @@ class ShardedWriter:
         text = self.folder.read_text(self._progress_name())
         if text is None:
             return
-        progress = json.loads(text)
+        try:
+            progress = json.loads(text)
+            shards = progress["shards"]
+        except (ValueError, TypeError, KeyError) as exc:  # a progress file cut short or of another program
+            raise ValueError(f"cannot resume from {path}: expected a ShardedWriter progress file (JSON with "
+                             f"'settings' and 'shards'), found {text[:40]!r} ({type(exc).__name__}: {exc}); "
+                             "delete it (and the .partial shards) to start over") from None
         if progress.get("settings") != json.loads(json.dumps(self._settings)):
             raise ValueError(f"cannot resume from {path}: it was written with settings {progress.get('settings')}, "
                              f"not {self._settings}; delete it (and the .partial shards) to start over")
         kept = []
-        for shard in progress["shards"]:
+        for shard in shards:
             if self.folder.size(shard["partial"]) != shard["bytes"]:
                 break
             kept.append(shard)
@@ -202,7 +209,11 @@ class ShardedWriter:
             (self.records_per_shard is not None and len(self._index) >= self.records_per_shard)
             or (self.records_per_shard is None and self._pos + framed > self.shard_size and self._index))
         if full:
-            self._finish_shard()
+            try:
+                self._finish_shard()
+            except BaseException:  # (the previous shard's upload failed): this shard was never sent, and the
+                self.abort()  # records written after it could never be published
+                raise
         if self._writer is None:
             self._writer = TFRecordWriter(self._local(self._partial_name(len(self._done))), self.compression)
             self._index, self._pos = [], 0
@@ -260,9 +271,22 @@ class ShardedWriter:
             upload.result()
 
     def close(self) -> list[str]:
-        """Finish the last shard, rename every shard to `...-of-{count}`, write the sidecar; return the shard paths."""
+        """Finish the last shard, rename every shard to `...-of-{count}`, write the sidecar; return the shard paths.
+        A close that fails leaves what `abort()` leaves (the finished shards, for `resume=True`); another close
+        raises."""
+        if self._close_error is not None:  # not the empty list of an aborted writer: this set was not written
+            raise ValueError(f"ShardedWriter for {self.folder.join(self.name)}-{self.split}: close() failed "
+                             f"({self._close_error}); write the set again (resume=True keeps its uploaded shards)")
         if self.closed:
             return self.paths
+        try:
+            return self._close()
+        except BaseException as exc:  # (an upload or a move refused): what abort() leaves, the uploaded shards
+            self._close_error = f"{type(exc).__name__}: {exc}"  # for resume=True, and no staging folder or thread
+            self.abort()
+            raise
+
+    def _close(self) -> list[str]:
         if self._writer is not None:
             self._finish_shard()
         self._wait_upload()
