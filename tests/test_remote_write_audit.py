@@ -285,9 +285,9 @@ def test_a_refused_server_side_move_publishes_no_sidecar_and_a_rerun_is_exact(tm
     assert [bytes(r) for r in tfr_torch.TFRecordDataset(f"{flaky}/ds-train.tfrecord-*", batch_size=None)] == data
 
 
-@pytest.mark.xfail(strict=True, reason="OutputFolder._move_one (tfr_torch/format/folder.py) names the objects only "
-                   "for FileNotFoundError: a refused server-side copy raises the store's bare 'Access Denied'")
 def test_a_refused_server_side_move_names_the_objects(flaky):
+    # Fixed: OutputFolder._move_one named the objects only for FileNotFoundError; a refused copy raised the store's
+    # bare "Access Denied"
     FlakyFileSystem.fail = {"cp_file": lambda path: path.endswith("tfrecord-00000.partial")}
     with pytest.raises(PermissionError, match=r"flaky://.*/ds-train\.tfrecord-00000\.partial"):
         with ShardedWriter(flaky, "ds", "train") as writer:

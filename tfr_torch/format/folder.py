@@ -151,6 +151,9 @@ class OutputFolder:
         except FileNotFoundError:
             raise FileNotFoundError(f"cannot move {self.join(src)!r} to {self.join(dst)!r}: it is not there (was "
                                     "the folder changed by another program while the set was written?)") from None
+        except Exception as exc:  # a store's own errors rarely name the objects ("Access Denied")
+            kind = PermissionError if isinstance(exc, PermissionError) else OSError
+            raise kind(f"cannot move {self.join(src)!r} to {self.join(dst)!r}: {type(exc).__name__}: {exc}") from exc
         self._forget(dst)
 
     def _forget(self, name: str) -> None:

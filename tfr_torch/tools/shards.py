@@ -118,6 +118,7 @@ class ShardedWriter:
         self.closed = False
         self.paths: list[str] = []  # the finished shards, once close() has renamed them (none after abort())
         self._close_error: str | None = None  # why close() failed, if it did
+        self._finishing: str | None = None  # the shard _finish_shard is finishing (not in self._done yet)
         # a URL out_dir: shards are made in a local staging folder and uploaded by one background thread
         self._staging: str | None = None
         self._uploader: ThreadPoolExecutor | None = None
@@ -236,8 +237,9 @@ class ShardedWriter:
     def _finish_shard(self) -> None:
         writer, self._writer = self._writer, None
         assert writer is not None  # called only while a shard is open
-        writer.close()
         name = self._partial_name(len(self._done))
+        self._finishing = name  # until it is in self._done: abort() removes its files
+        writer.close()
         partial = self._local(name)
         with atomic_output(partial + ".idx") as f:
             f.write("".join(f"{o} {s}\n" for o, s in self._index).encode("ascii"))
@@ -247,6 +249,7 @@ class ShardedWriter:
             files += [name + ".idx.seek"] if os.path.exists(partial + ".idx.seek") else []
         self._done.append({"partial": name, "records": len(self._index), "bytes": os.path.getsize(partial),
                            "position": json.loads(self._last_position), "state": json.loads(self._last_state)})
+        self._finishing = None
         self._index = []
         if self._uploader is None:
             self._save_progress(self._done)
@@ -315,6 +318,9 @@ class ShardedWriter:
         if self._writer is not None:
             self._writer.abort()
             self._writer = None
+        if self._finishing is not None:  # stopped while its index or seek points were written: not finished
+            self._remove_partials([self._finishing + suffix for suffix in ("", ".idx", ".idx.seek")])
+            self._finishing = None
         self.closed = True
         try:
             self._wait_upload()  # a finished shard being uploaded is kept for a resumed run
