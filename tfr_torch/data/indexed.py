@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, cast
 
@@ -46,7 +47,8 @@ class IndexedTFRecordDataset(Dataset[Any]):
     In DataLoader workers, decoded dicts are marked so that the batches the default collate makes of them reach
     the main process through shared memory (see TFRecordDataset's `shared_memory`; False turns it off).
     `location_key`: a key under which each decoded item gets its record's location, "path:offset" (as
-    TFRecordDataset's).
+    TFRecordDataset's). Items may be read from several threads at once (a thread pool, torchdata's ParallelMapper
+    with method="thread"): they share one handle per file.
 
     >>> ds = IndexedTFRecordDataset("train-*.tfrecord", features=spec)  # doctest: +SKIP
     >>> sampler = torch.utils.data.DistributedSampler(ds)                 # doctest: +SKIP
@@ -91,6 +93,7 @@ class IndexedTFRecordDataset(Dataset[Any]):
         self.offsets = cast("list[np.ndarray]", offsets)  # every file has its index by now (scanned above)
         self._ends = np.cumsum([len(o) for o in self.offsets]).astype(np.int64)
         self._files: dict[int, RecordFile] = {}
+        self._opening = threading.Lock()  # threads of one process opening a file's handle: one opens it
         self._pid = os.getpid()
         for path, seek in zip(self.paths, self._seeks):  # refuse compressed files now, not in a worker
             RecordFile(path, seek=seek).close()
@@ -131,10 +134,13 @@ class IndexedTFRecordDataset(Dataset[Any]):
 
     def _file(self, f: int) -> RecordFile:
         if self._pid != os.getpid():  # forked into a DataLoader worker: never share the parent's file handles
-            self._files, self._pid = {}, os.getpid()
+            self._files, self._opening, self._pid = {}, threading.Lock(), os.getpid()
         handle = self._files.get(f)
         if handle is None:
-            handle = self._files[f] = RecordFile(self.paths[f], verify=self.verify, seek=self._seeks[f])
+            with self._opening:  # threads asking for a file's first record at once open one handle, not one each
+                handle = self._files.get(f)
+                if handle is None:
+                    handle = self._files[f] = RecordFile(self.paths[f], verify=self.verify, seek=self._seeks[f])
         return handle
 
     def _read_many(self, indices: list[int]) -> tuple[list[bytes], Sequence[RecordLocation]]:
@@ -234,8 +240,13 @@ class IndexedTFRecordDataset(Dataset[Any]):
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_files"] = {}  # open handles stay in the process that opened them
+        state["_opening"] = None  # a lock does not pickle: a new one where it is unpickled
         state["_plan"] = None  # compiled again where it is used
         return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._opening = threading.Lock()
 
     def close(self) -> None:
         for handle in self._files.values():

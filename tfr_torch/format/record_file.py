@@ -7,6 +7,7 @@ GZIP or ZLIB file is read through its seek points (format/seek.py). Sequential r
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Sequence
 from typing import Any, cast
 
@@ -39,6 +40,8 @@ class RecordFile:
     A GZIP or ZLIB file is read through its seek points (`seek`, default `<file>.idx.seek`, which `build_index`
     writes; offsets are then in the decompressed stream): each read inflates at most one interval between points.
     Without seek points a compressed file raises ValueError (each access would inflate from the start).
+    `read` and `read_many` may be called from several threads at once (a local file is read with pread; a remote
+    file's seek and read are taken under a lock).
     """
 
     def __init__(self, path: PathLike, compression: str | None = "auto", verify: bool = True, *,
@@ -53,6 +56,8 @@ class RecordFile:
         except (AttributeError, OSError, ValueError):
             self._fd = None
         self._seek: SeekPoints | None = None
+        self._position = threading.Lock()  # a handle without pread: its seek and read, one thread at a time
+        self._pid = os.getpid()  # a forked child makes its own lock (another thread may hold this one at fork)
         try:
             kind = normalize_compression(compression, allow_auto=True)
             if kind == "auto":
@@ -234,14 +239,17 @@ class RecordFile:
                 chunks.append(chunk)
                 got += len(chunk)
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-        self._raw.seek(offset)
-        chunks, got = [], 0
-        while got < size:
-            chunk = self._raw.read(min(size - got, _BUFFER << 4))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            got += len(chunk)
+        if self._pid != os.getpid():
+            self._position, self._pid = threading.Lock(), os.getpid()
+        with self._position:  # the handle's position is shared: another thread's seek must not come between
+            self._raw.seek(offset)
+            chunks, got = [], 0
+            while got < size:
+                chunk = self._raw.read(min(size - got, _BUFFER << 4))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                got += len(chunk)
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
     def prefetch(self, offsets: np.ndarray | Sequence[int], sizes: np.ndarray | Sequence[int]) -> Any:
