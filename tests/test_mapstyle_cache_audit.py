@@ -578,6 +578,8 @@ def test_partly_kept_epoch_with_a_shuffling_source_stays_exactly_once(files, tmp
 
 
 def test_later_run_replays_a_folder_made_with_a_dataset_transform(files, tmp_path):
+    """Two fresh interpreters (each imports torch and tfr_torch: a few seconds on a loaded machine), the second
+    replaying the folder the first made."""
     # Fixed: describe_source (tfr_torch/data/cache.py:215) writes repr(dataset.transform) into the manifest, i.e.
     # "<function plus_one at 0x7f...>": the address changes from run to run, so a later run of the same script
     # never replays the folder (promised: "for any workers and for later runs of the same script"); it warns

@@ -33,6 +33,8 @@ from tfr_torch.data.cache_folder import (
     part_epoch,
     part_path,
     prepare_folder,
+    source_differences,
+    source_identity,
     write_part,
 )
 from tfr_torch.data.distributed import detect_rank_world
@@ -86,6 +88,7 @@ class CachedDataset(IterableDataset[Any]):
         self._memory_epoch: dict[str, int] = {}  # the epoch each part in memory was read in
         self._live: dict[str, Any] | None = None  # where this process's running epoch stands
         self._resume: dict[str, Any] | None = None  # a loaded state, until the next iteration takes it
+        self._identity: dict[str, Any] | None = None  # the source's description, as states name it (made once)
         self.directory: str | None = None
         if directory is not None:
             folder = os.fspath(directory)
@@ -221,7 +224,7 @@ class CachedDataset(IterableDataset[Any]):
         again and keeps it."""
         epoch = int(self._epoch)
         self._resume = None
-        self.dataset.load_state_dict(resume["source"])  # type: ignore[attr-defined]  # state_dict checked it
+        self.dataset.load_state_dict(resume["source"])  # type: ignore[attr-defined]  # load_state_dict checked it
         live = self._live = {"epoch": epoch, "phase": "read", "yielded": int(resume["yielded"]),
                              "kept_epoch": int(resume["kept_epoch"])}
         sent = self._sent()
@@ -270,7 +273,8 @@ class CachedDataset(IterableDataset[Any]):
         live = self._live if self._live is not None and self._live["epoch"] == epoch else None
         state: dict[str, Any] = {"version": CACHE_STATE_VERSION, "kind": "tfr_torch.CachedDataset", "epoch": epoch,
                                  "reader": self._key(), "shuffle": self.shuffle, "seed": self.seed,
-                                 "phase": None, "yielded": 0, "kept_epoch": epoch}
+                                 "phase": None, "yielded": 0, "kept_epoch": epoch,
+                                 "source_identity": self._source_identity()}
         if live is None and self.cached():  # not begun, a part kept: this epoch replays it (also in a new process)
             state.update(phase="replay", kept_epoch=self._part_epoch(state["reader"]))
         elif live is not None:
@@ -296,6 +300,11 @@ class CachedDataset(IterableDataset[Any]):
         differ = [f"{k} {state.get(k)!r} (here {v!r})" for k, v in mine.items() if state.get(k) != v]
         if differ:
             raise ValueError(f"this state is of another cache: {'; '.join(differ)}")
+        if "source_identity" in state and state["source_identity"] != self._source_identity():  # (older states
+            # have none) a replayed epoch's state holds no state of its source: without this, one of a cache of
+            # another source would skip its count of this source's items
+            raise ValueError(f"this state is of a cache of another dataset "
+                             f"({source_differences(state['source_identity'], self._source_identity())})")
         for key in ("epoch", "yielded", "kept_epoch"):
             value = state.get(key)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -308,6 +317,9 @@ class CachedDataset(IterableDataset[Any]):
                 raise ValueError("CachedDataset state: a first epoch's state holds its dataset's state ('source')")
             if not hasattr(self.dataset, "load_state_dict"):
                 raise TypeError(f"the dataset ({type(self.dataset).__name__}) has no load_state_dict")
+            check = getattr(self.dataset, "_checked_state", None)  # TFRecordDataset's, MixedDataset's: changes
+            if check is not None:  # nothing; refused now, not where the epoch resumes (a DataLoader worker)
+                check(state["source"])
         self._resume = dict(state)
         self.set_epoch(int(state["epoch"]))
 
@@ -326,6 +338,11 @@ class CachedDataset(IterableDataset[Any]):
             if self.transform is not None:
                 item = self.transform(item)
             yield send(item)
+
+    def _source_identity(self) -> dict[str, Any]:
+        if self._identity is None:
+            self._identity = source_identity(self.dataset)
+        return self._identity
 
     # ----- readers and pickling ----------------------------------------------------------------------------------
 

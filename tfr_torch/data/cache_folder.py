@@ -19,7 +19,7 @@ import torch
 
 from tfr_torch.format.paths import atomic_output
 
-__all__ = ["CACHE_FORMAT", "describe_source"]
+__all__ = ["CACHE_FORMAT", "describe_source", "source_identity"]
 
 CACHE_FORMAT = "tfr_torch.cache/2"  # 2: each part's CRC-32 and size beside it (`check-*.json`)
 _MANIFEST = "tfr_torch-cache.json"
@@ -174,12 +174,33 @@ def describe_source(dataset: Any) -> dict[str, Any]:
                  "transform", "world_size", "names", "weights", "stop"):
         if hasattr(dataset, name):
             settings[name] = _stable_repr(getattr(dataset, name))
+    if getattr(dataset, "location_key", None) is not None:  # a key in every item kept; described only when set,
+        settings["location_key"] = _stable_repr(dataset.location_key)  # so folders made before it stay valid
     described: dict[str, Any] = {"type": f"{type(dataset).__module__}.{type(dataset).__qualname__}",
                                  "files": files, "settings": settings}
     parts = getattr(dataset, "datasets", None)
     if isinstance(parts, list):  # a MixedDataset: what each of its datasets is
         described["datasets"] = [describe_source(part) for part in parts]
     return described
+
+
+def source_identity(dataset: Any) -> dict[str, Any]:
+    """describe_source without the files' sizes and times (a copy of the same files elsewhere is the same source):
+    what a CachedDataset state names its source by, so that a state of a cache of another source is refused."""
+    described = describe_source(dataset)
+
+    def strip(part: dict[str, Any]) -> dict[str, Any]:
+        out = {**part, "files": len(part["files"])}
+        if "datasets" in part:
+            out["datasets"] = [strip(inner) for inner in part["datasets"]]
+        return out
+
+    return strip(described)
+
+
+def source_differences(old: Any, new: dict[str, Any]) -> str:
+    """What differs between two descriptions of a source ("changed: files, seed")."""
+    return _differences(old, new)
 
 
 def _differences(old: Any, new: dict[str, Any]) -> str:

@@ -90,6 +90,8 @@ class MixtureState:
             if not isinstance(value, list) or any(not isinstance(k, int) or not 0 <= k < len(self.names)
                                                   for k in value):
                 raise ValueError(f"MixedDataset state: {key} must list dataset positions, got {value!r}")
+        self._probe_merged(state)  # each dataset's part checked now: one refused as the pass begins would come
+        # after the datasets before it had loaded theirs, and the next pass would resume them without the mixture
         self._resume = dict(state)
         self._epoch.fill_(int(state["epoch"]))
         for dataset in self.datasets:
@@ -127,9 +129,9 @@ class MixtureState:
         self._elastic_taken.fill_(0)
 
     def _probe_merged(self, state: Mapping[str, Any]) -> None:
-        """Each dataset's merged part checked before any dataset takes its own (a half-loaded mixture would resume
-        the datasets before a refused part): by the dataset's own check where it has one (TFRecordDataset,
-        MixedDataset), which changes nothing; a dataset without one is checked by its load."""
+        """Each dataset's part (merged, or a reader's) checked before any dataset takes its own (a half-loaded
+        mixture would resume the datasets before a refused part): by the dataset's own check where it has one
+        (TFRecordDataset, MixedDataset), which changes nothing; a dataset without one is checked by its load."""
         for name, dataset in zip(self.names, self.datasets):
             if not hasattr(dataset, "load_state_dict"):
                 raise TypeError(f"dataset {name!r} ({type(dataset).__name__}) has no load_state_dict")
@@ -142,15 +144,20 @@ class MixtureState:
                 raise ValueError(f"MixedDataset dataset {name!r}: {error}") from None
 
     def _checked_state(self, state: Mapping[str, Any]) -> Mapping[str, Any]:
-        """A merged state of this mixture checked, every dataset's part by its own check (see _probe_merged);
-        nothing changes here. A reader's own part is checked when it is iterated."""
+        """A state of this mixture (merged, or a reader's) checked, every dataset's part by its own check (see
+        _probe_merged); nothing changes here. A reader's layout is checked when it is iterated."""
         if not isinstance(state, Mapping) or state.get("kind") != MIXTURE_KIND:
             raise ValueError("not a MixedDataset state (from MixedDataset.state_dict or tfr_torch.elastic_state)")
+        mine = {"names": list(self.names), "weights": list(self.weights), "stop": self.stop, "seed": self.seed}
+        differ = [f"{key} {state.get(key)!r} (here {value!r})" for key, value in mine.items()
+                  if state.get(key) != value]
+        if differ:
+            raise ValueError(f"this state is of another mixture: {'; '.join(differ)}")
         held = state.get("datasets")
         if not isinstance(held, Mapping) or set(held) != set(self.names):
             raise ValueError(f"this state holds datasets {sorted(map(str, held or ()))}, the mixture "
                              f"{sorted(self.names)}")
-        if state.get("merged") and not state.get("over"):
+        if not (state.get("merged") and state.get("over")):
             self._probe_merged(state)
         return state
 
