@@ -15,8 +15,8 @@ size read each remaining record once; `TFRecordNode` over such datasets (GZIP wi
 `location_key`) resumed through torch.save, its len() what each rank yields; errors raised inside a component (not
 skipped) name the file and the offset; edited and foreign states refused by name, when they are loaded (a mixture's,
 a cache's of a mixture, a mixture of mixtures', before any dataset takes its part), also a replayed epoch's state
-of a cache of another source; a cache folder rebuilt when a dataset's `location_key` changes. Pinned (xfail, a
-cause in tfr_torch/data/elastic.py): `elastic_state` calling a CachedDataset state one of an older tfr_torch.
+of a cache of another source; a cache folder rebuilt when a dataset's `location_key` changes; `elastic_state`
+refusing CachedDataset states by name.
 """
 
 from __future__ import annotations
@@ -557,10 +557,7 @@ def test_a_mixture_of_mixtures_merged_resumes_under_another_world_size(files, wo
 # ----- states refused by name -------------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="tfr_torch/data/elastic.py merge_states takes any state without a 'kind' it "
-                   "knows for a TFRecordDataset part and, seeing version 1, calls a current CachedDataset state 'a "
-                   "state saved by an older tfr_torch (version 1) ... rank None of None': it should say a "
-                   "CachedDataset resumes with its own layout only (docs/limitations.md)")
+# Fixed: elastic_state called a CachedDataset state (alone or in a mixture) one of an older tfr_torch
 @pytest.mark.parametrize("kind", ["cache of a mixture", "mixture of caches"])
 def test_elastic_state_refuses_cache_states_by_name(files, kind):
     if kind == "cache of a mixture":

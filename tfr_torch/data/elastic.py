@@ -190,6 +190,11 @@ def merge_states(parts: Any) -> dict[str, Any]:
     """One state for the whole job from every reader's part (see tfr_torch.elastic_state, which also takes
     StatefulDataLoader states)."""
     flat = list(parts)
+    for p in flat:
+        if isinstance(p, Mapping) and p.get("kind") == "tfr_torch.CachedDataset":
+            raise ValueError("a CachedDataset state (alone, or a dataset's part of a MixedDataset state) resumes only "
+                             "with the ranks and DataLoader workers it was saved with: load each reader's state as "
+                             "it was saved, not merged by elastic_state")
     merged = [p for p in flat if not is_part(p)]
     pieces = [p for p in flat if is_part(p)]
     for p in flat:
