@@ -125,29 +125,38 @@ def spilled(folder: str, paths: Sequence[str], compression: str | None, verify: 
             if len(data) != region[g + 1] - region[g]:
                 raise OSError(f"the spill file in {folder} ended at byte {int(region[g]) + len(data)}, inside group "
                               f"{g} of the shuffle ({int(region[g])} to {int(region[g + 1])})")
-            view = memoryview(data)
-            records: list[bytes] = []
-            first = start  # the share's position of records[0]
-            for k in range(start, stop):
-                at = int(place[k])
-                if at >= 0:
-                    records.append(bytes(view[at : at + int(sizes[k])]))
-                    continue
-                try:
-                    record = one(int(file_ids[k]), int(located[k, 0]), int(located[k, 1]))
-                except Exception:
-                    if records:
-                        yield Block(records, where=where[first:k])
-                    raise
-                if record is not None:
-                    records.append(record)
-                    continue
-                if records:  # the record was handed to on_error: the block ends before it
-                    yield Block(records, where=where[first:k])
-                records, first = [], k + 1
+            starts = place[start:stop]
+            cuts = zip(starts.tolist(), (starts + sizes[start:stop]).tolist())
+            if starts.min(initial=0) >= 0:  # every record delivered (the usual case): the group in one block
+                yield Block([data[a:b] for a, b in cuts], where=where[start:stop])
+                continue
+            yield from _with_missing(data, cuts, start, stop, where, file_ids, located, one)
+
+
+def _with_missing(data: bytes, cuts: Iterator[tuple[int, int]], start: int, stop: int,
+                  where: list[tuple[str, int]], file_ids: np.ndarray, located: np.ndarray,
+                  one: Callable[[int, int, int], bytes | None]) -> Iterator[Block]:
+    """A group's records, those the pass did not deliver (`cuts` (-1, ...)) read alone at their turn."""
+    records: list[bytes] = []
+    first = start  # the share's position of records[0]
+    for k, (a, b) in zip(range(start, stop), cuts):
+        if a >= 0:
+            records.append(data[a:b])
+            continue
+        try:
+            record = one(int(file_ids[k]), int(located[k, 0]), int(located[k, 1]))
+        except Exception:
             if records:
-                yield Block(records, where=where[first:stop])
-            view.release()
+                yield Block(records, where=where[first:k])
+            raise
+        if record is not None:
+            records.append(record)
+            continue
+        if records:  # the record was handed to on_error: the block ends before it
+            yield Block(records, where=where[first:k])
+        records, first = [], k + 1
+    if records:
+        yield Block(records, where=where[first:stop])
 
 
 class SpillFailed(OSError):
@@ -162,30 +171,35 @@ class _Writer:
     def __init__(self, fd: int, region: np.ndarray, folder: str) -> None:
         self.fd = fd
         self.folder = folder
-        self.next = region[:-1].copy()  # where each group's next gathered bytes go
-        self.filled = np.zeros(len(region) - 1, dtype=np.int64)  # bytes of each group placed so far
-        self.pending: dict[int, list[bytes]] = {}
+        self.next = region[:-1].tolist()  # where each group's next gathered bytes go
+        self.filled = [0] * (len(region) - 1)  # bytes of each group placed so far
+        self.pending: list[list[bytes]] = [[] for _ in range(len(region) - 1)]
         self.held = 0
 
-    def add(self, group: int, record: bytes) -> int:
-        """Place `record` in `group`'s region; its offset there."""
-        at = int(self.filled[group])
-        self.filled[group] += len(record)
-        self.pending.setdefault(group, []).append(record)
-        self.held += len(record)
+    def add(self, groups: list[int], records: list[bytes]) -> list[int]:
+        """Place each record in its group's region; the offset of each there."""
+        filled, pending = self.filled, self.pending
+        places = []
+        for group, record in zip(groups, records):
+            places.append(filled[group])
+            filled[group] += len(record)
+            pending[group].append(record)
+            self.held += len(record)
         if self.held >= WRITE_BYTES:
             self.flush()
-        return at
+        return places
 
     def flush(self) -> None:
-        for group, records in self.pending.items():
+        for group, records in enumerate(self.pending):
+            if not records:
+                continue
             data = b"".join(records)
             try:
-                _pwrite(self.fd, data, int(self.next[group]))
+                _pwrite(self.fd, data, self.next[group])
             except OSError as err:
                 raise SpillFailed(f"could not write the spill file in {self.folder}: {err}") from err
             self.next[group] += len(data)
-        self.pending.clear()
+            records.clear()
         self.held = 0
 
 
@@ -197,6 +211,7 @@ def _pass(path: str, compression: str | None, verify: bool, mine: np.ndarray, lo
     offsets = located[mine, 0]
     order = np.argsort(offsets, kind="stable")
     wanted, positions = offsets[order], mine[order]
+    last = len(wanted) - 1
 
     def quiet(err: TFRecordError) -> None:
         pass
@@ -209,10 +224,15 @@ def _pass(path: str, compression: str | None, verify: bool, mine: np.ndarray, lo
             np.cumsum(lengths[:-1] + OVERHEAD, out=starts[1:])
             starts[1:] += off
             at = np.searchsorted(wanted, starts)
-            hit = np.flatnonzero((at < len(wanted)) & (wanted[np.minimum(at, len(wanted) - 1)] == starts))
-            for j, k in zip(hit.tolist(), positions[at[hit]].tolist()):
-                if lengths[j] == located[k, 1] - OVERHEAD:  # else: the index disagrees; the read alone says so
-                    place[k] = writer.add(int(group_of[k]), records[j])
+            hit = np.flatnonzero((at < len(wanted)) & (wanted[np.minimum(at, last)] == starts))
+            ks = positions[at[hit]]
+            fits = lengths[hit] == located[ks, 1] - OVERHEAD  # else: the index disagrees; the read alone says so
+            hit, ks = hit[fits], ks[fits]
+            if len(hit) == len(records):
+                chosen = records
+            else:
+                chosen = [records[j] for j in hit.tolist()]
+            place[ks] = writer.add(group_of[ks].tolist(), chosen)
 
 
 def _pwrite(fd: int, data: bytes, offset: int) -> None:
