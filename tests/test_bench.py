@@ -166,3 +166,14 @@ def tfr_torch_native() -> bool:
     from tfr_torch import _native
 
     return _native.available()
+
+
+def test_shuffle_spill_reads_every_record_in_each_way():
+    """benchmarks/shuffle_spill.py on a tiny file with tiny groups: the three epochs read every record (it asserts
+    the counts itself) and it prints each one's ratio to the sequential pass."""
+    script = os.path.join(os.path.dirname(RUN), "shuffle_spill.py")
+    proc = subprocess.run([sys.executable, script, "--total-mb", "2", "--group-mb", "0.1", "--repeat", "1"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    names = [line.split()[0] for line in proc.stdout.splitlines()[1:]]
+    assert names == ["sequential", "grouped", "spilled"] and "x sequential" in proc.stdout
