@@ -253,8 +253,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("files", nargs="+", metavar="FILE", help="TFRecord files, glob patterns or fsspec URLs (any "
                    "compression, detected)")
     p.add_argument("--out", required=True, metavar="DIR", help="output folder (created if missing)")
-    p.add_argument("--shard-size", default="128MB", type=_size, metavar="SIZE",
-                   help="bytes per shard before compression (e.g. 64MB, 1GiB)")
+    sizes = p.add_mutually_exclusive_group()
+    sizes.add_argument("--shard-size", default="128MB", type=_size, metavar="SIZE",
+                       help="bytes per shard before compression (e.g. 64MB, 1GiB)")
+    sizes.add_argument("--num-shards", type=_at_least(1, "a number of shards"), metavar="N",
+                       help="exactly N shards of equal record counts instead (the records are counted first)")
     p.add_argument("--compression", dest="out_compression", default=None, type=_out_compression,
                    metavar="{none,gzip,zlib}",
                    help="compression of the new shards: none, gzip or zlib (default: none)")

@@ -87,7 +87,8 @@ def _cmd_reshard(args: argparse.Namespace) -> int:
         raise UsageError(str(err)) from None
     try:
         paths = reshard(paths, args.out, shard_size=args.shard_size, compression=args.out_compression,
-                        name=name, split=split, progress=not args.quiet, tfds=args.tfds, version=version)
+                        name=name, split=split, progress=not args.quiet, tfds=args.tfds, version=version,
+                        num_shards=args.num_shards)
     except (TFRecordError, OSError, ValueError) as err:
         print(f"tfr-torch reshard: {_problem(err)}", file=sys.stderr)
         return 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 from collections.abc import Sequence
@@ -108,25 +109,50 @@ def check_output(paths: Sequence[str], out_dir: str, name: str, split: str, vers
                          f"split {split!r}): choose another output folder, --name or --split")
 
 
+def _cuts(paths: Sequence[str], num_shards: int) -> list[int]:
+    """The record count of each of `num_shards` shards of the records of `paths` (counted here): equal, the first
+    ones one more where the total does not divide."""
+    pipes = [p for p in paths if _read_once(p)]
+    if pipes:
+        raise ValueError(f"num_shards needs the records counted before they are copied: {pipes[0]!r} is a pipe, which "
+                         "can be read only once; write it to a file first, or give a shard size")
+    total = 0
+    for path in paths:
+        with RecordReader(path, verify=False) as reader:
+            total += sum(len(lengths) for lengths, _ in reader.lengths())
+    if total < num_shards:
+        raise ValueError(f"num_shards={num_shards} but the inputs hold {total} record(s): a shard of no records "
+                         "cannot be written; ask for at most that many shards")
+    per, more = divmod(total, num_shards)
+    return [per + 1] * more + [per] * (num_shards - more)
+
+
 def reshard(paths: Sequence[str], out_dir: str, *, shard_size: Any = "128MB", compression: Compression = None,
             name: str | None = None, split: str | None = None, progress: bool = False, tfds: bool = False,
-            version: str = "1.0.0") -> list[str]:
+            version: str = "1.0.0", num_shards: int | None = None) -> list[str]:
     """Copy every record of `paths` (any compression, detected), in order, into new shards (ShardedWriter: TFDS
     names, an index per shard, a sidecar) named by `reshard_names`. The features spec is taken from the input's
     sidecar when there is one, else inferred from records of every file (none when they are not Examples, or when
     an input is a pipe, which can be read only once).
     Refuses to write over its own input (same folder, name and split). `tfds=True` writes a TensorFlow Datasets
     folder `out_dir/name/version/` instead of the sidecar (tfr_torch.tfds.write.reshard_options).
+    `num_shards`: exactly that many shards instead of `shard_size`, of equal record counts (the first ones one more
+    where the count does not divide): the records are counted first (a pass over the inputs' headers; pipes,
+    read only once, are refused), and a count below `num_shards` is refused.
 
     >>> old = ["old-00000-of-00002.tfrecord", "old-00001-of-00002.tfrecord"]
     >>> reshard(old, "new/", shard_size="64MB")  # doctest: +SKIP
     ['new/old-train.tfrecord-00000-of-00001']
     """
     check_compression(compression)
+    if num_shards is not None and (isinstance(num_shards, bool) or not isinstance(num_shards, int)
+                                   or num_shards < 1):
+        raise ValueError(f"num_shards must be a positive int, got {num_shards!r}")
     paths = list(paths)
     name, split = reshard_names(paths, name, split)
     out = as_path(out_dir).rstrip("/") or "."
     check_output(paths, out, name, split, version if tfds else None)
+    cuts = None if num_shards is None else _cuts(paths, num_shards)
     found = find_sidecar(paths)
     features, image = None, None
     if found is not None:
@@ -162,7 +188,10 @@ def reshard(paths: Sequence[str], out_dir: str, *, shard_size: Any = "128MB", co
 
         out, tfds_options = reshard_options(paths, out, name, version, features, image)
     writer = ShardedWriter(out, name, split, shard_size, compression, features=features, image=image,
-                           tfds=tfds_options)
+                           tfds=tfds_options, records_per_shard=None if cuts is None else max(cuts[0], 1))
+    ends = iter(itertools.accumulate(cuts or ()))  # the record count at which each shard ends
+    end = next(ends, None)
+    written = 0
     try:
         for path in paths:
             with RecordReader(path) as reader:
@@ -170,7 +199,14 @@ def reshard(paths: Sequence[str], out_dir: str, *, shard_size: Any = "128MB", co
                     meter.unknown_total()
                 for record in reader:
                     writer.write(record)
+                    written += 1
                     meter.update(1, len(record) + OVERHEAD)
+                    if written == end:
+                        writer.finish_shard()
+                        end = next(ends, None)
+        if cuts is not None and written != sum(cuts):  # the files changed since they were counted
+            raise ValueError(f"the inputs held {sum(cuts)} records when counted and {written} when copied (were they "
+                             f"changed meanwhile?): no set of {len(cuts)} shards written")
         paths = writer.close()  # finishes the last shard (its index, its seek points): stopped there too
     except BaseException:
         writer.abort(keep_finished=False)  # never resumed: its finished shards would be left behind for good

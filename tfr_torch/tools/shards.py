@@ -234,6 +234,20 @@ class ShardedWriter:
 
         self.write(encode_sequence_example(context, feature_lists), **kwargs)
 
+    def finish_shard(self) -> None:
+        """End the open shard now: the next record starts a new one (shards cut at records of your choosing, e.g.
+        an exact number of shards of equal counts, as `reshard(num_shards=...)` does). Nothing to do when no shard
+        is open (before the first record, or right after a cut)."""
+        if self.closed:
+            raise ValueError("finish_shard on a closed ShardedWriter")
+        if self._writer is None or not self._index:
+            return
+        try:
+            self._finish_shard()
+        except BaseException:  # as in write(): the set could never be published
+            self.abort()
+            raise
+
     def _finish_shard(self) -> None:
         writer, self._writer = self._writer, None
         assert writer is not None  # called only while a shard is open
