@@ -250,3 +250,31 @@ def test_spill_dir_is_checked(tmp_path):
         tfr_torch.TFRecordDataset(path, spill_dir=str(tmp_path / "nowhere"))
     with pytest.raises(TypeError, match="spill_dir must be True, False or a folder's path, got int"):
         tfr_torch.TFRecordDataset(path, spill_dir=3)
+
+
+@pytest.fixture
+def memory_copy(files):
+    """The GZIP files, their indexes and seek points, in fsspec's memory filesystem."""
+    fsspec = pytest.importorskip("fsspec")
+    fs = fsspec.filesystem("memory")
+    urls = []
+    for path in files["GZIP"]:
+        name = f"/spill-{os.path.basename(path)}"
+        for suffix in ("", ".idx", ".idx.seek"):
+            with open(path + suffix, "rb") as f:
+                fs.pipe(name + suffix, f.read())
+        urls.append(f"memory://{name}")
+    yield urls
+    for url in urls:
+        for suffix in ("", ".idx", ".idx.seek"):
+            fs.rm(url[len("memory://"):] + suffix)
+
+
+def test_remote_files_are_spilled_too(memory_copy, files, counted):
+    """Object storage: a shuffle's groups of a remote GZIP file are windows of a few hundred records, each fetching
+    and inflating the intervals it touches (about the whole file for small records); spilled, each file is read
+    once, front to back."""
+    grouped = _read(memory_copy, spill_dir=False)
+    assert counted == []
+    assert _read(memory_copy, spill_dir=True) == grouped == _read(files["GZIP"], spill_dir=False)
+    assert len(counted) == 1

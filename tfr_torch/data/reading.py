@@ -13,7 +13,8 @@ import numpy as np
 
 from tfr_torch.data.blocks import Block, Located, blocks_of
 from tfr_torch.data.sharding import Run
-from tfr_torch.data.spill import SpillFailed, local_readers, seek_span, spill_folder, spilled, worth_spilling
+from tfr_torch.data.spill import (SpillFailed, local_readers, points_match, seek_span, spill_folder, spilled,
+                                  worth_spilling)
 from tfr_torch.errors import IndexMismatchError, TFRecordError
 from tfr_torch.format.compression import NONE, compression_from_name, normalize_compression
 from tfr_torch.format.paths import is_url
@@ -279,9 +280,13 @@ def iter_random(source: Source, global_ids: np.ndarray, counts: Sequence[int]) -
 
     compressed = source.compression not in (None, "")  # "auto" may find some compressed: asked of each file
 
-    def records() -> Iterator[Located]:
+    def window_step() -> int:
+        """Records of remote files read (announced, grouped) a window at a time."""
         cached = source.remote is not None and source.remote.cache_dir is not None
-        step = (_AHEAD_CACHED if cached else _AHEAD) if remote else max(len(global_ids), 1)
+        return _AHEAD_CACHED if cached else _AHEAD
+
+    def records() -> Iterator[Located]:
+        step = window_step() if remote else max(len(global_ids), 1)
         ahead = announce(global_ids[:step]) if remote else []
         for w in range(0, len(global_ids), step):
             window = global_ids[w : w + step]
@@ -295,7 +300,7 @@ def iter_random(source: Source, global_ids: np.ndarray, counts: Sequence[int]) -
         """(folder, file of each record, (offset, framed size) of each, group bounds, where each file's pass ends)
         where this share's records are all of compressed local files and spilling them costs less (spill.py)."""
         folder = spill_folder(source.spill_dir)
-        if folder is None or remote or not len(global_ids):
+        if folder is None or not len(global_ids):
             return None
         files_of, rows = where(global_ids)
         touched = sorted(set(files_of))
@@ -307,10 +312,17 @@ def iter_random(source: Source, global_ids: np.ndarray, counts: Sequence[int]) -
             mine = file_ids == f
             located[mine] = tables[f][row_ids[mine], :2]
         bounds = group_bounds(located[:, 1], source.group_bytes)
+        read_as = bounds  # the groups the grouped reads would read: of remote files, within windows (records())
+        if remote:
+            step = window_step()
+            read_as = [(w + a, w + b) for w in range(0, len(located), step)
+                       for a, b in group_bounds(located[w : w + step, 1], source.group_bytes)]
         stops = {f: int(located[file_ids == f].sum(axis=1).max()) for f in touched}  # where each pass ends
         spans = {f: seek_span(handle(f)) for f in touched}
-        if not worth_spilling(folder, file_ids, located, bounds, spans, stops, local_readers()):
+        if not worth_spilling(folder, file_ids, located, read_as, spans, stops, local_readers()):
             return None
+        if not all(is_url(source.paths[f]) or points_match(handle(f)) for f in touched):
+            return None  # stale seek points: the grouped reads raise where they need one; the pass would not
         return folder, file_ids, located, bounds, stops
 
     try:
@@ -320,7 +332,7 @@ def iter_random(source: Source, global_ids: np.ndarray, counts: Sequence[int]) -
         else:
             folder, file_ids, located, bounds, stops = plan
             spill = spilled(folder, source.paths, source.compression, source.verify, file_ids, located, bounds,
-                            stops, one)
+                            stops, one, source.remote)
             try:
                 first = next(spill, None)  # the pass over the files: SpillFailed comes before any record
             except SpillFailed as err:

@@ -36,8 +36,8 @@ from tfr_torch.format.framing import OVERHEAD
 from tfr_torch.format.reader import RecordReader
 from tfr_torch.format.seek import DEFAULT_SPAN
 
-__all__ = ["spill_folder", "seek_span", "local_readers", "worth_spilling", "spilled", "SpillFailed", "SPILL_FACTOR",
-           "FREE_MARGIN"]
+__all__ = ["spill_folder", "seek_span", "points_match", "local_readers", "worth_spilling", "spilled", "SpillFailed",
+           "SPILL_FACTOR", "FREE_MARGIN"]
 
 SPILL_FACTOR = 1.5  # spill when the grouped reads would inflate more than this many times the spill's cost
 FREE_MARGIN = 256 << 20  # bytes the temporary folder keeps free beyond the spill file
@@ -57,6 +57,15 @@ def seek_span(handle: Any) -> int:
     """The seek interval of a compressed RecordFile (DEFAULT_SPAN where it has no seek points)."""
     seek = getattr(handle, "_seek", None)
     return int(seek.span) if seek is not None else DEFAULT_SPAN
+
+
+def points_match(handle: Any) -> bool:
+    """Whether every seek point of a compressed RecordFile matches the file (SeekPoints.match_file). The pass reads
+    without them: a local file whose points are stale (or another file's) is left to the grouped reads, which
+    raise at the record that needs one. Not asked of remote files (a request per point): their pass is checked
+    against the index and the records' CRCs only."""
+    seek = getattr(handle, "_seek", None)
+    return seek is None or bool(seek.match_file(handle._read_file_at))
 
 
 def local_readers() -> int:
@@ -95,7 +104,7 @@ def worth_spilling(folder: str, file_ids: np.ndarray, located: np.ndarray, bound
 
 def spilled(folder: str, paths: Sequence[str], compression: str | None, verify: bool, file_ids: np.ndarray,
             located: np.ndarray, bounds: Sequence[tuple[int, int]], ends: dict[int, int],
-            one: Callable[[int, int, int], bytes | None]) -> Iterator[Block]:
+            one: Callable[[int, int, int], bytes | None], remote: Any = None) -> Iterator[Block]:
     """The share's records in its order, in blocks: spilled as the module docstring says, each record the pass did
     not deliver read by `one(file, offset, framed size)` at its turn (None: handed to `on_error` and left out;
     raising: after a block of the records before it)."""
@@ -117,10 +126,11 @@ def spilled(folder: str, paths: Sequence[str], compression: str | None, verify: 
         writer = _Writer(spill.fileno(), region, folder)
         for f in sorted(ends):
             _pass(paths[f], compression, verify, np.flatnonzero(file_ids == f), located, ends[f], group_of, place,
-                  writer)
+                  writer, remote)
         writer.flush()
-        where = list(zip((paths[f] for f in file_ids.tolist()), located[:, 0].tolist()))
         for g, (start, stop) in enumerate(bounds):
+            # each record's (path, offset), a group at a time (for the whole share: ~100 bytes a record)
+            where = list(zip((paths[f] for f in file_ids[start:stop].tolist()), located[start:stop, 0].tolist()))
             data = _pread(spill.fileno(), int(region[g + 1] - region[g]), int(region[g]))
             if len(data) != region[g + 1] - region[g]:
                 raise OSError(f"the spill file in {folder} ended at byte {int(region[g]) + len(data)}, inside group "
@@ -128,7 +138,7 @@ def spilled(folder: str, paths: Sequence[str], compression: str | None, verify: 
             starts = place[start:stop]
             cuts = zip(starts.tolist(), (starts + sizes[start:stop]).tolist())
             if starts.min(initial=0) >= 0:  # every record delivered (the usual case): the group in one block
-                yield Block([data[a:b] for a, b in cuts], where=where[start:stop])
+                yield Block([data[a:b] for a, b in cuts], where=where)
                 continue
             yield from _with_missing(data, cuts, start, stop, where, file_ids, located, one)
 
@@ -136,7 +146,8 @@ def spilled(folder: str, paths: Sequence[str], compression: str | None, verify: 
 def _with_missing(data: bytes, cuts: Iterator[tuple[int, int]], start: int, stop: int,
                   where: list[tuple[str, int]], file_ids: np.ndarray, located: np.ndarray,
                   one: Callable[[int, int, int], bytes | None]) -> Iterator[Block]:
-    """A group's records, those the pass did not deliver (`cuts` (-1, ...)) read alone at their turn."""
+    """A group's records, those the pass did not deliver (`cuts` (-1, ...)) read alone at their turn. `where`: the
+    group's records' (path, offset), `where[0]` that of the share's record `start`."""
     records: list[bytes] = []
     first = start  # the share's position of records[0]
     for k, (a, b) in zip(range(start, stop), cuts):
@@ -147,16 +158,16 @@ def _with_missing(data: bytes, cuts: Iterator[tuple[int, int]], start: int, stop
             record = one(int(file_ids[k]), int(located[k, 0]), int(located[k, 1]))
         except Exception:
             if records:
-                yield Block(records, where=where[first:k])
+                yield Block(records, where=where[first - start : k - start])
             raise
         if record is not None:
             records.append(record)
             continue
         if records:  # the record was handed to on_error: the block ends before it
-            yield Block(records, where=where[first:k])
+            yield Block(records, where=where[first - start : k - start])
         records, first = [], k + 1
     if records:
-        yield Block(records, where=where[first:stop])
+        yield Block(records, where=where[first - start :])
 
 
 class SpillFailed(OSError):
@@ -204,7 +215,7 @@ class _Writer:
 
 
 def _pass(path: str, compression: str | None, verify: bool, mine: np.ndarray, located: np.ndarray, end: int,
-          group_of: np.ndarray, place: np.ndarray, writer: _Writer) -> None:
+          group_of: np.ndarray, place: np.ndarray, writer: _Writer, remote: Any = None) -> None:
     """One sequential read of `path` up to `end`, each record of the share (`mine`: their positions in it) given
     to `writer` in its group, `place` set to where it went. Errors are left to the caller's read of the record
     alone (the reader goes on past them as under on_error="skip", without warnings)."""
@@ -216,7 +227,7 @@ def _pass(path: str, compression: str | None, verify: bool, mine: np.ndarray, lo
     def quiet(err: TFRecordError) -> None:
         pass
 
-    with RecordReader(path, compression, verify, end=end, on_error=quiet) as reader:
+    with RecordReader(path, compression, verify, end=end, on_error=quiet, remote=remote) as reader:
         for records, off in reader.blocks():
             lengths = np.fromiter(map(len, records), dtype=np.int64, count=len(records))
             starts = np.empty(len(records), dtype=np.int64)

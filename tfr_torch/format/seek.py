@@ -195,6 +195,18 @@ class SeekPoints:
                 int(offs[short]))
         return cast("list[bytes]", got)
 
+    def match_file(self, read_file_at: Callable[[int, int], bytes]) -> bool:
+        """Whether every point matches the file (its anchor bytes and window, as a read checks the point it restarts
+        from): one small read per point. A reader that goes through the file front to back without the points
+        asks this before it relies on them agreeing with the file."""
+        for k, row in enumerate(self.table):
+            first = int(row[1]) - (1 if int(row[2]) else 0)
+            try:
+                self._check_point(k, read_file_at(first, _anchor_length(row)), 0)
+            except IndexMismatchError:
+                return False
+        return True
+
     def _check_point(self, k: int, data: bytes, offset: int) -> None:
         if zlib.crc32(data[:_anchor_length(self.table[k])]) != self.anchor_crcs[k]:
             raise IndexMismatchError(
