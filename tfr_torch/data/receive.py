@@ -86,10 +86,12 @@ def _mapping(slab: SlabRef, retired: list[int]) -> mmap.mmap:
         mm = _MAPS.get((pid, serial))
         if mm is not None:
             return mm
-        dead = {p for p, _ in _MAPS if p != pid and not _alive(p)}  # unmap what workers that are gone left
+        dead = {p for p, _ in _MAPS if p != pid and not _alive(p)}  # forget what workers that are gone left
         pool = serial >> _SERIAL_BITS  # and what an earlier process of this pid left
         for key in [key for key in _MAPS if key[0] in dead or (key[0] == pid and key[1] >> _SERIAL_BITS != pool)]:
-            _close(_MAPS.pop(key))
+            # dropped, not closed: another thread (another DataLoader's) may be copying out of it right now; it is
+            # unmapped when the last reference goes (at once when there is none)
+            del _MAPS[key]
         path = f"/proc/{pid}/fd/{fd}"
         try:
             own = os.open(path, os.O_RDWR)

@@ -77,19 +77,44 @@ def _after_fork_in_child() -> None:
 
 
 @contextlib.contextmanager
-def _flocked(path: str) -> Iterator[None]:
+def _flocked(path: str, removed_by_holders: bool = False) -> Iterator[None]:
     """An exclusive flock on the file `path` (created if needed) while the block runs. Its descriptor is opened and
-    closed under _HELD_LOCK and listed in _HELD_FDS meanwhile, so a fork never copies it unlisted."""
-    with _HELD_LOCK:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-        _HELD_FDS.add(fd)
+    closed under _HELD_LOCK and listed in _HELD_FDS meanwhile, so a fork never copies it unlisted.
+    `removed_by_holders`: a holder removes the file before it lets go (a block's fetch lock), so a lock taken on a
+    file no longer at `path` is let go and the one there now locked instead: else a waiter on the removed file and
+    a newcomer on a new one would both hold "the" lock."""
+    while True:
+        with _HELD_LOCK:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+            _HELD_FDS.add(fd)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            if not removed_by_holders or _still_at(fd, path):
+                break
+        except BaseException:
+            _close_held(fd)
+            raise
+        _close_held(fd)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
-        with _HELD_LOCK:
-            _HELD_FDS.discard(fd)
-            os.close(fd)  # closing releases the lock
+        _close_held(fd)
+
+
+def _still_at(fd: int, path: str) -> bool:
+    """Whether the file open as `fd` is the one at `path` now."""
+    try:
+        there = os.stat(path)
+    except FileNotFoundError:
+        return False
+    here = os.fstat(fd)
+    return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
+
+
+def _close_held(fd: int) -> None:
+    with _HELD_LOCK:
+        _HELD_FDS.discard(fd)
+        os.close(fd)  # closing releases the lock
 
 
 def block_key(url: str, version: str, size: int, block_size: int, block: int) -> str:
@@ -236,16 +261,17 @@ class BlockCache:
         with contextlib.ExitStack() as stack:  # the lock, released (its descriptor closed) on the way out
             try:
                 os.makedirs(os.path.dirname(lock_path), exist_ok=True)
-                stack.enter_context(_flocked(lock_path))
+                stack.enter_context(_flocked(lock_path, removed_by_holders=True))
             except OSError as exc:
                 _log.warning("cannot lock block %s in %s (%s): fetching it without", key, self.folder, exc)
                 return self._fetch_and_put(key, fetch)
-            if self.has(key, length):  # fetched by the reader that held the lock before
-                self.waited += 1
-                return None
             try:
+                if self.has(key, length):  # fetched by the reader that held the lock before
+                    self.waited += 1
+                    return None
                 return self._fetch_and_put(key, fetch)
-            finally:  # whoever waits on this lock file looks at the cache again once it gets the lock
+            finally:  # every holder removes the lock file before it lets go (see _flocked: removed_by_holders);
+                # whoever waits on it looks at the cache again once it holds the lock of the file there then
                 with contextlib.suppress(OSError):
                     os.unlink(lock_path)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import threading
+import weakref
 from collections.abc import Sequence
 from typing import Any, cast
 
@@ -41,7 +42,9 @@ class RecordFile:
     writes; offsets are then in the decompressed stream): each read inflates at most one interval between points.
     Without seek points a compressed file raises ValueError (each access would inflate from the start).
     `read` and `read_many` may be called from several threads at once (a local file is read with pread; a remote
-    file's seek and read are taken under a lock).
+    file's seek and read are taken under a lock). `close` while other threads read: each read either completes or
+    raises ValueError (the file is closed); the handle is closed once the last read under way is done, so a read
+    never goes to another file opened meanwhile under the same descriptor number.
     """
 
     def __init__(self, path: PathLike, compression: str | None = "auto", verify: bool = True, *,
@@ -56,6 +59,12 @@ class RecordFile:
         except (AttributeError, OSError, ValueError):
             self._fd = None
         self._seek: SeekPoints | None = None
+        # reads under way (one item each) and whether close was asked: list appends, pops and attribute stores are
+        # atomic, so no lock per read (and none a fork could copy held); see `_enter` and `close`
+        self._reading: list[None] = []
+        self._closing = False
+        self._close_once = [None]  # popped by whoever closes the handle, so it is closed exactly once
+        _OPEN.add(self)  # a forked child forgets the reads its parent's threads had under way (_after_fork_in_child)
         self._position = threading.Lock()  # a handle without pread: its seek and read, one thread at a time
         self._pid = os.getpid()  # a forked child makes its own lock (another thread may hold this one at fork)
         try:
@@ -79,19 +88,49 @@ class RecordFile:
     def read(self, offset: int, size: int | None = None) -> bytes:
         """The data of the record whose header starts at `offset` (`size`, the framed size from the index, is
         checked against the header when given)."""
-        # one inflation for a compressed record; one read (not header, then body) from a remote file's blocks
-        whole_at_once = (self._seek is not None or self._remote) and size is not None and size >= OVERHEAD
-        if not whole_at_once:
-            return self._record(offset, size, None)
-        size = cast(int, size)
-        # a remote file: at most one block before the header agrees (a larger record costs one more request)
-        limit = _BEFORE_HEADER if self._seek is not None else getattr(getattr(self._raw, "options", None),
-                                                                       "block_size", size)
-        first = min(size, limit)
-        whole = self._read_at(offset, first)
-        if first < size and len(whole) == first and parse_header(whole[:HEADER_SIZE]) == size - OVERHEAD:
-            whole = b"".join([whole, self._read_at(offset + first, size - first)])  # the header agrees: the rest
-        return self._record(offset, size, whole)
+        reading = self._reading
+        reading.append(None)  # `_enter` and `_leave`, inline (a call per record costs as much as they do)
+        try:
+            if self._closing:
+                raise ValueError(f"cannot read {self.path}: the RecordFile is closed")
+            # one inflation for a compressed record; one read (not header, then body) from a remote file's blocks
+            whole_at_once = (self._seek is not None or self._remote) and size is not None and size >= OVERHEAD
+            if not whole_at_once:
+                return self._record(offset, size, None)
+            size = cast(int, size)
+            # a remote file: at most one block before the header agrees (a larger record costs one more request)
+            limit = _BEFORE_HEADER if self._seek is not None else getattr(getattr(self._raw, "options", None),
+                                                                           "block_size", size)
+            first = min(size, limit)
+            whole = self._read_at(offset, first)
+            if first < size and len(whole) == first and parse_header(whole[:HEADER_SIZE]) == size - OVERHEAD:
+                whole = b"".join([whole, self._read_at(offset + first, size - first)])  # the header agrees: the rest
+            return self._record(offset, size, whole)
+        finally:
+            reading.pop()
+            if self._closing and not reading:
+                self._close_now()
+
+    def _enter(self) -> None:
+        """Count a read under way, or raise ValueError when the file is closed (or closing). The count goes up
+        before `_closing` is looked at, and `close` sets `_closing` before it looks at the count: one of the two
+        sees the other, so the handle is never closed under a read."""
+        self._reading.append(None)
+        if self._closing:
+            self._leave()
+            raise ValueError(f"cannot read {self.path}: the RecordFile is closed")
+
+    def _leave(self) -> None:
+        self._reading.pop()
+        if self._closing and not self._reading:
+            self._close_now()
+
+    def _close_now(self) -> None:
+        try:
+            self._close_once.pop()
+        except IndexError:  # closed already (by `close`, or by the last read that was under way)
+            return
+        self._raw.close()
 
     def _record(self, offset: int, size: int | None, whole: bytes | None) -> bytes:
         """The checked data of the record at `offset`: from `whole` (its framed bytes, already read) or read here."""
@@ -138,6 +177,13 @@ class RecordFile:
         >>> with RecordFile("data.tfrecord.gz") as f:  # doctest: +SKIP
         ...     records = f.read_many(index[order[:256], 0], index[order[:256], 1])
         """
+        self._enter()
+        try:
+            return self._read_many(offsets, sizes)
+        finally:
+            self._leave()
+
+    def _read_many(self, offsets: np.ndarray, sizes: np.ndarray) -> list[bytes]:
         core = _native.core
         out: list[bytes] = []
         if self._seek is not None and len(offsets) and int(np.min(sizes)) >= OVERHEAD:  # else `read` says
@@ -275,13 +321,33 @@ class RecordFile:
         return self._size
 
     def close(self) -> None:
-        self._raw.close()
+        """Close the file: now, or, where other threads are reading it, once the last of those reads is done
+        (reads that begin after this raise ValueError)."""
+        self._closing = True
+        if not self._reading:
+            self._close_now()
 
     def __enter__(self) -> RecordFile:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+_OPEN: weakref.WeakSet[RecordFile] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    """A forked child has none of its parent's other threads: the reads they had under way never end here, and
+    must not keep the child's `close` from closing its copy of the handle."""
+    for f in list(_OPEN):
+        f._reading = []
+        if f._closing:
+            f._close_now()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _seek_points(path: str, kind: str, seek: PathLike | None, file_size: int | None) -> SeekPoints:

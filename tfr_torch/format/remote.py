@@ -32,6 +32,8 @@ import bisect
 import io
 import logging
 import mmap
+import os
+import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from concurrent.futures import Future
@@ -87,8 +89,11 @@ class RemoteFile(io.RawIOBase):
         self._pos = 0
         self._blocks: OrderedDict[int, Future[bytes | mmap.mmap]] = OrderedDict()  # in memory, for sequential reading
         self._stored: dict[int, Future[None]] = {}  # blocks being put in the cache (reading by offset)
-        self._pinned: list[tuple[int, int, Future[bytes]]] = []  # prefetched ranges, sorted (reading by offset)
-        self._starts: list[int] = []  # their starts, for bisect
+        # prefetched ranges, sorted (reading by offset), and their starts for bisect: one tuple, replaced whole
+        # under _pins_lock by `prefetch` and `release` (threads may call them at once), read without a lock
+        self._pins: tuple[list[int], list[tuple[int, int, Future[bytes]]]] = ([], [])
+        self._pins_lock = threading.Lock()
+        self._pid = os.getpid()  # a forked child makes its own lock (another thread may hold this one at fork)
         self._head = b""  # the file's first bytes, when opened ahead
         self._keys: dict[int, str] = {}  # block -> its name in the cache
         self.requests = 0
@@ -159,12 +164,11 @@ class RemoteFile(io.RawIOBase):
     def close(self) -> None:
         if not self.closed:
             futures: list[Future[Any]] = [*self._blocks.values(), *self._stored.values()]
-            for fut in futures + [f for _, _, f in self._pinned]:
+            for fut in futures + [f for _, _, f in self._pins[1]]:
                 fut.cancel()
             self._blocks.clear()
             self._stored.clear()
-            self._pinned.clear()
-            self._starts.clear()
+            self._pins = ([], [])
         super().close()
 
     # ----- reading by offset -------------------------------------------------------------------------------------
@@ -183,19 +187,29 @@ class RemoteFile(io.RawIOBase):
         token = []
         for start, end in _merge(ranges, self.options.merge_gap, self._block_size):
             self.requests += 1
-            entry = (start, end, self._pool.submit(self._fetch, start, end))
-            i = bisect.bisect_right(self._starts, start)
-            self._starts.insert(i, start)
-            self._pinned.insert(i, entry)
-            token.append(entry)
+            token.append((start, end, self._pool.submit(self._fetch, start, end)))
+        with self._pinning():
+            starts, pinned = list(self._pins[0]), list(self._pins[1])
+            for entry in token:
+                i = bisect.bisect_right(starts, entry[0])
+                starts.insert(i, entry[0])
+                pinned.insert(i, entry)
+            self._pins = (starts, pinned)
         return token
 
     def release(self, token: list[tuple[int, int, Future[bytes]]]) -> None:
         """Forget ranges fetched by `prefetch` (their records were read)."""
         gone = {id(entry) for entry in token}
         if gone:
-            self._pinned = [entry for entry in self._pinned if id(entry) not in gone]
-            self._starts = [entry[0] for entry in self._pinned]
+            with self._pinning():
+                pinned = [entry for entry in self._pins[1] if id(entry) not in gone]
+                self._pins = ([entry[0] for entry in pinned], pinned)
+
+    def _pinning(self) -> threading.Lock:
+        """The lock that `prefetch` and `release` take to replace the prefetched ranges (new in a forked child)."""
+        if self._pid != os.getpid():
+            self._pins_lock, self._pid = threading.Lock(), os.getpid()
+        return self._pins_lock
 
     # ----- where bytes come from ---------------------------------------------------------------------------------
 
@@ -206,9 +220,10 @@ class RemoteFile(io.RawIOBase):
             return b""
         if end <= len(self._head):
             return memoryview(self._head)[pos:end]
-        if self._pinned:
-            i = bisect.bisect_right(self._starts, pos) - 1
-            for start, stop, fut in self._pinned[max(i - 3, 0) : i + 1][::-1]:
+        starts, pinned = self._pins  # one snapshot: another thread's prefetch or release replaces it whole
+        if pinned:
+            i = bisect.bisect_right(starts, pos) - 1
+            for start, stop, fut in pinned[max(i - 3, 0) : i + 1][::-1]:
                 if start <= pos and end <= stop:
                     return memoryview(fut.result())[pos - start : end - start]
         bs = self._block_size
