@@ -448,9 +448,9 @@ def test_after_a_failed_fetch_a_waiter_and_a_newcomer_do_not_both_fetch(tmp_path
     with pytest.raises(OSError, match="the store failed"):
         a.result()
     c = _Thread(named("c", fetch_c))  # arrives once A has let go
-    assert b.result() == block
-    assert c.result() is None  # found B's block in the cache
-    assert fetches == ["a", "b"]
+    got = [b.result(), c.result()]  # one of the two fetches (which one is the scheduler's); the other finds its block
+    assert sorted(map(repr, got)) == sorted([repr(block), repr(None)]), got
+    assert fetches in (["a", "b"], ["a", "c"])
     assert cache.read(key, len(block)) == block
     assert not blockcache_module._HELD_FDS  # no lock left held
 
