@@ -231,10 +231,16 @@ class EpochRecords:
                             "once, and every later epoch and len() use the counts; write indexes (`tfr-torch index "
                             "FILES`) and pass index='auto' to skip it")
 
-    def _records(self, epoch: int, worker: int, workers: int) -> Iterator[Block]:
+    def _records(self, epoch: int, worker: int, workers: int, skip: int = 0) -> tuple[Iterator[Block], int]:
         """This reader's records for the epoch, in order (before batching), in blocks; topped up where bad records
-        were skipped (see _topped_up)."""
-        return self._topped_up(lambda silent: self._share(epoch, worker, workers, silent))
+        were skipped (see _topped_up). `skip`: items (records, or batches) a resumed state says were yielded; the
+        second value says how many of them are left out here already (the rest the caller drops as it reads). A
+        global shuffle under on_error="raise" (nothing skipped before the state was taken) starts at the next
+        record of its order instead of reading the yielded ones again."""
+        if skip and self._global_shuffle and self.on_error == "raise":
+            ahead = skip * (self.batch_size or 1)
+            return self._topped_up(lambda silent: self._share(epoch, worker, workers, silent, ahead)), skip
+        return self._topped_up(lambda silent: self._share(epoch, worker, workers, silent)), 0
 
     def _topped_up(self, make: Callable[[bool], tuple[Iterator[Block], int | None]]) -> Iterator[Block]:
         """The blocks of `make(False)`; where it gave fewer records than its share (bad records skipped under
@@ -247,8 +253,10 @@ class EpochRecords:
             return blocks
         return _top_up(blocks, share, make)
 
-    def _share(self, epoch: int, worker: int, workers: int, silent: bool) -> tuple[Iterator[Block], int | None]:
-        """_records's records, and how many they are when none is bad (None: not known, one rank)."""
+    def _share(self, epoch: int, worker: int, workers: int, silent: bool, ahead: int = 0
+               ) -> tuple[Iterator[Block], int | None]:
+        """_records's records, and how many they are when none is bad (None: not known, one rank). `ahead`: records
+        of a global shuffle's share left out from its start (a resumed state's)."""
         source = self._source(silent)
         multiple = self.batch_size or 1
         if self._global_shuffle:  # a true global shuffle: a seeded permutation, each record read by offset
@@ -258,7 +266,8 @@ class EpochRecords:
             a, b = worker_block(quota, self.rank, worker, workers, multiple)
             if worker == 0 and not silent:
                 self._warn_idle_workers(quota, workers, multiple)
-            return iter_random(source, global_block(counts, self.seed, epoch, a, b), counts), b - a
+            ids = global_block(counts, self.seed, epoch, a, b)[ahead:]
+            return iter_random(source, ids, counts), len(ids)
         order = file_order(len(self.paths), self.shuffle, self.seed, epoch)
         readers = workers * self.world_size
         if not silent:
