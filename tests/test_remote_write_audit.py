@@ -477,3 +477,31 @@ def test_s3_writer_errors_name_the_url(s3):
     s3["server"].stop()
     with pytest.raises(OSError, match=r"writing 's3://audit-bucket/y\.tfrecord' failed"):
         writer.close()
+
+
+# Fixed: an aborted write to S3 closed its file first, which sent the buffered bytes and finished the multipart
+# upload (a whole object made), only to remove it
+@pytest.mark.parametrize("size", [100_000, 12 << 20])  # one PUT's worth; a multipart upload under way
+def test_an_aborted_s3_write_sends_nothing_more(s3, size, monkeypatch):
+    from tfr_torch.format.paths import AtomicOutput
+
+    sent = []
+    for name in ("_upload_chunk", "_initiate_upload"):
+        real = getattr(s3fs.core.S3File, name)
+
+        def spy(self, *args, _real=real, _name=name, **kwargs):
+            sent.append(_name)
+            return _real(self, *args, **kwargs)
+
+        monkeypatch.setattr(s3fs.core.S3File, name, spy)
+    monkeypatch.setitem(fsspec.config.conf["s3"], "default_block_size", 5 << 20)  # parts of 5 MiB (S3's least)
+    s3fs.S3FileSystem.clear_instance_cache()
+    out = AtomicOutput("s3://audit-bucket/aborted.tfrecord")
+    out.file.write(b"x" * size)
+    before = list(sent)  # a large write starts its multipart upload and sends parts as the buffer fills
+    assert bool(before) == (size > 5 << 20)
+    out.abort()
+    assert sent == before
+    assert [n for n in fs_files(s3["fs"], "audit-bucket") if "aborted" in n] == []
+    uploads = s3["fs"].call_s3("list_multipart_uploads", Bucket="audit-bucket").get("Uploads", [])
+    assert uploads == []

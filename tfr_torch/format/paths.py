@@ -287,7 +287,12 @@ class AtomicOutput:
             return
         self.done = True
         with contextlib.suppress(Exception):
-            self.file.close()
+            if self._fs is not None and _discards(self.file):  # its buffer and a multipart upload under way
+                remote: Any = self.file
+                remote.discard()  # dropped, rather than sent and finished by close() only to be removed
+                remote.closed = True  # (close() would now send an empty object)
+            else:
+                self.file.close()
         self._remove_tmp()
 
     def _remove_tmp(self) -> None:
@@ -296,6 +301,15 @@ class AtomicOutput:
                 self._fs.rm(self._tmp)
             else:
                 os.unlink(self._tmp)
+
+
+def _discards(file: Any) -> bool:
+    """Whether an fsspec file's class drops its upload on `discard()` (s3fs, gcsfs: the base class's does nothing,
+    and a file of such a class is closed instead, finishing its upload before it is removed)."""
+    from fsspec.spec import AbstractBufferedFile
+
+    method = getattr(type(file), "discard", None)
+    return isinstance(file, AbstractBufferedFile) and method is not None and method is not AbstractBufferedFile.discard
 
 
 def _write_error(url: str, exc: Exception) -> OSError:
