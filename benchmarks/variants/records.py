@@ -63,11 +63,12 @@ def _tfr_read_nocrc(ctx: Ctx) -> Callable[[], int]:
 
 
 @variant("read-16k-gzip", "tfr_torch", "shuffled",
-         "TFRecordDataset(path, index='auto', shuffle=True)  [global shuffle through seek points]", "shuffled",
-         note="every record once in a random order (a new one each pass), read in groups of max_group_bytes (64 "
-              "MiB): each group's records inflated in one pass over the 1 MiB seek intervals they touch (build_index's "
-              "seek points, built before the timed passes). A file of N such groups costs about N sequential reads "
-              "(5 for this 328 MB file); no peer reads a GZIP file in a random order")
+         "TFRecordDataset(path, index='auto', shuffle=True)  [global shuffle: seek points, spilled]", "shuffled",
+         note="every record once in a random order (a new one each pass). Read in groups of max_group_bytes (64 "
+              "MiB), each group's records inflated in one pass over the 1 MiB seek intervals they touch (build_index's "
+              "seek points, built before the timed passes), a file of N such groups would cost about N sequential "
+              "reads (5 for this 328 MB file): so the share is spilled (spill_dir, the default), one sequential pass "
+              "into a temporary file read back in the shuffled order; no peer reads a GZIP file in a random order")
 def _tfr_read_gzip_shuffled(ctx: Ctx) -> Callable[[], int]:
     import tfr_torch
     from tfr_torch.format.seek import has_seek_points
