@@ -296,8 +296,11 @@ class TFRecordDataset(ResumableState, EpochRecords, ItemMaker, IterableDataset[A
                 # ranges, not whole files, or the items it says were yielded would be other records
                 self._ensure_counts("resuming an epoch that was split by record ranges")
             self._layout = self._layout_for(workers)
-            blocks, ahead = self._records(epoch, worker, workers, skip)
-            skip -= ahead  # (a global shuffle starts after the items the state says were yielded)
+            # a global shuffle starts after the items the state says were yielded, where they are the first of its
+            # order (an "exact" state: none skipped before them); else they are read again and dropped
+            exact = resume is not None and resume.get("exact") is True
+            blocks, ahead = self._records(epoch, worker, workers, skip if exact else 0)
+            skip -= ahead
         plan = plan_of(self.features) if self.features is not None else None  # once per epoch
         wrap = info is not None and self.shared_memory and shared_memory_available()
         yield from self._items(blocks, plan, skip, wrap, converts_only, pipe=info is not None and not wrap)

@@ -242,6 +242,7 @@ def merge_states(parts: Any) -> dict[str, Any]:
     state = {"version": STATE_VERSION, "epoch": first["epoch"], **{key: first[key] for key in ORDER_KEYS}}
     state["records"] = next((p["records"] for p in pieces if p["records"] is not None), None)  # a worker may count
     state["segments"] = [*first["segments"], segment]
+    state["exact"] = all(p.get("exact") is True for p in pieces)  # every part's items the first of its order
     return state
 
 

@@ -57,7 +57,7 @@ class ResumableState:
             if is_part(resume):  # as loaded (a worker's own part)
                 return dict(resume)
             history, layout, skip = self._resume_point(resume, worker, workers)
-            return self._part(history, layout, worker, skip)
+            return self._part(history, layout, worker, skip, resume.get("exact") is True)
         if self._progress_epoch != self.epoch:  # set_epoch since the last pass began: nothing of it read yet
             return self._part([], self._layout_for(workers), worker, 0)
         layout = self._layout if self._layout is not None else self._layout_for(workers)
@@ -156,9 +156,13 @@ class ResumableState:
         return {"world_size": self.world_size, "num_workers": workers, "batch": self.batch_size or 1, "split": split}
 
     def _part(self, history: list[dict[str, Any]], layout: Mapping[str, Any], worker: int,
-              yielded: int) -> dict[str, Any]:
+              yielded: int, exact: bool | None = None) -> dict[str, Any]:
+        """This reader's part. `exact` (default: this dataset raises on bad records): its `yielded` items are the
+        first ones of its order, none skipped before them (a global shuffle resumed from it starts right after
+        them instead of reading them again; see EpochRecords._records)."""
+        exact = self.on_error == "raise" if exact is None else exact
         return {"version": STATE_VERSION, "epoch": self.epoch, **self._order_info(), "segments": list(history),
-                **layout, "rank": self.rank, "worker": worker, "yielded": int(yielded)}
+                **layout, "rank": self.rank, "worker": worker, "yielded": int(yielded), "exact": bool(exact)}
 
     def _resume_point(self, state: Mapping[str, Any], worker: int,
                       workers: int) -> tuple[list[dict[str, Any]], dict[str, Any], int]:
@@ -171,6 +175,10 @@ class ResumableState:
                                  f"part and is read by worker {worker} of {workers}: load each worker's own part "
                                  "(StatefulDataLoader does), or merge every part with tfr_torch.elastic_state(...) "
                                  "to resume under another number of workers")
+            if layout.get("batch") != (self.batch_size or 1):  # its `yielded` counts items of that many records
+                raise ValueError(f"cannot resume: the state is a part of a pass in batches of {layout.get('batch')} "
+                                 f"record(s) and this dataset makes batches of {self.batch_size or 1}: merge every "
+                                 "part with tfr_torch.elastic_state(...) to resume with another batch size")
             return list(state["segments"]), layout, int(state["yielded"])
         segments = list(state["segments"])
         last = segments[-1]
