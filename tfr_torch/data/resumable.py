@@ -29,6 +29,7 @@ class ResumableState:
     interleave: int
     shuffle_buffer: int
     batch_size: int | None
+    on_error: Any
     _global_shuffle: bool
     _counts: list[int] | None
     _epoch: torch.Tensor
