@@ -13,8 +13,7 @@ import numpy as np
 
 from tfr_torch.data.blocks import Block, Located, blocks_of
 from tfr_torch.data.sharding import Run
-from tfr_torch.data.spill import (SpillFailed, local_readers, points_match, seek_span, spill_folder, spilled,
-                                  worth_spilling)
+from tfr_torch.data.spill import SpillFailed, local_readers, spill_folder, spilled, worth_spilling
 from tfr_torch.errors import IndexMismatchError, TFRecordError
 from tfr_torch.format.compression import NONE, compression_from_name, normalize_compression
 from tfr_torch.format.paths import is_url
@@ -318,11 +317,13 @@ def iter_random(source: Source, global_ids: np.ndarray, counts: Sequence[int]) -
             read_as = [(w + a, w + b) for w in range(0, len(located), step)
                        for a, b in group_bounds(located[w : w + step, 1], source.group_bytes)]
         stops = {f: int(located[file_ids == f].sum(axis=1).max()) for f in touched}  # where each pass ends
-        spans = {f: seek_span(handle(f)) for f in touched}
+        spans = {f: handle(f).seek_span for f in touched}
         if not worth_spilling(folder, file_ids, located, read_as, spans, stops, local_readers()):
             return None
-        if not all(is_url(source.paths[f]) or points_match(handle(f)) for f in touched):
-            return None  # stale seek points: the grouped reads raise where they need one; the pass would not
+        # stale seek points of a local file: the grouped reads raise where they need one, the pass would not (a
+        # remote file's are not asked: a request per point; its pass is checked against the index and the CRCs)
+        if not all(is_url(source.paths[f]) or handle(f).seek_points_match() for f in touched):
+            return None
         return folder, file_ids, located, bounds, stops
 
     try:

@@ -36,7 +36,7 @@ from tfr_torch.format.framing import OVERHEAD
 from tfr_torch.format.reader import RecordReader
 from tfr_torch.format.seek import DEFAULT_SPAN
 
-__all__ = ["spill_folder", "seek_span", "points_match", "local_readers", "worth_spilling", "spilled", "SpillFailed",
+__all__ = ["spill_folder", "local_readers", "worth_spilling", "spilled", "SpillFailed",
            "SPILL_FACTOR", "FREE_MARGIN"]
 
 SPILL_FACTOR = 1.5  # spill when the grouped reads would inflate more than this many times the spill's cost
@@ -51,21 +51,6 @@ def spill_folder(setting: Any) -> str | None:
     if setting is False or setting is None:
         return None
     return str(os.fspath(setting))
-
-
-def seek_span(handle: Any) -> int:
-    """The seek interval of a compressed RecordFile (DEFAULT_SPAN where it has no seek points)."""
-    seek = getattr(handle, "_seek", None)
-    return int(seek.span) if seek is not None else DEFAULT_SPAN
-
-
-def points_match(handle: Any) -> bool:
-    """Whether every seek point of a compressed RecordFile matches the file (SeekPoints.match_file). The pass reads
-    without them: a local file whose points are stale (or another file's) is left to the grouped reads, which
-    raise at the record that needs one. Not asked of remote files (a request per point): their pass is checked
-    against the index and the records' CRCs only."""
-    seek = getattr(handle, "_seek", None)
-    return seek is None or bool(seek.match_file(handle._read_file_at))
 
 
 def local_readers() -> int:

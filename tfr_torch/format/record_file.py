@@ -85,6 +85,17 @@ class RecordFile:
         `read` one by one)."""
         return self._seek is not None
 
+    @property
+    def seek_span(self) -> int:
+        """The decompressed bytes between seek points of a compressed file (0 for an uncompressed one)."""
+        return int(self._seek.span) if self._seek is not None else 0
+
+    def seek_points_match(self) -> bool:
+        """Whether every seek point matches the file (SeekPoints.match_file: one small read per point); True for an
+        uncompressed file. For a reader that goes through the file front to back and must agree with one that
+        restarts at the points."""
+        return self._seek is None or self._seek.match_file(self._read_file_at)
+
     def read(self, offset: int, size: int | None = None) -> bytes:
         """The data of the record whose header starts at `offset` (`size`, the framed size from the index, is
         checked against the header when given)."""
