@@ -23,7 +23,7 @@ import torch
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 import tfr_torch
-from tfr_torch.data import epoch_records
+from test_resume_ahead import asked  # noqa: F401  (the fixture: how many records each share asked iter_random for)
 
 SPEC = {"id": tfr_torch.FixedLenFeature([], torch.int64)}
 SIZES = [37, 0, 81, 5, 0, 23]  # uneven, empty ones among them: 146 records
@@ -60,20 +60,6 @@ def gzip(tmp_path_factory):
 @pytest.fixture(params=["plain", "gzip"])
 def paths(request, plain, gzip):
     return plain if request.param == "plain" else gzip
-
-
-@pytest.fixture
-def asked(monkeypatch):
-    """How many records each share asked iter_random for (the new path reads only the rest)."""
-    sizes = []
-    real = epoch_records.iter_random
-
-    def iter_random(source, ids, counts):
-        sizes.append(len(ids))
-        return real(source, ids, counts)
-
-    monkeypatch.setattr(epoch_records, "iter_random", iter_random)
-    return sizes
 
 
 def make(paths, **options):
