@@ -1,7 +1,7 @@
 """A global shuffle resumed mid-epoch starts at the next record of its order: the records the state says were
 yielded are not read again (they were, and dropped: a state taken at 95% of a large epoch cost 95% of an epoch's
-reading). Only under on_error="raise", where no record was skipped before the state was taken; with "skip" the
-yielded count does not say how far the order went, and the records are read and dropped as before."""
+reading). Under on_error="skip" too: the state says how far the order went ("consumed": the bad records skipped
+among the yielded ones counted)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ import torch
 
 import tfr_torch
 from tfr_torch.data import epoch_records
+
+from skip_util import corrupt
 
 SPEC = {"id": tfr_torch.FixedLenFeature([], torch.int64)}
 
@@ -65,12 +67,70 @@ def test_the_rest_of_the_order_without_reading_the_yielded_records(path, asked, 
                                                                                  and len(whole) % batch_size > 0)
 
 
-def test_under_skip_the_records_are_read_again(path, asked):
-    dataset = tfr_torch.TFRecordDataset(path, SPEC, index="auto", shuffle=True, seed=4, on_error="skip")
-    head = _ids(itertools.islice(iter(dataset), 50))
-    resumed = tfr_torch.TFRecordDataset(path, SPEC, index="auto", shuffle=True, seed=4, on_error="skip")
-    resumed.load_state_dict(dataset.state_dict())
-    asked.clear()
-    rest = _ids(resumed)
-    assert sorted(head + rest) == list(range(300))
-    assert asked == [300]
+def _bad_copy(path, tmp_path, bad, gz=False) -> str:
+    """A copy of the 300-record file (GZIP-compressed where `gz`) whose records `bad` fail their data CRC."""
+    copy = str(tmp_path / ("bad.tfrecord.gz" if gz else "bad.tfrecord"))
+    with tfr_torch.TFRecordWriter(copy, compression="gzip" if gz else None) as writer:
+        for record in tfr_torch.read_records(path):
+            writer.write(record)
+    tfr_torch.build_index(copy)
+    corrupt(copy, bad, gz)
+    return copy
+
+
+@pytest.mark.parametrize("gz", [False, True])
+@pytest.mark.parametrize("batch_size", [None, 8])
+@pytest.mark.parametrize("k", [1, 20, 36])
+def test_under_skip_the_rest_of_the_order_without_reading_the_yielded_records(path, tmp_path, asked, gz,
+                                                                               batch_size, k):
+    """Bad records skipped before the state was taken are counted in how far the order went (its "consumed"), so
+    the resumed reader starts at the next record: nothing read twice, nothing lost. Fixed: the yielded records were
+    read again and dropped (the yielded count alone does not say where the order stands)."""
+    bad = [5, 77, 150, 290]
+    copy = _bad_copy(path, tmp_path, bad, gz)
+
+    def make(on_error):
+        return tfr_torch.TFRecordDataset(copy, SPEC, index="auto", shuffle=True, seed=4, batch_size=batch_size,
+                                         on_error=on_error)
+
+    order = _ids(tfr_torch.TFRecordDataset(path, SPEC, index="auto", shuffle=True, seed=4))  # every record's turn
+    table = tfr_torch.read_index(copy + ".idx")
+    reported: list[int] = []
+
+    def report(err):  # the record numbers of the bad records reported, from the offsets they name
+        reported.append(int(table[:, 0].tolist().index(err.skipped_range[0])))
+
+    whole = _ids(make(report))
+    assert whole == [i for i in order if i not in bad] and sorted(reported) == bad
+    reported.clear()
+    dataset = make(report)
+    head = _ids(itertools.islice(iter(dataset), k))
+    state = dataset.state_dict()
+    went = state["consumed"]
+    assert order[:went] == [i for i in order[:went] if i in bad or i in head]  # past the yielded and bad only
+    assert order[went] not in bad and order[went] not in head  # up to the next good record
+    for on_error in (report, "raise"):  # resumed under either policy
+        resumed = make(on_error)
+        resumed.load_state_dict(state)
+        asked.clear()
+        reported.clear()
+        ahead = [i for i in order[went:] if i in bad]
+        if on_error == "raise" and ahead:
+            with pytest.raises(tfr_torch.TFRecordError):
+                _ids(resumed)
+            continue
+        assert head + _ids(resumed) == whole
+        assert asked == [300 - went]  # Fixed: [300], the yielded records read again
+        assert reported == ahead  # a bad record the first pass went past is not reported again
+
+
+def test_a_state_edited_to_go_past_its_share_is_refused(path):
+    dataset = tfr_torch.TFRecordDataset(path, SPEC, index="auto", shuffle=True, seed=4)
+    next(iter(dataset))
+    state = dataset.state_dict()
+    resumed = tfr_torch.TFRecordDataset(path, SPEC, index="auto", shuffle=True, seed=4)
+    resumed.load_state_dict({**state, "consumed": 301})
+    with pytest.raises(ValueError, match="went 301 positions into a share of 300 records"):
+        _ids(resumed)
+    with pytest.raises(ValueError, match="consumed=-1"):
+        resumed.load_state_dict({**state, "consumed": -1})

@@ -1,6 +1,7 @@
 """Audit of on_error="skip" (or a callable) with several ranks (26a46f2): every rank keeps its share by repeating
 its own first records. A hypothesis test over files, corruption and reader options checks the invariants; the
-defects it found are fixed and tested here, a known limitation (docs/limitations.md) pinned as a strict xfail."""
+defects it found are fixed and tested here (the last, an elastic merge taking a skipped record's position as
+unread, by the states' "consumed")."""
 
 from __future__ import annotations
 
@@ -226,10 +227,11 @@ def test_an_elastic_resume_after_a_skipped_record_loses_no_good_record(tmp_path)
     assert set(read) == set(range(24)) - {2, 14}  # fails: 10 and 18 are never read (8 and 16 are read twice)
 
 
-@pytest.mark.xfail(strict=True, reason="a reader's state counts the items it yielded, and the elastic resume takes "
-                   "them as the first positions of its share; a bad record skipped among them was a position too, "
-                   "so the record after the yielded ones is read again in the next segment")
 def test_an_elastic_resume_after_a_skipped_record_repeats_nothing_already_read(tmp_path):
+    """Fixed: a reader's state counted only the items it yielded, and the elastic resume took them as the first
+    positions of its share; a bad record skipped among them was a position too, so the record after the yielded
+    ones was read again in the next segment. States of a global shuffle now say how far the order went
+    ("consumed")."""
     path = write(tmp_path / "a.tfrecord", range(24))
     corrupt(path, [2, 14])
     # a global shuffle (records read by offset: no keep-mask involved); old rank 1 meets bad record 2 first
@@ -239,7 +241,7 @@ def test_an_elastic_resume_after_a_skipped_record_repeats_nothing_already_read(t
     before = set(sum(heads, []))
     # a record read in the first segment comes again only as a top-up (a repeat within the same resumed reader)
     again = [i for rest in rests for i, n in Counter(rest).items() if n == 1 and i in before]
-    assert again == []  # fails: [11]
+    assert again == []  # failed: [11]
 
 
 def test_sidecar_counts_without_index_keep_each_rank_to_its_own_records(tmp_path):

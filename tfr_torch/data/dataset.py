@@ -214,6 +214,7 @@ class TFRecordDataset(ResumableState, EpochRecords, ItemMaker, IterableDataset[A
         # resume it again (see _takes_resume)
         self._resume_taken = torch.zeros((), dtype=torch.int64).share_memory_()
         self._position = 0
+        self._order_progress = None  # how far a global shuffle's pass went in its order (OrderProgress)
         self._worker = (0, 1)
         self._history: list[dict[str, Any]] = []  # the epoch's segments before the one being read (elastic.py)
         self._layout: dict[str, Any] | None = None  # the layout of the segment being read
@@ -257,7 +258,7 @@ class TFRecordDataset(ResumableState, EpochRecords, ItemMaker, IterableDataset[A
         check_rank_world(self._rank_world, "TFRecordDataset")
         # a new pass: what state_dict() reports until its first item is this epoch's start (or the loaded state
         # it resumes), not the last pass's progress (torchdata's StatefulDataLoader asks before the first item)
-        self._history, self._layout, self._position = [], None, 0
+        self._history, self._layout, self._position, self._order_progress = [], None, 0, None
         self._progress_epoch = self.epoch
         return self._iterate(_converts_only(self, caller))
 
@@ -281,12 +282,13 @@ class TFRecordDataset(ResumableState, EpochRecords, ItemMaker, IterableDataset[A
         self._progress_epoch = epoch
         if resume is not None and not self._takes_resume():
             resume = None  # an earlier pass of DataLoader workers resumed it: this one reads its epoch whole
-        self._history, self._layout = [], None
+        self._history, self._layout, self._order_progress = [], None, None
+        went: int | None = None  # positions of a global shuffle's order the state says this reader went past
         if resume is not None and resume["epoch"] == epoch and resume["version"] == 1:
             if (resume["worker"], resume["num_workers"]) == (worker, workers):
                 skip = int(resume["yielded"])
         elif resume is not None and resume["epoch"] == epoch:
-            self._history, self._layout, skip = self._resume_point(resume, worker, workers)
+            self._history, self._layout, skip, went = self._resume_point(resume, worker, workers)
         self._position = skip
         if self._history:
             blocks = self._resumed(epoch, self._history, self._layout, worker)
@@ -296,11 +298,13 @@ class TFRecordDataset(ResumableState, EpochRecords, ItemMaker, IterableDataset[A
                 # ranges, not whole files, or the items it says were yielded would be other records
                 self._ensure_counts("resuming an epoch that was split by record ranges")
             self._layout = self._layout_for(workers)
-            # a global shuffle starts after the items the state says were yielded, where they are the first of its
-            # order (an "exact" state: none skipped before them); else they are read again and dropped
-            exact = resume is not None and resume.get("exact") is True
-            blocks, ahead = self._records(epoch, worker, workers, skip if exact else 0)
-            skip -= ahead
+            if skip and went is not None and self._global_shuffle:
+                # a global shuffle starts at the next record of its order (bad records skipped before the state
+                # was taken counted: see OrderProgress); without that, the yielded items are read again, dropped
+                blocks = self._records(epoch, worker, workers, went, skip * (self.batch_size or 1))
+                skip = 0
+            else:
+                blocks = self._records(epoch, worker, workers)
         plan = plan_of(self.features) if self.features is not None else None  # once per epoch
         wrap = info is not None and self.shared_memory and shared_memory_available()
         yield from self._items(blocks, plan, skip, wrap, converts_only, pipe=info is not None and not wrap)

@@ -27,17 +27,16 @@ import numpy as np
 from tfr_torch.data.blocks import interleave, shuffle_buffer
 from tfr_torch.data.sampler_state import is_sampler_state, merge_sampler_parts, sampler_state_in
 from tfr_torch.data.sharding import epoch_rng, file_order, files_for_worker, rank_quota, worker_block
+from tfr_torch.data.state_check import STATE_VERSION, check_state
 
 __all__ = ["STATE_VERSION", "MIXTURE_KIND", "elastic_state", "merge_mixtures", "epoch_sequence", "segment_sequence",
            "reader_streams", "reader_order", "consumed", "remaining", "segment_rng", "merge_states", "ORDER_KEYS"]
 
-STATE_VERSION = 2
 # What fixes an epoch's order, besides the segments: a state only resumes a dataset that agrees on all of them.
 ORDER_KEYS = ("seed", "files", "fingerprint", "records", "shuffle", "global_shuffle", "pad", "interleave",
               "shuffle_buffer")
 LAYOUT_KEYS = ("world_size", "num_workers", "batch", "split")
 MIXTURE_KIND = "tfr_torch.MixedDataset"  # the "kind" of a MixedDataset state
-SPLITS = ("global", "ranges", "files")
 
 
 def epoch_sequence(counts: Sequence[int], global_shuffle: bool, shuffle: bool, seed: int, epoch: int,
@@ -126,15 +125,24 @@ def consumed(seq: np.ndarray, s_records: np.ndarray, counts: Sequence[int], orde
              layout: Mapping[str, Any], yielded: Sequence[Sequence[int]], segment: int, digest: int,
              epoch: int, file_order_: np.ndarray | None = None) -> np.ndarray:
     """The positions the readers of one segment yielded: reader (r, k) its first yielded[r][k] x batch of its
-    order (fewer at its block's end)."""
+    order (fewer at its block's end); in a global shuffle whose parts said how far each went (their "consumed":
+    bad records skipped among the yielded ones counted, see OrderProgress), that many."""
     taken: list[np.ndarray] = []
     buffered = bool(order["shuffle"]) and layout["split"] != "global"
+    went = layout.get("consumed") if layout["split"] == "global" else None
     for rank in range(layout["world_size"]):
         for worker in range(layout["num_workers"]):
             n = int(yielded[rank][worker]) * int(layout["batch"])
+            if went is not None and went[rank][worker] is not None:
+                n = _went_past(went[rank][worker], n, rank, worker)
             if n <= 0:
                 continue
             streams = reader_streams(seq, s_records, counts, layout, rank, worker, file_order_)
+            if went is not None and streams and n < min(int(yielded[rank][worker]) * int(layout["batch"]),
+                                                        len(streams[0])):
+                raise ValueError(f"the state says rank {rank} worker {worker} went {n} positions into its order "
+                                 f"having yielded {yielded[rank][worker]} item(s) of {layout['batch']}: edited, "
+                                 "or of another dataset")
             if not buffered:
                 taken.append(np.concatenate(streams)[:n] if streams else np.zeros(0, dtype=np.int64))
                 continue
@@ -143,6 +151,13 @@ def consumed(seq: np.ndarray, s_records: np.ndarray, counts: Sequence[int], orde
                                  order["shuffle_buffer"], rng)
             taken.append(np.fromiter(itertools.islice(items, n), dtype=np.int64))
     return np.concatenate(taken) if taken else np.zeros(0, dtype=np.int64)
+
+
+def _went_past(value: Any, yielded_records: int, rank: int, worker: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"the state's consumed count of rank {rank} worker {worker} is {value!r}, expected a count "
+                         "of records >= 0")
+    return value
 
 
 def remaining(s_records: np.ndarray, counts: Sequence[int], order: Mapping[str, Any], epoch: int,
@@ -162,16 +177,6 @@ def remaining(s_records: np.ndarray, counts: Sequence[int], order: Mapping[str, 
 
 
 # ----- states: one reader's part, and the merged state of every reader ---------------------------------------------
-
-
-def check_version(state: Mapping[str, Any]) -> int:
-    version = state.get("version") if isinstance(state, Mapping) else None
-    if version not in (1, STATE_VERSION):
-        if isinstance(version, int) and version > STATE_VERSION:
-            raise ValueError(f"the saved TFRecordDataset state has version {version}, newer than this tfr_torch "
-                             f"reads ({STATE_VERSION}): upgrade tfr_torch to resume from it")
-        raise ValueError(f"unknown TFRecordDataset state version {version!r} (expected {STATE_VERSION})")
-    return int(version)
 
 
 def is_part(state: Mapping[str, Any]) -> bool:
@@ -198,7 +203,7 @@ def merge_states(parts: Any) -> dict[str, Any]:
     merged = [p for p in flat if not is_part(p)]
     pieces = [p for p in flat if is_part(p)]
     for p in flat:
-        if check_version(p) == 1:
+        if check_state(p) == 1:
             raise ValueError("a state saved by an older tfr_torch (version 1) resumes only with the layout it was "
                              f"saved with (rank {p.get('rank')} of {p.get('world_size')}, worker {p.get('worker')} "
                              f"of {p.get('num_workers')}): load it per worker, with the same world size and "
@@ -239,6 +244,11 @@ def merge_states(parts: Any) -> dict[str, Any]:
                          f"{workers} worker(s)) are missing: {shown}; gather every rank's state")
     segment = {key: first[key] for key in LAYOUT_KEYS}
     segment["yielded"] = yielded
+    went = [[None] * workers for _ in range(world)]
+    for p in pieces:
+        went[p["rank"]][p["worker"]] = p.get("consumed")
+    if first["split"] == "global" and any(n is not None for row in went for n in row):
+        segment["consumed"] = went  # how far each reader went in its order, where its part says (consumed())
     state = {"version": STATE_VERSION, "epoch": first["epoch"], **{key: first[key] for key in ORDER_KEYS}}
     state["records"] = next((p["records"] for p in pieces if p["records"] is not None), None)  # a worker may count
     state["segments"] = [*first["segments"], segment]

@@ -22,6 +22,7 @@ from tfr_torch.data.elastic import (
     segment_sequence,
 )
 from tfr_torch.data.blocks import Block, blocks_of, interleave, located, shuffle_buffer
+from tfr_torch.data.order_progress import OrderProgress
 from tfr_torch.data.reading import Source, iter_random, iter_run, opening_ahead
 from tfr_torch.data.sharding import (
     Run,
@@ -72,6 +73,7 @@ class EpochRecords:
     _sidecar_counts: bool
     _seeks: list[Any]
     _global_shuffle: bool
+    _order_progress: OrderProgress | None  # how far this reader's global shuffle went (a pass's; None: not one)
 
     if TYPE_CHECKING:
         def _worker_info(self) -> Any: ...  # TFRecordDataset's own (a subclass may answer None)
@@ -164,7 +166,8 @@ class EpochRecords:
         source = self._source(silent)
         share = sum(len(p) for p in streams)
         if layout["split"] == "global":
-            return iter_random(source, s_records[streams[0]] if streams else np.zeros(0, np.int64), counts), share
+            ids = s_records[streams[0]] if streams else np.zeros(0, np.int64)
+            return iter_random(self._tracked(source, ids, silent), ids, counts), share
         starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
 
         def read(positions: np.ndarray) -> Iterator[Block]:
@@ -187,6 +190,18 @@ class EpochRecords:
         rng = segment_rng(self.seed, epoch, len(history), history_digest(history), layout, self.rank, worker)
         return blocks_of(reader_order([located(read(p)) for p in streams], True, self.interleave,
                                       self.shuffle_buffer, rng)), share
+
+    def _tracked(self, source: Source, ids: np.ndarray, silent: bool, ahead: int = 0, done: int = 0) -> Source:
+        """`source`, whose on_error policy also notes where bad records sit in the order `ids` of this pass (see
+        OrderProgress; kept as this reader's `_order_progress`, what its state says of how far the order went). A silent
+        source (a top-up, reading its share again) notes nothing."""
+        if silent:
+            return source
+        counts = self._counts
+        assert counts is not None  # a global shuffle knows every count
+        tops_up = self.on_error != "raise" and self.world_size > 1  # see _topped_up
+        progress = self._order_progress = OrderProgress(ids, counts, self.paths, self.offsets, ahead, done, tops_up)
+        return source._replace(on_error=progress.policy(self.on_error) or "raise")
 
     def _in_file(self, run: Run) -> Run:
         """A TFDS split slice starts inside a shard: without an index, its record numbers count from the file's
@@ -231,32 +246,34 @@ class EpochRecords:
                             "once, and every later epoch and len() use the counts; write indexes (`tfr-torch index "
                             "FILES`) and pass index='auto' to skip it")
 
-    def _records(self, epoch: int, worker: int, workers: int, skip: int = 0) -> tuple[Iterator[Block], int]:
+    def _records(self, epoch: int, worker: int, workers: int, ahead: int = 0, done: int = 0) -> Iterator[Block]:
         """This reader's records for the epoch, in order (before batching), in blocks; topped up where bad records
-        were skipped (see _topped_up). `skip`: items (records, or batches) a resumed state says were yielded; the
-        second value says how many of them are left out here already (the rest the caller drops as it reads). A
-        global shuffle under on_error="raise" (nothing skipped before the state was taken) starts at the next
-        record of its order instead of reading the yielded ones again."""
-        if skip and self._global_shuffle and self.on_error == "raise":
-            ahead = skip * (self.batch_size or 1)
-            return self._topped_up(lambda silent: self._share(epoch, worker, workers, silent, ahead)), skip
-        return self._topped_up(lambda silent: self._share(epoch, worker, workers, silent)), 0
+        were skipped (see _topped_up). A resumed global shuffle starts `ahead` positions into its order, `done`
+        records of its share already yielded (what the state says: see OrderProgress)."""
+        def make(silent: bool) -> tuple[Iterator[Block], int | None]:
+            if silent:  # a top-up reads the share again from its start: its first records are the ones repeated
+                return self._share(epoch, worker, workers, True)
+            return self._share(epoch, worker, workers, False, ahead, done)
 
-    def _topped_up(self, make: Callable[[bool], tuple[Iterator[Block], int | None]]) -> Iterator[Block]:
+        return self._topped_up(make, from_start=ahead > 0)
+
+    def _topped_up(self, make: Callable[[bool], tuple[Iterator[Block], int | None]], from_start: bool = False
+                   ) -> Iterator[Block]:
         """The blocks of `make(False)`; where it gave fewer records than its share (bad records skipped under
         on_error other than "raise", several ranks), its first records again, read afresh from `make(True)` (which
         passes over bad records silently: each was reported once), up to the share. A rank short of its share would
         leave the others waiting at a collective (DDP, XLA); as with pad=True, a repeated record instead. Nothing
-        good to repeat: the reader ends short."""
+        good to repeat: the reader ends short. `from_start`: `make(False)` starts inside the share (a resumed
+        pass), so the records to repeat are never the ones it gave."""
         blocks, share = make(False)
         if share is None or self.on_error == "raise" or self.world_size < 2:
             return blocks
-        return _top_up(blocks, share, make)
+        return _top_up(blocks, share, make, from_start)
 
-    def _share(self, epoch: int, worker: int, workers: int, silent: bool, ahead: int = 0
+    def _share(self, epoch: int, worker: int, workers: int, silent: bool, ahead: int = 0, done: int = 0
                ) -> tuple[Iterator[Block], int | None]:
-        """_records's records, and how many they are when none is bad (None: not known, one rank). `ahead`: records
-        of a global shuffle's share left out from its start (a resumed state's)."""
+        """_records's records, and how many they are when none is bad (None: not known, one rank). `ahead`,
+        `done`: see _records."""
         source = self._source(silent)
         multiple = self.batch_size or 1
         if self._global_shuffle:  # a true global shuffle: a seeded permutation, each record read by offset
@@ -266,14 +283,21 @@ class EpochRecords:
             a, b = worker_block(quota, self.rank, worker, workers, multiple)
             if worker == 0 and not silent:
                 self._warn_idle_workers(quota, workers, multiple)
+            if b - a < ahead < b - a + multiple:
+                ahead = b - a  # items counted whole: the last batch, partial, ended the share
+            if ahead > b - a or ahead < min(done, b - a):
+                raise ValueError(f"cannot resume: the state says this reader (rank {self.rank}, worker {worker}) "
+                                 f"went {ahead} positions into a share of {b - a} records having yielded {done}: "
+                                 "a state of another dataset, or edited")
             ids = global_block(counts, self.seed, epoch, a, b)[ahead:]
-            return iter_random(source, ids, counts), len(ids)
+            return iter_random(self._tracked(source, ids, silent, ahead, done), ids, counts), b - a - done
         order = file_order(len(self.paths), self.shuffle, self.seed, epoch)
         readers = workers * self.world_size
         if not silent:
             self._warn_shared_count(worker, workers, readers)
         if self._counts is None and len(self.paths) < readers:
             self._split_counts(worker, workers, readers)
+            source = self._source(silent)  # with the counts: a run that ends its file reports a bad tail
         share: int | None = None
         if self._counts is None:  # one rank, enough files, counts unknown: whole files per worker
             known = [len(o) if o is not None else 1 << 62 for o in self.offsets]  # read unknown files to their end
@@ -294,15 +318,15 @@ class EpochRecords:
                                         self.shuffle_buffer, rng)), share
 
 
-def _top_up(blocks: Iterator[Block], share: int, make: Callable[[bool], tuple[Iterator[Block], int | None]]
-            ) -> Iterator[Block]:
+def _top_up(blocks: Iterator[Block], share: int, make: Callable[[bool], tuple[Iterator[Block], int | None]],
+            from_start: bool = False) -> Iterator[Block]:
     """See EpochRecords._topped_up. The first records are kept as they pass (up to _KEEP_RECORDS and _KEEP_BYTES):
     where they are every good record of the share, or as many as are missing, the top-up comes from them, without
     reading the share again; otherwise (a share with many good records) each pass again gives more records than the
     limits keep, so a share mostly bad is not read once per good record."""
     got = kept_bytes = 0
     kept: list[Block] = []
-    complete = True  # every record so far is in `kept`
+    complete = not from_start  # every record so far is in `kept`, the first ones of the share
     for block in blocks:
         got += len(block)
         if complete:
@@ -313,17 +337,20 @@ def _top_up(blocks: Iterator[Block], share: int, make: Callable[[bool], tuple[It
             else:
                 complete = False
         yield block
-    if got == 0:
+    if got == 0 and not from_start:
         return  # nothing good to repeat: the reader ends short
-    from_kept = complete or share - got <= sum(map(len, kept))
+    from_kept = complete or (not from_start and share - got <= sum(map(len, kept)))
     while got < share:
         again = iter(kept) if from_kept else make(True)[0]
+        before = got
         for block in again:
             if got + len(block) >= share:
                 yield block.head(share - got)
                 return
             got += len(block)
             yield block
+        if got == before:
+            return  # nothing good in the share to repeat: the reader ends short
 
 
 def _ignore(err: Exception) -> None:

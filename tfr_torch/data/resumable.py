@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.utils.data import get_worker_info
 
-from tfr_torch.data.elastic import LAYOUT_KEYS, ORDER_KEYS, STATE_VERSION, as_merged, check_version, is_part
+from tfr_torch.data.elastic import LAYOUT_KEYS, ORDER_KEYS, STATE_VERSION, as_merged, is_part
+from tfr_torch.data.state_check import check_state
 
 __all__ = ["ResumableState"]
 
@@ -57,12 +58,14 @@ class ResumableState:
         if resume is not None:
             if is_part(resume):  # as loaded (a worker's own part)
                 return dict(resume)
-            history, layout, skip = self._resume_point(resume, worker, workers)
-            return self._part(history, layout, worker, skip, resume.get("exact") is True)
+            history, layout, skip, consumed = self._resume_point(resume, worker, workers)
+            return self._part(history, layout, worker, skip, resume.get("exact") is True, consumed)
         if self._progress_epoch != self.epoch:  # set_epoch since the last pass began: nothing of it read yet
             return self._part([], self._layout_for(workers), worker, 0)
         layout = self._layout if self._layout is not None else self._layout_for(workers)
-        return self._part(self._history, layout, worker, self._position)
+        progress = getattr(self, "_order_progress", None)  # (a dataset pickled before it: none)
+        consumed = None if progress is None else progress.consumed(self._position * (self.batch_size or 1))
+        return self._part(self._history, layout, worker, self._position, consumed=consumed)
 
     def _pending_resume(self) -> dict[str, Any] | None:
         """The loaded state the next (or the just begun) pass of this reader resumes, or None: none loaded, or it
@@ -91,7 +94,7 @@ class ResumableState:
     def _checked_state(self, state: Mapping[str, Any]) -> Mapping[str, Any]:
         """`state` checked against this dataset (ValueError naming what differs), as load_state_dict takes it; this
         dataset is left as it was (a MixedDataset checks every dataset's part before any loads its own)."""
-        if check_version(state) == 1:
+        if check_state(state) == 1:
             expected = {"seed": self.seed, "rank": self.rank, "world_size": self.world_size,
                         "files": len(self.paths)}
             for key, value in expected.items():
@@ -157,18 +160,26 @@ class ResumableState:
         return {"world_size": self.world_size, "num_workers": workers, "batch": self.batch_size or 1, "split": split}
 
     def _part(self, history: list[dict[str, Any]], layout: Mapping[str, Any], worker: int,
-              yielded: int, exact: bool | None = None) -> dict[str, Any]:
+              yielded: int, exact: bool | None = None, consumed: int | None = None) -> dict[str, Any]:
         """This reader's part. `exact` (default: this dataset raises on bad records): its `yielded` items are the
-        first ones of its order, none skipped before them (a global shuffle resumed from it starts right after
-        them instead of reading them again; see EpochRecords._records)."""
+        first ones of its order, none skipped before them. `consumed` (a global shuffle's): the positions of its
+        order it went past, bad records skipped among them counted (see OrderProgress); a global shuffle resumed
+        from it starts right after them instead of reading them again (see EpochRecords._records), and an
+        elastic merge takes them as read (elastic.consumed). None: not known (the part says nothing of it)."""
         exact = self.on_error == "raise" if exact is None else exact
-        return {"version": STATE_VERSION, "epoch": self.epoch, **self._order_info(), "segments": list(history),
+        part = {"version": STATE_VERSION, "epoch": self.epoch, **self._order_info(), "segments": list(history),
                 **layout, "rank": self.rank, "worker": worker, "yielded": int(yielded), "exact": bool(exact)}
+        if consumed is None and yielded == 0:
+            consumed = 0
+        if consumed is not None and layout.get("split") == "global":
+            part["consumed"] = int(consumed)
+        return part
 
     def _resume_point(self, state: Mapping[str, Any], worker: int,
-                      workers: int) -> tuple[list[dict[str, Any]], dict[str, Any], int]:
-        """(the segments before this reader's, this reader's layout, items of it already yielded) for a loaded v2
-        state: the state's last segment when this reader's layout is its layout, else a new segment."""
+                      workers: int) -> tuple[list[dict[str, Any]], dict[str, Any], int, int | None]:
+        """(the segments before this reader's, this reader's layout, items of it already yielded, positions of its
+        order gone past or None where not known; see _part) for a loaded v2 state: the state's last segment when
+        this reader's layout is its layout, else a new segment."""
         if is_part(state):
             layout = {key: state[key] for key in LAYOUT_KEYS}
             if (worker, workers) != (state["worker"], state["num_workers"]):
@@ -180,15 +191,29 @@ class ResumableState:
                 raise ValueError(f"cannot resume: the state is a part of a pass in batches of {layout.get('batch')} "
                                  f"record(s) and this dataset makes batches of {self.batch_size or 1}: merge every "
                                  "part with tfr_torch.elastic_state(...) to resume with another batch size")
-            return list(state["segments"]), layout, int(state["yielded"])
+            yielded = int(state["yielded"])
+            return list(state["segments"]), layout, yielded, _consumed(state, state.get("consumed"), yielded)
         segments = list(state["segments"])
         last = segments[-1]
         # a later segment is always split by ranges; and whether counts are known can change while workers start
         # (another worker counting), so it decides nothing here unless the last segment read whole files
         here = self._layout_for(workers, resumed=last["split"] != "files")
         if all(last[key] == here[key] for key in LAYOUT_KEYS):
-            return segments[:-1], here, int(last["yielded"][self.rank][worker])
-        return segments, self._layout_for(workers, resumed=True), 0
+            yielded = int(last["yielded"][self.rank][worker])
+            went = last["consumed"][self.rank][worker] if "consumed" in last else None
+            return segments[:-1], here, yielded, _consumed(state, went, yielded)
+        return segments, self._layout_for(workers, resumed=True), 0, 0
+
+
+def _consumed(state: Mapping[str, Any], went: Any, yielded: int) -> int | None:
+    """A reader's positions gone past as a state gives them (`went`: its "consumed"); for a state
+    without them whose items are the first of its order ("exact"), its yielded records; else None."""
+    if went is None:
+        if state.get("exact") is True and state.get("global_shuffle"):
+            layout = state if is_part(state) else state["segments"][-1]
+            return yielded * int(layout["batch"])
+        return None
+    return int(went)  # checked as the state was loaded (state_check.py)
 
 
 def _worker_pass() -> int | None:
