@@ -13,9 +13,10 @@ cut mid-record and mid-header, framed bytes that are not an Example, a feature o
   MixedDataset over such datasets, and read_records.
 
 Found:
-- Fixed (tfr_torch/data/reading.py): one rank, DataLoader workers that count an unindexed file together, a bad
-  record after the file's last good record (a file cut mid-record): the worker reading the last range built its
-  source before the counts were known, so nobody reported the bad record (lost silently, or not, by timing).
+- Fixed (tfr_torch/data/epoch_records.py: the source is made again once the counts are known): one rank,
+  DataLoader workers that count an unindexed file together, a bad record after the file's last good record (a file
+  cut mid-record): the worker reading the last range built its source before the counts were known, so nobody
+  reported the bad record (lost silently, or not, by timing).
 - xfail: a header whose length CRC passes but whose length runs past the end of an uncompressed file is skipped as a
   truncated tail: every good record after it is dropped while the error says one record was skipped.
 - Not on_error's scope (documented: records.md "What is skipped" lists framing errors only): a DecodeError (not an

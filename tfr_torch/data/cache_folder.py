@@ -55,6 +55,8 @@ def prepare_folder(folder: str, dataset: Any) -> None:
                 old = json.load(f)
         except (OSError, ValueError):
             old = {}
+        if not isinstance(old, dict):  # JSON, but not a manifest (a list, a string, null): unreadable too
+            old = {}
     kept = [n for n in os.listdir(folder) if is_cache_file(n)]
     if (old is not None and old.get("fingerprint") == manifest["fingerprint"]
             and old.get("format") == CACHE_FORMAT):
@@ -119,6 +121,8 @@ def load_part(folder: str, key: str) -> list[Any] | None:
         with open(check_path(folder, key)) as f:
             recorded = json.load(f)
     except (OSError, ValueError):
+        recorded = None
+    if not isinstance(recorded, dict):  # JSON, but not a check (a list, a string, null): unreadable
         recorded = None
     problem = None
     if recorded is None or {k: recorded.get(k) for k in ("crc32", "bytes")} != _file_crc(path):
@@ -207,7 +211,9 @@ def _differences(old: Any, new: dict[str, Any]) -> str:
     if not isinstance(old, dict):
         return "its manifest is missing or unreadable"
     changed = [k for k in ("type", "files", "datasets") if old.get(k) != new.get(k)]
-    old_settings = old.get("settings") or {}
+    old_settings = old.get("settings")
+    if not isinstance(old_settings, dict):  # a damaged manifest's: every setting counts as changed
+        old_settings = {}
     changed += [f"{k}" for k in sorted(set(old_settings) | set(new["settings"]))
                 if old_settings.get(k) != new["settings"].get(k)]
     return "changed: " + ", ".join(changed) if changed else "another cache format"

@@ -95,14 +95,73 @@ def sidecar_data(name: str, split: str, compression: str, shards: Sequence[Mappi
     return data
 
 
+# deflate's largest expansion on inflation (zlib's FAQ: 1032:1): what a GZIP/ZLIB shard of n bytes can hold at most
+_MAX_DEFLATE_RATIO = 1032
+
+
 def read_sidecar(path: str) -> dict[str, Any]:
-    """A sidecar's JSON content; ValueError naming the file when it is not a tfr_torch sidecar."""
+    """A sidecar's JSON content; ValueError naming the file when it is not a tfr_torch sidecar, or when its shard
+    list is not one (see `_shards_problem`): a count that lies is found here where it can be (more records than
+    the bytes it records could hold), else against the files (`trusted_counts`, then as they are read)."""
     with open_input(path) as f:
-        data: dict[str, Any] = json.loads(f.read())
+        text = f.read()
+    try:
+        data = json.loads(text)
+    except ValueError as err:  # JSONDecodeError, and UnicodeDecodeError for bytes that are no text
+        raise ValueError(f"{path} is not a tfr_torch shard sidecar (not JSON: {err})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} is not a tfr_torch shard sidecar (JSON {json.dumps(data)[:40]}, expected an "
+                         "object)")
     if data.get("format") != SIDECAR_FORMAT:
         raise ValueError(f"{path} is not a tfr_torch shard sidecar (format {data.get('format')!r}, expected "
                          f"{SIDECAR_FORMAT!r})")
+    problem = _sidecar_problem(data)
+    if problem is not None:
+        raise ValueError(f"{path}: {problem} (a damaged or hand-edited sidecar? Remove it, or write the shard set "
+                         "again)")
     return data
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _sidecar_problem(data: Mapping[str, Any]) -> str | None:
+    """What makes a sidecar's content unusable, or None: its name and split strings; its shards a list of
+    `{"file": a file name, "records": int >= 0, "bytes": int >= 0 (or absent / null: its count is then not
+    trusted)}`, each file listed once, and no more records than its bytes could hold."""
+    for key in ("name", "split"):
+        if not isinstance(data.get(key), str):
+            return f"{key!r} is {json.dumps(data.get(key))[:40]}, expected a string"
+    shards = data.get("shards")
+    if not isinstance(shards, list):
+        return f"'shards' is {json.dumps(shards)[:40]}, expected a list of {{'file', 'records', 'bytes'}}"
+    compressed = data.get("compression") is not None
+    seen: set[str] = set()
+    for i, entry in enumerate(shards):
+        where = f"shard entry {i}"
+        if not isinstance(entry, dict):
+            return f"{where} is {json.dumps(entry)[:40]}, expected {{'file', 'records', 'bytes'}}"
+        name = entry.get("file")
+        if not isinstance(name, str) or not name or "/" in name or name in (".", ".."):
+            return f"{where} has 'file' {json.dumps(name)[:40]}, expected a file name"
+        if name in seen:
+            return f"{where} lists {name} again"
+        seen.add(name)
+        if "records" not in entry:
+            return f"{where} ({name}) has no 'records', expected an int >= 0"
+        records, size = entry["records"], entry.get("bytes")
+        if not _count(records):
+            return f"{where} ({name}) has 'records' {json.dumps(records)[:40]}, expected an int >= 0"
+        if size is None:
+            continue
+        if not _count(size):
+            return f"{where} ({name}) has 'bytes' {json.dumps(size)[:40]}, expected an int >= 0 (or null)"
+        most = size * _MAX_DEFLATE_RATIO // OVERHEAD if compressed else size // OVERHEAD
+        if records > most:
+            return (f"{where} ({name}) says {records} records in {size} bytes, but {size} bytes hold at most "
+                    f"{most} records ({OVERHEAD} bytes each at least{', inflated 1032:1' if compressed else ''})")
+    return None
 
 
 @dataclass(frozen=True)

@@ -205,11 +205,14 @@ def _supervised(data: Mapping[str, Any], path: str) -> Optional[tuple[str, str]]
     keys = data.get("supervisedKeys")
     if not keys:
         return None
-    if "input" in keys and "output" in keys:  # TFDS < 4.7
-        return str(keys["input"]), str(keys["output"])
-    items = keys.get("tuple", {}).get("items", [])
-    names = [item.get("featureKey") for item in items]
-    if len(names) != 2 or not all(isinstance(n, str) for n in names):
+    if isinstance(keys, Mapping) and isinstance(keys.get("input"), str) and isinstance(keys.get("output"), str):
+        return keys["input"], keys["output"]  # TFDS < 4.7
+    tuple_ = keys.get("tuple") if isinstance(keys, Mapping) else None
+    items = tuple_.get("items") if isinstance(tuple_, Mapping) else None
+    found = [item.get("featureKey") if isinstance(item, Mapping) else None
+             for item in (items if isinstance(items, list) else [])]
+    names = [n for n in found if isinstance(n, str)]
+    if len(found) != 2 or len(names) != 2:
         raise TFDSMetadataError("supervisedKeys: tfr_torch reads an (input, target) pair of feature keys, got "
                                 f"{keys!r}", path)
     return names[0], names[1]
@@ -220,7 +223,12 @@ def _labels_files(folder: str) -> dict[str, list[str]]:
     for entry in _listdir(folder):
         if entry.endswith(".labels.txt"):
             with open_input(f"{folder}/{entry}") as f:
-                text = f.read().decode("utf-8")
+                data = f.read()
+            try:
+                text = data.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise TFDSMetadataError(f"class names are not UTF-8 text ({exc}): expected one name a line",
+                                        f"{folder}/{entry}") from None
             names[entry[: -len(".labels.txt")]] = [line.strip() for line in text.split("\n") if line.strip()]
     return names
 
@@ -261,25 +269,29 @@ def read_info(path: PathLike, name: Optional[str] = None, version: Optional[str]
 def check_split_files(info: TFDSInfo, split: str) -> list[str]:
     """The split's shard paths, after checking that every shard exists and, when dataset_info.json records the
     split's size, that the files hold exactly that many bytes (serialized examples plus their framing).
-    Returns the paths; raises TFDSMetadataError naming the file otherwise. When the sizes disagree the shards are
-    counted, and the first shard whose count differs from shardLengths is named with both numbers."""
+    Returns the paths; raises TFDSMetadataError naming the file otherwise. When the sizes disagree, or the split
+    records no numBytes, the shards are counted, and the first shard whose count differs from shardLengths is named
+    with both numbers."""
     paths = info.shard_paths(split)
     for p in paths:
         if not exists(p):
             raise TFDSMetadataError(f"shard missing: {info.info_path} lists {len(paths)} shard(s) for split {split!r}",
                                     p)
     split_info = info.splits[split]
-    if split_info.num_bytes:
+    # the files' total size checks shardLengths where numBytes is recorded; without it (protobuf's JSON leaves out a
+    # numBytes of 0, and a hand-made file may lack it) the shards are counted, as when the sizes disagree: a count
+    # trusted unchecked would make a slice ("train[3:7]") take other records than TFDS's, silently
+    if split_info.num_bytes is not None:
         total = sum(file_size(p) for p in paths)
         if total == tfds_file_bytes(split_info.num_bytes, split_info.num_examples):
             return paths
-        from tfr_torch.format.index import scan_index
+    from tfr_torch.format.index import scan_index
 
-        for p, expected in zip(paths, split_info.shard_lengths):
-            found = len(scan_index(p, "none"))
-            if found != expected:
-                raise TFDSMetadataError(f"shard holds {found} records but {info.info_path} says {expected} "
-                                        f"(shardLengths of split {split!r})", p)
+    for p, expected in zip(paths, split_info.shard_lengths):
+        found = len(scan_index(p, "none"))
+        if found != expected:
+            raise TFDSMetadataError(f"shard holds {found} records but {info.info_path} says {expected} "
+                                    f"(shardLengths of split {split!r})", p)
     return paths
 
 

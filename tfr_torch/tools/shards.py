@@ -168,14 +168,37 @@ class ShardedWriter:
             raise ValueError(f"cannot resume from {path}: it was written with settings {progress.get('settings')}, "
                              f"not {self._settings}; delete it (and the .partial shards) to start over")
         kept = []
-        for shard in shards:
+        for i, shard in enumerate(shards if isinstance(shards, list) else [shards]):
+            problem = self._entry_problem(i, shard)
+            if problem is not None:
+                raise ValueError(f"cannot resume from {path}: its shard entry {i} {problem}; delete it (and the "
+                                 ".partial shards) to start over")
             if self.folder.size(shard["partial"]) != shard["bytes"]:
                 break
+            rows = (self.folder.read_text(shard["partial"] + ".idx") or "").count("\n")
+            if rows != shard["records"]:
+                raise ValueError(f"cannot resume from {path}: its shard entry {i} says {shard['records']} records "
+                                 f"and the index of {shard['partial']} lists {rows}; delete it (and the .partial "
+                                 "shards) to start over")
             kept.append(shard)
         self._done = kept
         if kept:
             self.resumed_position = kept[-1]["position"]
             self.resumed_state = kept[-1].get("state", {})
+
+    def _entry_problem(self, i: int, shard: Any) -> str | None:
+        """What is wrong with entry `i` of a progress file's shards (as _finish_shard writes them), or None."""
+        if not isinstance(shard, dict):
+            return f"is {json.dumps(shard)[:40]}, expected an object of 'partial', 'records', 'bytes', 'position'"
+        if shard.get("partial") != self._partial_name(i):
+            return f"names {json.dumps(shard.get('partial'))[:60]}, expected {self._partial_name(i)} (entries in order)"
+        for key in ("records", "bytes"):
+            value = shard.get(key)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                return f"has {key}={json.dumps(value)[:40]}, expected an int >= 0"
+        if "position" not in shard or not isinstance(shard.get("state", {}), dict):
+            return "lacks its 'position', or its 'state' is not an object"
+        return None
 
     def _save_progress(self, done: Sequence[Mapping[str, Any]]) -> None:
         with atomic_output(self.folder.join(self._progress_name())) as f:
