@@ -81,7 +81,7 @@ test-sanitizers: install-test
 	LD_PRELOAD="$$asan $$ubsan" ASAN_OPTIONS=detect_leaks=0:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  TFR_TORCH_NATIVE_LIB=$$so $(PY) -m pytest -q -p no:cacheprovider tests/test_native.py $(wildcard tests/test_parse*.py) \
 	  tests/test_corruption.py tests/test_transport.py tests/test_dataset.py tests/test_seek.py tests/test_gpu_decode.py \
-	  tests/test_image_steps.py tests/test_native_planes.py -k "(native or png_kernel) and not inflate"
+	  tests/test_image_steps.py tests/test_native_planes.py tests/test_native_audit.py -k "(native or png_kernel) and not inflate"
 
 # The torch_xla path (tests/test_xla.py: replicas on PJRT CPU devices, the TPU example) in its own virtualenv:
 # torch-xla 2.9.0 needs torch 2.9.0, whose PyPI wheel brings its CUDA libraries (about 7 GB installed). Not part

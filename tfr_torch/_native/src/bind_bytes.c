@@ -152,16 +152,11 @@ static void spans_error(const uint8_t *at, size_t j, const char *who) {
                  (Py_ssize_t)j, (long long)span[0], (long long)span[1], (long long)span[2]);
 }
 
-/* The `total` spans at `offset` of the arena resolved against the records (a tuple of bytes: a span may name
- * nothing else) into ptrs and lens (arrays of total), their sum at *sum; -1 with ValueError when they do not fit
- * in the arena or one lies outside its record. */
+/* The `total` spans at `offset` of the arena (checked by spans_args to lie in it) resolved against the records (a
+ * tuple of bytes: a span may name nothing else) into ptrs and lens (arrays of total), their sum at *sum; -1 with
+ * ValueError when one lies outside its record. */
 static int resolve_spans(PyObject *items, const Py_buffer *arena, Py_ssize_t offset, Py_ssize_t total,
                          const char **ptrs, size_t *lens, size_t *sum, const char *who) {
-    if (offset < 0 || total < 0 || offset > arena->len || total > (arena->len - offset) / TFR_SPAN_BYTES) {
-        PyErr_Format(PyExc_ValueError, "%s: %zd spans at offset %zd do not fit in the %zd-byte arena", who, total,
-                     offset, arena->len);
-        return -1;
-    }
     size_t nrec = (size_t)PyTuple_GET_SIZE(items);
     const char **recs = malloc((nrec ? nrec : 1) * sizeof(char *));
     size_t *rec_lens = malloc((nrec ? nrec : 1) * sizeof(size_t));
@@ -196,10 +191,15 @@ static int spans_args(PyObject *records_arg, PyObject *arena_arg, Py_ssize_t off
         Py_CLEAR(*items);
         return -1;
     }
+    /* the spans must lie in the arena before anything is allocated for them: `total` is the caller's word */
+    int fit = !(offset < 0 || total < 0 || offset > arena->len || total > (arena->len - offset) / TFR_SPAN_BYTES);
     size_t count = total > 0 ? (size_t)total : 1;
-    *ptrs = total >= 0 && (size_t)total < PY_SSIZE_T_MAX / sizeof(Py_ssize_t) ? malloc(count * sizeof(char *)) : NULL;
+    *ptrs = fit ? malloc(count * sizeof(char *)) : NULL;
     *lens = *ptrs ? malloc(count * sizeof(size_t)) : NULL;
-    if (!*lens) {
+    if (!fit) {
+        PyErr_Format(PyExc_ValueError, "%s: %zd spans at offset %zd do not fit in the %zd-byte arena", who, total,
+                     offset, arena->len);
+    } else if (!*lens) {
         PyErr_NoMemory();
     } else if (resolve_spans(*items, arena, offset, total, *ptrs, *lens, sum, who) == 0) {
         return 0;

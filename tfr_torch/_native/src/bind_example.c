@@ -81,6 +81,7 @@ typedef struct {
     int64_t *dense_count; /* [nkeys]: a dense column's count of values per record, -1 for the other keys */
     size_t *dense_order;  /* [ndense]: the dense columns, in the order their values lie in the arena */
     size_t ndense;
+    int busy; /* decode() calls using the plan and arrays (without the GIL): __init__ must not free them meanwhile */
 } ExampleDecoder;
 
 /* Per-key flags from an optional bytes argument (one byte per key; nonzero sets the flag where the key's kind is
@@ -136,6 +137,19 @@ static int dense_columns(ExampleDecoder *self, const Py_buffer *arg) {
     return 0;
 }
 
+/* The decoder emptied: no plan, no per-key arrays (decode refuses it until an __init__ succeeds). */
+static void decoder_clear(ExampleDecoder *self) {
+    tfr_plan_free(&self->plan);
+    free(self->indices);
+    free(self->spans);
+    free(self->dense_count);
+    free(self->dense_order);
+    self->indices = self->spans = NULL;
+    self->dense_count = NULL;
+    self->dense_order = NULL;
+    self->ndense = 0;
+}
+
 /* ExampleDecoder(keys, kinds[, indices[, spans[, dense]]]): one byte per key in `indices`, `spans`; `indices`
  * nonzero where decode() also writes the sparse COO indices of that (numeric) column, `spans` where
  * decode(records, True) gives that bytes column as spans of the records instead of bytes objects; `dense`: int64
@@ -144,6 +158,10 @@ static int dense_columns(ExampleDecoder *self, const Py_buffer *arg) {
 static int decoder_init(ExampleDecoder *self, PyObject *args, PyObject *kwds) {
     PyObject *keys_arg;
     Py_buffer kinds, indices = {0}, spans = {0}, dense = {0};
+    if (self->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "ExampleDecoder: __init__ while a decode() of this decoder runs");
+        return -1;
+    }
     if (!PyArg_ParseTuple(args, "Oy*|y*y*y*:ExampleDecoder", &keys_arg, &kinds, &indices, &spans, &dense)) return -1;
     int result = plan_from_python(&self->plan, keys_arg, &kinds, "ExampleDecoder");
     if (result == 0) result = key_flags(&self->plan, &indices, -1, "indices", &self->indices);
@@ -153,15 +171,13 @@ static int decoder_init(ExampleDecoder *self, PyObject *args, PyObject *kwds) {
     if (indices.buf) PyBuffer_Release(&indices);
     if (spans.buf) PyBuffer_Release(&spans);
     if (dense.buf) PyBuffer_Release(&dense);
+    /* a failed __init__ (a second one included) must not leave a plan of one size with per-key arrays of another */
+    if (result < 0) decoder_clear(self);
     return result;
 }
 
 static void decoder_dealloc(ExampleDecoder *self) {
-    tfr_plan_free(&self->plan);
-    free(self->indices);
-    free(self->spans);
-    free(self->dense_count);
-    free(self->dense_order);
+    decoder_clear(self);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -235,6 +251,13 @@ static PyObject *decoder_decode(ExampleDecoder *self, PyObject *args) {
     /* a tuple of our own: its items stay alive and unchanged while the GIL is released */
     PyObject *seq = PySequence_Tuple(arg);
     if (!seq) return NULL;
+    /* checked once the tuple is made: making it (a generator) may run __init__ */
+    if (!self->indices || !self->spans || !self->dense_count || !self->dense_order) {
+        Py_DECREF(seq);
+        PyErr_SetString(PyExc_RuntimeError, "ExampleDecoder: not initialized (its __init__ failed or never ran)");
+        return NULL;
+    }
+    self->busy++; /* to `done`: another thread's __init__ must not free what this call reads without the GIL */
     size_t k = self->plan.nkeys, arena_size = 0;
     tfr_column_layout *layout = NULL;
     tfr_batch s;
@@ -276,6 +299,7 @@ static PyObject *decoder_decode(ExampleDecoder *self, PyObject *args) {
     }
     result = decoded_batch(self, &s, layout, arena, arena_size, use_spans, wants.ndense > 0);
 done:
+    self->busy--;
     free(layout);
     tfr_batch_free(&s);
     Py_DECREF(seq);

@@ -5,6 +5,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -37,9 +38,12 @@ PyObject *py_jpeg_next_marker(PyObject *self, PyObject *args) {
  * first refused image (an item that is not bytes is refused too, reason 1) and why (png.h's TFR_PNG_*). */
 PyObject *py_png_decode_many(PyObject *self, PyObject *args) {
     PyObject *images, *target;
-    unsigned int width, height;
+    Py_ssize_t w, h; /* parsed checked ("n"), not masked ("I"): a width of 2**32 + 8 is not a width of 8 */
     int colour;
-    if (!PyArg_ParseTuple(args, "OOIIi:png_decode_many", &images, &target, &width, &height, &colour)) return NULL;
+    if (!PyArg_ParseTuple(args, "OOnni:png_decode_many", &images, &target, &w, &h, &colour)) return NULL;
+    if (w < 1 || h < 1 || w > (Py_ssize_t)UINT32_MAX || h > (Py_ssize_t)UINT32_MAX)
+        return PyErr_Format(PyExc_ValueError, "png_decode_many: %zd x %zd pixels is not a PNG's size", w, h);
+    uint32_t width = (uint32_t)w, height = (uint32_t)h;
     PyObject *items = PySequence_Tuple(images); /* ours: its items stay alive while the GIL is released */
     if (!items) return NULL;
     Py_ssize_t n = PyTuple_GET_SIZE(items), usable = n;
@@ -90,6 +94,20 @@ done:
 }
 #endif
 
+/* a * b * c, or SIZE_MAX when that overflows */
+static size_t product3(size_t a, size_t b, size_t c) {
+    if (b && a > SIZE_MAX / b) return SIZE_MAX;
+    if (c && a * b > SIZE_MAX / c) return SIZE_MAX;
+    return a * b * c;
+}
+
+/* A size for a message: its digits, or "2**64 or more" for SIZE_MAX (no signed product that may overflow). */
+static const char *size_text(size_t n, char text[24]) {
+    if (n == SIZE_MAX) return "2**64 or more";
+    snprintf(text, 24, "%zu", n);
+    return text;
+}
+
 /* planes_from_pixels(out, pixels, height, width, channels, step, row, flip): the writable `out` (exactly channels *
  * height * width bytes) gets the planes of the interleaved pixels in the buffer `pixels` (channel k of pixel (y, x)
  * at byte y * row + x * step + k; with flip, pixel (y, width - 1 - x)). Both extents are checked here. */
@@ -108,14 +126,13 @@ PyObject *py_planes_from_pixels(PyObject *self, PyObject *args) {
     PyObject *result = NULL;
     if (PyObject_GetBuffer(target, &out, PyBUF_WRITABLE) < 0) return NULL;
     if (PyObject_GetBuffer(source, &in, PyBUF_SIMPLE) < 0) goto done;
-    size_t planes = (size_t)c * (size_t)h, need = tfr_pixels_extent((size_t)h, (size_t)w, (size_t)c, (size_t)step,
-                                                                    (size_t)row);
-    int fits = (!h || planes / (size_t)h == (size_t)c) && (!w || planes <= SIZE_MAX / (size_t)w) &&
-               planes * (size_t)w == (size_t)out.len;
-    if (!fits || need == SIZE_MAX || need > (size_t)in.len) {
-        PyErr_Format(PyExc_ValueError, "planes_from_pixels: %zd x %zd pixels of %zd channels need %zd bytes of "
-                     "planes (got %zd) and pixels within %zd bytes (the layout needs %s)", h, w, c, c * h * w,
-                     out.len, in.len, need == SIZE_MAX ? "more than memory" : "more");
+    size_t planes = product3((size_t)c, (size_t)h, (size_t)w),
+           need = tfr_pixels_extent((size_t)h, (size_t)w, (size_t)c, (size_t)step, (size_t)row);
+    if (planes != (size_t)out.len || need == SIZE_MAX || need > (size_t)in.len) {
+        char text[24];
+        PyErr_Format(PyExc_ValueError, "planes_from_pixels: %zd x %zd pixels of %zd channels need %s bytes of "
+                     "planes (got %zd) and pixels within %zd bytes (the layout needs %s)", h, w, c,
+                     size_text(planes, text), out.len, in.len, need == SIZE_MAX ? "more than memory" : "more");
         goto done;
     }
     Py_BEGIN_ALLOW_THREADS
@@ -150,24 +167,24 @@ PyObject *py_normalize_pixels(PyObject *self, PyObject *args) {
     if (PyObject_GetBuffer(source, &in, PyBUF_SIMPLE) < 0 || PyObject_GetBuffer(sub_arg, &sub, PyBUF_SIMPLE) < 0 ||
         PyObject_GetBuffer(mul_arg, &mul, PyBUF_SIMPLE) < 0)
         goto done;
-    size_t values = (size_t)c * (size_t)h, size = bf16 ? 2 : 4,
+    size_t values = product3((size_t)c, (size_t)h, (size_t)w), size = bf16 ? 2 : 4,
+           bytes = values == SIZE_MAX ? SIZE_MAX : product3(values, size, 1),
            need = tfr_pixels_extent((size_t)h, (size_t)w, (size_t)c, (size_t)step, (size_t)row);
-    int fits = (!h || values / (size_t)h == (size_t)c) && (!w || values <= SIZE_MAX / size / (size_t)w) &&
-               values * (size_t)w * size == (size_t)out.len;
-    if (!fits || need == SIZE_MAX || need > (size_t)in.len) {
-        PyErr_Format(PyExc_ValueError, "normalize_pixels: %zd x %zd pixels of %zd channels need %zd bytes of "
+    if (bytes != (size_t)out.len || need == SIZE_MAX || need > (size_t)in.len) {
+        char text[24];
+        PyErr_Format(PyExc_ValueError, "normalize_pixels: %zd x %zd pixels of %zd channels need %s bytes of "
                      "output (got %zd) and pixels within %zd bytes (the layout needs %s)", h, w, c,
-                     c * h * w * (Py_ssize_t)size, out.len, in.len, need == SIZE_MAX ? "more than memory" : "more");
+                     size_text(bytes, text), out.len, in.len, need == SIZE_MAX ? "more than memory" : "more");
+        goto done;
+    }
+    float subs[16], muls[16];
+    if (c > 16) { /* first: c * 4 below is then small */
+        PyErr_Format(PyExc_ValueError, "normalize_pixels: at most 16 channels, got %zd", c);
         goto done;
     }
     if (sub.len != c * (Py_ssize_t)sizeof(float) || mul.len != c * (Py_ssize_t)sizeof(float)) {
         PyErr_Format(PyExc_ValueError, "normalize_pixels: sub and mul need %zd float32 values each (got %zd and %zd "
                      "bytes)", c, sub.len, mul.len);
-        goto done;
-    }
-    float subs[16], muls[16];
-    if (c > 16) {
-        PyErr_Format(PyExc_ValueError, "normalize_pixels: at most 16 channels, got %zd", c);
         goto done;
     }
     memcpy(subs, sub.buf, (size_t)sub.len);
