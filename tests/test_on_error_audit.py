@@ -17,8 +17,9 @@ Found:
   DataLoader workers that count an unindexed file together, a bad record after the file's last good record (a file
   cut mid-record): the worker reading the last range built its source before the counts were known, so nobody
   reported the bad record (lost silently, or not, by timing).
-- xfail: a header whose length CRC passes but whose length runs past the end of an uncompressed file is skipped as a
-  truncated tail: every good record after it is dropped while the error says one record was skipped.
+- Fixed (tfr_torch/format/record_loop.py): a header whose length CRC passes but whose length runs past the end of an
+  uncompressed file was skipped as a truncated tail: every good record after it was dropped while the error said
+  one record was skipped. Under a policy the reader now looks for a good record after it, as after a corrupt header.
 - Not on_error's scope (documented: records.md "What is skipped" lists framing errors only): a DecodeError (not an
   Example, a wrong feature type) raises under "skip" too, after every record before it.
 - A lying length in a GZIP/ZLIB file raises DecodeError (tfr_torch.format.limits, by design), in a plain file
@@ -291,11 +292,11 @@ def test_workers_counting_together_report_a_bad_tail(tmp_path, backend, compress
     assert calls.calls() == [("TruncatedRecordError", path, offset)]
 
 
-@pytest.mark.xfail(strict=True, reason="a header whose length CRC passes but whose length runs past the end of an "
-                   "uncompressed file is skipped as a truncated tail (format/record_loop.py and the compiled core): "
-                   "the 29 good records after it are dropped, and the error says skipped_records=1 while its "
-                   "skipped_range runs to the end of the file; a corrupt header is scanned past instead")
 def test_a_lying_length_in_a_plain_file_loses_no_good_record(tmp_path, backend):
+    """Fixed (format/record_loop.py): a header whose length CRC passes but whose length runs past the end of an
+    uncompressed file was skipped as a truncated tail: the 29 good records after it were dropped, and the error
+    said skipped_records=1 while its skipped_range ran to the end of the file (a corrupt header is scanned past;
+    now this one is too, and reported as a corrupt header)."""
     path, offset = _write(tmp_path, "huge length")
     errors: list = []
     reader = tfr_torch.read_records(path, on_error=errors.append)

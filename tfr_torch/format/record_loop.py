@@ -75,6 +75,24 @@ def _read_whole(reader: RecordReader, off: int, length: int, skip_data: bool) ->
     return data, unpack_crc(footer, 0)[0]
 
 
+def _lying_length(reader: RecordReader, w: _Window, core: Any, length: int, off: int) -> bool:
+    """A header at `off` (the window's `lo`) passed its CRC but says more bytes than the uncompressed stream has
+    left: a cut file, or a length that lies. Under a policy, look for a good record after it (as after a corrupt
+    header); where there is one, report the header as corrupt, skipped up to it, and say True (the window is
+    there). Else False: the window is left at the end, the caller reports a cut file."""
+    if reader._policy is None or w.compressed:
+        return False
+    w.resync(core)
+    at = w.base + w.lo
+    if w.hi - w.lo < HEADER_SIZE:  # nothing good after it: a cut file
+        return False
+    err = CorruptRecordError(f"corrupt record header: it passes its CRC but says {length} bytes of data, more than "
+                             f"the rest of the stream, and a good record starts at offset {at}: skipped to it",
+                             reader.path, off)
+    reader._fail(err, (off, at), estimated=True)
+    return True
+
+
 def _records(reader: RecordReader, blocks: bool = False, lengths: bool = False) -> Generator[Any, None, None]:
     """The hot loop: records one by one, or with `blocks` as `RecordReader.blocks()` describes (with `lengths`, as
     `RecordReader.lengths()` does). It keeps the window's `buf`, `view`, `lo`, `hi` and `base` in locals (see
@@ -157,6 +175,10 @@ def _records(reader: RecordReader, blocks: bool = False, lengths: bool = False) 
                     buf, view, lo, hi, base = w.buf, w.view, w.lo, w.hi, w.base
                     continue
                 if total is not None and off + need > total:
+                    w.lo = lo
+                    if _lying_length(reader, w, core, length, off):  # a good record follows: skipped to it
+                        buf, view, lo, hi, base = w.buf, w.view, w.lo, w.hi, w.base
+                        continue
                     reader._fail(_truncated(length, f"the file has only {total - off}", path, off), (off, total))
                     return
                 w.lo = lo
@@ -176,8 +198,12 @@ def _records(reader: RecordReader, blocks: bool = False, lengths: bool = False) 
                             w.give_up_member(None)
                             buf, view, lo, hi, base = w.buf, w.view, w.lo, w.hi, w.base
                             continue
-                        reader._fail(_truncated(length, f"the stream ends after {hi - lo}", path, off),
-                                   (off, base + hi))
+                        stop = base + hi
+                        if _lying_length(reader, w, core, length, off):
+                            buf, view, lo, hi, base = w.buf, w.view, w.lo, w.hi, w.base
+                            continue
+                        reader._fail(_truncated(length, f"the stream ends after {stop - off}", path, off),
+                                     (off, stop))
                         return
                     data_end = lo + HEADER_SIZE + length
                     data = bytes(view[lo + HEADER_SIZE : data_end])
