@@ -110,7 +110,7 @@ def gen_tabular(records: int, chunk: int = 10_000) -> Iterator[bytes]:
 
 
 def gen_example_16k(records: int, chunk: int = 1000) -> Iterator[bytes]:
-    """Examples of a 16 KiB bytes feature "data" (random bytes) and an int64 "label" (16,407-16,409 B each)."""
+    """Examples of a 16 KiB bytes feature "data" (random bytes) and an int64 "label" (16,426-16,427 B each)."""
     import numpy as np
 
     from tfr_torch import encode_example
