@@ -126,10 +126,13 @@ def consumed(seq: np.ndarray, s_records: np.ndarray, counts: Sequence[int], orde
              epoch: int, file_order_: np.ndarray | None = None) -> np.ndarray:
     """The positions the readers of one segment yielded: reader (r, k) its first yielded[r][k] x batch of its
     order (fewer at its block's end); in a global shuffle whose parts said how far each went (their "consumed":
-    bad records skipped among the yielded ones counted, see OrderProgress), that many."""
+    bad records skipped among the yielded ones counted, see OrderProgress), that many. A reader of file runs whose
+    part named the bad records it skipped ("skipped") read its order without them (a shuffle buffer never held
+    them): its order is replayed so, and they count as gone too."""
     taken: list[np.ndarray] = []
     buffered = bool(order["shuffle"]) and layout["split"] != "global"
     went = layout.get("consumed") if layout["split"] == "global" else None
+    bad_rows = layout.get("skipped") if layout["split"] != "global" else None
     for rank in range(layout["world_size"]):
         for worker in range(layout["num_workers"]):
             n = int(yielded[rank][worker]) * int(layout["batch"])
@@ -143,6 +146,11 @@ def consumed(seq: np.ndarray, s_records: np.ndarray, counts: Sequence[int], orde
                 raise ValueError(f"the state says rank {rank} worker {worker} went {n} positions into its order "
                                  f"having yielded {yielded[rank][worker]} item(s) of {layout['batch']}: edited, "
                                  "or of another dataset")
+            bad = bad_rows[rank][worker] if bad_rows is not None else None
+            if bad:  # read without its bad records: replayed so, and they are gone too
+                marks = [np.isin(s_records[s], np.asarray(bad, dtype=np.int64)) for s in streams]
+                taken += [s[m] for s, m in zip(streams, marks)]
+                streams = [s[~m] for s, m in zip(streams, marks)]
             if not buffered:
                 taken.append(np.concatenate(streams)[:n] if streams else np.zeros(0, dtype=np.int64))
                 continue
@@ -244,11 +252,12 @@ def merge_states(parts: Any) -> dict[str, Any]:
                          f"{workers} worker(s)) are missing: {shown}; gather every rank's state")
     segment = {key: first[key] for key in LAYOUT_KEYS}
     segment["yielded"] = yielded
-    went = [[None] * workers for _ in range(world)]
-    for p in pieces:
-        went[p["rank"]][p["worker"]] = p.get("consumed")
-    if first["split"] == "global" and any(n is not None for row in went for n in row):
-        segment["consumed"] = went  # how far each reader went in its order, where its part says (consumed())
+    for key in ("consumed", "skipped"):  # how far each reader went in its order, where its part says (consumed())
+        went: list[list[Any]] = [[None] * workers for _ in range(world)]
+        for p in pieces:
+            went[p["rank"]][p["worker"]] = p.get(key)
+        if (key == "consumed") == (first["split"] == "global") and any(n is not None for row in went for n in row):
+            segment[key] = went
     state = {"version": STATE_VERSION, "epoch": first["epoch"], **{key: first[key] for key in ORDER_KEYS}}
     state["records"] = next((p["records"] for p in pieces if p["records"] is not None), None)  # a worker may count
     state["segments"] = [*first["segments"], segment]

@@ -168,6 +168,7 @@ class EpochRecords:
         if layout["split"] == "global":
             ids = s_records[streams[0]] if streams else np.zeros(0, np.int64)
             return iter_random(self._tracked(source, ids, silent), ids, counts), share
+        source = self._tracked(source, None, silent)
         starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
 
         def read(positions: np.ndarray) -> Iterator[Block]:
@@ -191,14 +192,17 @@ class EpochRecords:
         return blocks_of(reader_order([located(read(p)) for p in streams], True, self.interleave,
                                       self.shuffle_buffer, rng)), share
 
-    def _tracked(self, source: Source, ids: np.ndarray, silent: bool, ahead: int = 0, done: int = 0) -> Source:
-        """`source`, whose on_error policy also notes where bad records sit in the order `ids` of this pass (see
-        OrderProgress; kept as this reader's `_order_progress`, what its state says of how far the order went). A silent
-        source (a top-up, reading its share again) notes nothing."""
-        if silent:
-            return source
+    def _tracked(self, source: Source, ids: np.ndarray | None, silent: bool, ahead: int = 0, done: int = 0
+                 ) -> Source:
+        """`source`, whose on_error policy also notes the bad records it skips (see OrderProgress: for a global
+        shuffle, where they sit in the order `ids` of this pass; for file runs, ids None, which they are), kept as
+        this reader's `_order_progress`, what its state says of how far the order went. A silent source (a top-up,
+        reading its share again) notes nothing, nor does one whose files are not all indexed (a bad record is
+        then found by no index entry) or whose counts are not known."""
         counts = self._counts
-        assert counts is not None  # a global shuffle knows every count
+        if silent or self.on_error == "raise" and ids is None or counts is None or any(
+                o is None for o in self.offsets):
+            return source
         tops_up = self.on_error != "raise" and self.world_size > 1  # see _topped_up
         progress = self._order_progress = OrderProgress(ids, counts, self.paths, self.offsets, ahead, done, tops_up)
         return source._replace(on_error=progress.policy(self.on_error) or "raise")
@@ -308,6 +312,7 @@ class EpochRecords:
             share = b - a
             if worker == 0 and not silent:
                 self._warn_idle_workers(quota, workers, multiple)
+            source = self._tracked(source, None, silent)
             runs = opening_ahead(source, (self._in_file(run) for run in runs_of_block(self._counts, order, a, b)),
                                  self.interleave if self.shuffle else 1)
             streams = (iter_run(source, run) for run in runs)

@@ -17,6 +17,8 @@ from tfr_torch.data.state_check import check_state
 
 __all__ = ["ResumableState"]
 
+_MAX_SKIPPED = 1 << 16  # bad records a reader's part names at most (more: not named, see _part)
+
 
 class ResumableState:
     """The state methods of TFRecordDataset, which sets every attribute below."""
@@ -59,13 +61,15 @@ class ResumableState:
             if is_part(resume):  # as loaded (a worker's own part)
                 return dict(resume)
             history, layout, skip, consumed = self._resume_point(resume, worker, workers)
-            return self._part(history, layout, worker, skip, resume.get("exact") is True, consumed)
+            return self._part(history, layout, worker, skip, resume.get("exact") is True, consumed,
+                              _loaded_skipped(resume, history, self.rank, worker))
         if self._progress_epoch != self.epoch:  # set_epoch since the last pass began: nothing of it read yet
             return self._part([], self._layout_for(workers), worker, 0)
         layout = self._layout if self._layout is not None else self._layout_for(workers)
         progress = getattr(self, "_order_progress", None)  # (a dataset pickled before it: none)
         consumed = None if progress is None else progress.consumed(self._position * (self.batch_size or 1))
-        return self._part(self._history, layout, worker, self._position, consumed=consumed)
+        skipped = None if progress is None else progress.skipped_numbers()
+        return self._part(self._history, layout, worker, self._position, consumed=consumed, skipped=skipped)
 
     def _pending_resume(self) -> dict[str, Any] | None:
         """The loaded state the next (or the just begun) pass of this reader resumes, or None: none loaded, or it
@@ -160,12 +164,16 @@ class ResumableState:
         return {"world_size": self.world_size, "num_workers": workers, "batch": self.batch_size or 1, "split": split}
 
     def _part(self, history: list[dict[str, Any]], layout: Mapping[str, Any], worker: int,
-              yielded: int, exact: bool | None = None, consumed: int | None = None) -> dict[str, Any]:
+              yielded: int, exact: bool | None = None, consumed: int | None = None,
+              skipped: list[int] | None = None) -> dict[str, Any]:
         """This reader's part. `exact` (default: this dataset raises on bad records): its `yielded` items are the
         first ones of its order, none skipped before them. `consumed` (a global shuffle's): the positions of its
         order it went past, bad records skipped among them counted (see OrderProgress); a global shuffle resumed
         from it starts right after them instead of reading them again (see EpochRecords._records), and an
-        elastic merge takes them as read (elastic.consumed). None: not known (the part says nothing of it)."""
+        elastic merge takes them as read (elastic.consumed). None: not known (the part says nothing of it).
+        `skipped` (a reader of file runs under on_error other than "raise"): the global numbers of the bad records
+        it skipped (see OrderProgress), for an elastic merge to replay its order as it was read; None: not known,
+        or too many to keep (a merge then takes its yielded items as the first of its order)."""
         exact = self.on_error == "raise" if exact is None else exact
         part = {"version": STATE_VERSION, "epoch": self.epoch, **self._order_info(), "segments": list(history),
                 **layout, "rank": self.rank, "worker": worker, "yielded": int(yielded), "exact": bool(exact)}
@@ -173,6 +181,8 @@ class ResumableState:
             consumed = 0
         if consumed is not None and layout.get("split") == "global":
             part["consumed"] = int(consumed)
+        if skipped is not None and layout.get("split") != "global" and len(skipped) <= _MAX_SKIPPED:
+            part["skipped"] = [int(n) for n in skipped]
         return part
 
     def _resume_point(self, state: Mapping[str, Any], worker: int,
@@ -203,6 +213,17 @@ class ResumableState:
             went = last["consumed"][self.rank][worker] if "consumed" in last else None
             return segments[:-1], here, yielded, _consumed(state, went, yielded)
         return segments, self._layout_for(workers, resumed=True), 0, 0
+
+
+def _loaded_skipped(state: Mapping[str, Any], history: list[dict[str, Any]], rank: int, worker: int
+                    ) -> list[int] | None:
+    """The skipped records a loaded state gives the reader resuming its last segment (see _part), or None."""
+    if is_part(state):
+        found = state.get("skipped")
+        return list(found) if found is not None else None
+    segments = state["segments"]
+    rows = segments[-1].get("skipped") if len(history) == len(segments) - 1 else None
+    return list(rows[rank][worker]) if rows is not None and rows[rank][worker] is not None else None
 
 
 def _consumed(state: Mapping[str, Any], went: Any, yielded: int) -> int | None:

@@ -46,6 +46,8 @@ def check_state(state: Mapping[str, Any]) -> int:
         _count(state, "yielded", state)
         if state.get("consumed") is not None:
             _count(state, "consumed", state)
+        if state.get("skipped") is not None:
+            _numbers("skipped", state["skipped"])
     elif not segments:
         _refuse("segments", segments, "at least one segment in a merged state")
     return version
@@ -55,17 +57,22 @@ def _segment(segment: Any) -> None:
     if not isinstance(segment, Mapping):
         _refuse("segments", segment, "segments that are mappings of a layout and its readers' counts")
     _layout(segment, segment)
-    for key, optional in (("yielded", False), ("consumed", True)):
+    for key, optional in (("yielded", False), ("consumed", True), ("skipped", True)):
         rows = segment.get(key)
         if optional and rows is None:
             continue
-        shape = f"{segment['world_size']} list(s) of {segment['num_workers']} count(s) (rank x worker)"
+        what = "record numbers" if key == "skipped" else "count"
+        shape = f"{segment['world_size']} list(s) of {segment['num_workers']} {what} (rank x worker)"
         if not isinstance(rows, list) or len(rows) != segment["world_size"] or not all(
                 isinstance(row, list) and len(row) == segment["num_workers"] for row in rows):
             _refuse(f"segment {key}", rows, shape)
         for row in rows:
             for value in row:
-                if not (optional and value is None) and not _is_count(value):
+                if optional and value is None:
+                    continue
+                if key == "skipped":
+                    _numbers("segment skipped", value)
+                elif not _is_count(value):
                     _refuse(f"segment {key}", value, "counts >= 0")
 
 
@@ -75,6 +82,11 @@ def _layout(where: Mapping[str, Any], state: Mapping[str, Any]) -> None:
             _refuse(key, where[key], "an int >= 1")
     if where.get("split") not in SPLITS:
         _refuse("split", where.get("split"), " or ".join(repr(s) for s in SPLITS))
+
+
+def _numbers(key: str, value: Any) -> None:
+    if not isinstance(value, list) or not all(_is_count(n) for n in value):
+        _refuse(key, value, "a list of record numbers >= 0")
 
 
 def _is_count(value: Any) -> bool:
