@@ -314,7 +314,7 @@ def _refuse_rebatching(dataset: TFRecordDataset, caller: Any) -> None:
     """A DataLoader that batches (its default batch_size=1) would stack this dataset's batches into a new leading
     dimension: raise, saying to pass batch_size=None. `caller` is the frame that called iter(): DataLoader's
     fetcher, in the main process or a worker."""
-    fetcher = caller.f_locals.get("self") if caller is not None else None
+    fetcher = _fetcher_of(caller)
     if getattr(fetcher, "dataset", None) is dataset and getattr(fetcher, "auto_collation", False):
         raise ValueError(f"this TFRecordDataset yields whole batches (batch_size={dataset.batch_size}) but the "
                          "DataLoader batches them again (its batch_size defaults to 1), adding a leading dimension: "
@@ -322,10 +322,19 @@ def _refuse_rebatching(dataset: TFRecordDataset, caller: Any) -> None:
                          "the DataLoader batch records")
 
 
+def _fetcher_of(caller: Any) -> Any:
+    """The object whose `__init__` is `caller` (a DataLoader's fetcher calls iter() there), or None. Only such a
+    frame's locals are read: before Python 3.13, reading a frame's `f_locals` leaves a snapshot of them on the frame,
+    which would keep a caller's objects (this dataset among them) alive after the caller dropped them."""
+    if caller is None or caller.f_code.co_name != "__init__":
+        return None
+    return caller.f_locals.get("self")
+
+
 def _converts_only(dataset: TFRecordDataset, caller: Any) -> bool:
     """Whether `caller`, the frame that called iter(), is a DataLoader worker's fetcher that passes each item this
     dataset yields to torch's `default_convert` and nothing else (DataLoader(batch_size=None), no collate_fn)."""
-    fetcher = caller.f_locals.get("self") if caller is not None else None
+    fetcher = _fetcher_of(caller)
     return (getattr(fetcher, "dataset", None) is dataset and getattr(fetcher, "auto_collation", True) is False
             and getattr(fetcher, "collate_fn", None) is default_convert)
 

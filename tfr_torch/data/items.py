@@ -56,12 +56,14 @@ class ItemMaker:
         for item in items:
             if transform is not None:
                 _APPLYING.dataset = self  # see applying()
-                if wrap:  # a dict it returns travels as a Batch: its slab tensors (slab_tensor) go without a copy
-                    with lending_slabs():
+                try:
+                    if wrap:  # a dict it returns travels as a Batch: its slab tensors go without a copy
+                        with lending_slabs():
+                            item = transform(item)
+                    else:
                         item = transform(item)
-                else:
-                    item = transform(item)
-                _APPLYING.dataset = _APPLYING.names = None
+                finally:  # (a transform that raises must not leave this dataset and its batch held here)
+                    _APPLYING.dataset = _APPLYING.names = None
             if wrap:
                 item = wrap_for_transport(item, parcel)
             elif pipe:

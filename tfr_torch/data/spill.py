@@ -103,9 +103,13 @@ def spilled(folder: str, paths: Sequence[str], compression: str | None, verify: 
     place = np.full(n, -1, dtype=np.int64)  # each record's offset in its group's region; -1: not delivered
     try:
         spill = tempfile.TemporaryFile(dir=folder)
+    except OSError as err:
+        raise SpillFailed(f"could not make a spill file in {folder}: {err}") from err
+    try:
         # its full size at once (sparse): a region whose last records were not delivered still reads whole
         os.ftruncate(spill.fileno(), int(region[-1]))
     except OSError as err:
+        spill.close()  # now: the traceback the caller catches would keep it open (and warn when collected)
         raise SpillFailed(f"could not make a spill file in {folder}: {err}") from err
     with spill:
         writer = _Writer(spill.fileno(), region, folder)
