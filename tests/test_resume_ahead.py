@@ -134,3 +134,56 @@ def test_a_state_edited_to_go_past_its_share_is_refused(path):
         _ids(resumed)
     with pytest.raises(ValueError, match="consumed=-1"):
         resumed.load_state_dict({**state, "consumed": -1})
+
+
+@pytest.fixture
+def runs(monkeypatch):
+    """The record runs (file, start, stop) each reader of file order asked iter_run for."""
+    asked_runs = []
+    real = epoch_records.iter_run
+
+    def iter_run(source, run):
+        asked_runs.append(tuple(run))
+        return real(source, run)
+
+    monkeypatch.setattr(epoch_records, "iter_run", iter_run)
+    return asked_runs
+
+
+@pytest.mark.parametrize("batch_size", [None, 8])
+@pytest.mark.parametrize("k", [0, 1, 17, 37])
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_file_order_resumes_at_the_next_record(path, tmp_path, runs, batch_size, k, world_size):
+    """Unshuffled reading split by record ranges (an index: counts known) starts at the next record too. Fixed:
+    every record before the state was read again and dropped."""
+    second = str(tmp_path / "second.tfrecord")
+    with tfr_torch.TFRecordWriter(second) as writer:
+        for i in range(300, 420):
+            writer.write_example({"id": i})
+    tfr_torch.build_index(second)
+
+    def make(**options):
+        return tfr_torch.TFRecordDataset([path, second], SPEC, index="auto", batch_size=batch_size, rank=world_size - 1,
+                                         world_size=world_size, **options)
+
+    whole = _ids(make())
+    dataset = make()
+    head = _ids(itertools.islice(iter(dataset), k))
+    resumed = make()
+    resumed.load_state_dict(dataset.state_dict())
+    runs.clear()
+    rest = _ids(resumed)
+    assert head + rest == whole
+    assert sum(stop - start for _, start, stop in runs) == len(whole) - len(head)  # Fixed: len(whole)
+
+
+def test_file_order_under_skip_reads_the_yielded_records_again(path, runs):
+    """A state saved under on_error="skip" does not say where file order stands when records were skipped (it
+    names them, for elastic merges): resumed in the same layout, its records are read again and dropped."""
+    dataset = tfr_torch.TFRecordDataset(path, SPEC, index="auto", on_error="skip")
+    head = _ids(itertools.islice(iter(dataset), 50))
+    resumed = tfr_torch.TFRecordDataset(path, SPEC, index="auto", on_error="skip")
+    resumed.load_state_dict(dataset.state_dict())
+    runs.clear()
+    assert head + _ids(resumed) == list(range(300))
+    assert runs == [(0, 0, 300)]

@@ -298,9 +298,11 @@ class TFRecordDataset(ResumableState, EpochRecords, ItemMaker, IterableDataset[A
                 # ranges, not whole files, or the items it says were yielded would be other records
                 self._ensure_counts("resuming an epoch that was split by record ranges")
             self._layout = self._layout_for(workers)
-            if skip and went is not None and self._global_shuffle:
-                # a global shuffle starts at the next record of its order (bad records skipped before the state
-                # was taken counted: see OrderProgress); without that, the yielded items are read again, dropped
+            if skip and went is not None and (self._global_shuffle or (
+                    not self.shuffle and self._layout["split"] == "ranges")):
+                # a global shuffle, or file order split by record ranges, starts at the next record of its order
+                # (bad records skipped before the state was taken counted: see OrderProgress); otherwise (a shuffle
+                # buffer, whose state is not saved) the yielded items are read again, dropped
                 blocks = self._records(epoch, worker, workers, went, skip * (self.batch_size or 1))
                 skip = 0
             else:

@@ -192,6 +192,17 @@ class EpochRecords:
         return blocks_of(reader_order([located(read(p)) for p in streams], True, self.interleave,
                                       self.shuffle_buffer, rng)), share
 
+    def _checked_ahead(self, ahead: int, done: int, share: int, multiple: int, worker: int) -> int:
+        """`ahead` (positions of a share of `share` records a resumed state says were gone past, `done` of them
+        yielded), checked against the share (ValueError for a state that does not fit it)."""
+        if share < ahead < share + multiple:
+            ahead = share  # items counted whole: the last batch, partial, ended the share
+        if ahead > share or ahead < min(done, share):
+            raise ValueError(f"cannot resume: the state says this reader (rank {self.rank}, worker {worker}) went "
+                             f"{ahead} positions into a share of {share} records having yielded {done}: a state of "
+                             "another dataset, or edited")
+        return ahead
+
     def _tracked(self, source: Source, ids: np.ndarray | None, silent: bool, ahead: int = 0, done: int = 0
                  ) -> Source:
         """`source`, whose on_error policy also notes the bad records it skips (see OrderProgress: for a global
@@ -287,12 +298,7 @@ class EpochRecords:
             a, b = worker_block(quota, self.rank, worker, workers, multiple)
             if worker == 0 and not silent:
                 self._warn_idle_workers(quota, workers, multiple)
-            if b - a < ahead < b - a + multiple:
-                ahead = b - a  # items counted whole: the last batch, partial, ended the share
-            if ahead > b - a or ahead < min(done, b - a):
-                raise ValueError(f"cannot resume: the state says this reader (rank {self.rank}, worker {worker}) "
-                                 f"went {ahead} positions into a share of {b - a} records having yielded {done}: "
-                                 "a state of another dataset, or edited")
+            ahead = self._checked_ahead(ahead, done, b - a, multiple, worker)
             ids = global_block(counts, self.seed, epoch, a, b)[ahead:]
             return iter_random(self._tracked(source, ids, silent, ahead, done), ids, counts), b - a - done
         order = file_order(len(self.paths), self.shuffle, self.seed, epoch)
@@ -304,16 +310,19 @@ class EpochRecords:
             source = self._source(silent)  # with the counts: a run that ends its file reports a bad tail
         share: int | None = None
         if self._counts is None:  # one rank, enough files, counts unknown: whole files per worker
+            assert ahead == 0  # (a resumed pass starts ahead in a split by record ranges only)
             known = [len(o) if o is not None else 1 << 62 for o in self.offsets]  # read unknown files to their end
             streams = (iter_run(source, Run(f, 0, known[f])) for f in files_for_worker(order, worker, workers))
         else:
             quota = rank_quota(sum(self._counts), self.world_size, self.pad)
             a, b = worker_block(quota, self.rank, worker, workers, multiple)
-            share = b - a
             if worker == 0 and not silent:
                 self._warn_idle_workers(quota, workers, multiple)
+            ahead = self._checked_ahead(ahead, done, b - a, multiple, worker)
+            share = b - a - done
             source = self._tracked(source, None, silent)
-            runs = opening_ahead(source, (self._in_file(run) for run in runs_of_block(self._counts, order, a, b)),
+            runs = opening_ahead(source, (self._in_file(run) for run in runs_of_block(self._counts, order, a + ahead,
+                                                                                       b)),
                                  self.interleave if self.shuffle else 1)
             streams = (iter_run(source, run) for run in runs)
         if not self.shuffle:

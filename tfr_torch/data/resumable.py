@@ -228,10 +228,12 @@ def _loaded_skipped(state: Mapping[str, Any], history: list[dict[str, Any]], ran
 
 def _consumed(state: Mapping[str, Any], went: Any, yielded: int) -> int | None:
     """A reader's positions gone past as a state gives them (`went`: its "consumed"); for a state
-    without them whose items are the first of its order ("exact"), its yielded records; else None."""
+    without them whose items are the first of its order ("exact": none skipped) read in an order of positions (a
+    global shuffle, or file order split by record ranges), its yielded records; else None."""
     if went is None:
-        if state.get("exact") is True and state.get("global_shuffle"):
-            layout = state if is_part(state) else state["segments"][-1]
+        layout = state if is_part(state) else state["segments"][-1]
+        if state.get("exact") is True and (state.get("global_shuffle") or (
+                not state.get("shuffle") and layout["split"] == "ranges")):  # an order of positions, no buffer
             return yielded * int(layout["batch"])
         return None
     return int(went)  # checked as the state was loaded (state_check.py)
