@@ -298,18 +298,30 @@ class TFRecordDataset(ResumableState, EpochRecords, ItemMaker, IterableDataset[A
                 # ranges, not whole files, or the items it says were yielded would be other records
                 self._ensure_counts("resuming an epoch that was split by record ranges")
             self._layout = self._layout_for(workers)
-            if skip and went is not None and (self._global_shuffle or (
-                    not self.shuffle and self._layout["split"] == "ranges")):
-                # a global shuffle, or file order split by record ranges, starts at the next record of its order
-                # (bad records skipped before the state was taken counted: see OrderProgress); otherwise (a shuffle
-                # buffer, whose state is not saved) the yielded items are read again, dropped
-                blocks = self._records(epoch, worker, workers, went, skip * (self.batch_size or 1))
+            start = self._start_of(went, skip, worker, workers)
+            if start is not None:
+                blocks = self._records(epoch, worker, workers, start, skip * (self.batch_size or 1))
                 skip = 0
             else:
                 blocks = self._records(epoch, worker, workers)
         plan = plan_of(self.features) if self.features is not None else None  # once per epoch
         wrap = info is not None and self.shared_memory and shared_memory_available()
         yield from self._items(blocks, plan, skip, wrap, converts_only, pipe=info is not None and not wrap)
+
+    def _start_of(self, went: int | None, skip: int, worker: int, workers: int) -> int | None:
+        """Where this resumed reader starts in its order, which it went `went` positions into (its state says,
+        checked against its share) yielding `skip` items: there, for a global shuffle or file order split by record
+        ranges (orders of positions; bad records skipped before the state was taken counted: see OrderProgress).
+        None (the share is read again, the yielded items dropped): a shuffle buffer (its contents are not saved),
+        a state that does not say, or a reader past every position of its share yet short of it (topping it up
+        with repeats, which go on where they were only when the share is read again)."""
+        assert self._layout is not None
+        if not skip or went is None or not (self._global_shuffle or (
+                not self.shuffle and self._layout["split"] == "ranges")):
+            return None
+        share, done = self._share_size(worker, workers), skip * (self.batch_size or 1)
+        went = self._checked_ahead(went, done, share, self.batch_size or 1, worker)
+        return None if went >= share > done else went
 
 
 def _refuse_rebatching(dataset: TFRecordDataset, caller: Any) -> None:

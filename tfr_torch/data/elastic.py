@@ -141,11 +141,11 @@ def consumed(seq: np.ndarray, s_records: np.ndarray, counts: Sequence[int], orde
             if n <= 0:
                 continue
             streams = reader_streams(seq, s_records, counts, layout, rank, worker, file_order_)
-            if went is not None and streams and n < min(int(yielded[rank][worker]) * int(layout["batch"]),
-                                                        len(streams[0])):
+            if went is not None and streams and (n > len(streams[0]) or n < min(
+                    int(yielded[rank][worker]) * int(layout["batch"]), len(streams[0]))):
                 raise ValueError(f"the state says rank {rank} worker {worker} went {n} positions into its order "
-                                 f"having yielded {yielded[rank][worker]} item(s) of {layout['batch']}: edited, "
-                                 "or of another dataset")
+                                 f"of {len(streams[0])} having yielded {yielded[rank][worker]} item(s) of "
+                                 f"{layout['batch']}: edited, or of another dataset")
             bad = bad_rows[rank][worker] if bad_rows is not None else None
             if bad:  # read without its bad records: replayed so, and they are gone too
                 marks = [np.isin(s_records[s], np.asarray(bad, dtype=np.int64)) for s in streams]

@@ -214,8 +214,7 @@ class EpochRecords:
         if silent or self.on_error == "raise" and ids is None or counts is None or any(
                 o is None for o in self.offsets):
             return source
-        tops_up = self.on_error != "raise" and self.world_size > 1  # see _topped_up
-        progress = self._order_progress = OrderProgress(ids, counts, self.paths, self.offsets, ahead, done, tops_up)
+        progress = self._order_progress = OrderProgress(ids, counts, self.paths, self.offsets, ahead, done)
         return source._replace(on_error=progress.policy(self.on_error) or "raise")
 
     def _in_file(self, run: Run) -> Run:
@@ -261,10 +260,18 @@ class EpochRecords:
                             "once, and every later epoch and len() use the counts; write indexes (`tfr-torch index "
                             "FILES`) and pass index='auto' to skip it")
 
+    def _share_size(self, worker: int, workers: int) -> int:
+        """Records in this reader's share of the epoch (its counts known)."""
+        assert self._counts is not None
+        quota = rank_quota(sum(self._counts), self.world_size, self.pad)
+        a, b = worker_block(quota, self.rank, worker, workers, self.batch_size or 1)
+        return b - a
+
     def _records(self, epoch: int, worker: int, workers: int, ahead: int = 0, done: int = 0) -> Iterator[Block]:
         """This reader's records for the epoch, in order (before batching), in blocks; topped up where bad records
-        were skipped (see _topped_up). A resumed global shuffle starts `ahead` positions into its order, `done`
-        records of its share already yielded (what the state says: see OrderProgress)."""
+        were skipped (see _topped_up). A resumed reader starts `ahead` positions into its order, `done` records of
+        its share already yielded (what the state says: see OrderProgress), where those are its first `done`
+        items (the caller reads and drops them where it was topping its share up: the repeats go on from there)."""
         def make(silent: bool) -> tuple[Iterator[Block], int | None]:
             if silent:  # a top-up reads the share again from its start: its first records are the ones repeated
                 return self._share(epoch, worker, workers, True)
@@ -357,14 +364,23 @@ def _top_up(blocks: Iterator[Block], share: int, make: Callable[[bool], tuple[It
     while got < share:
         again = iter(kept) if from_kept else make(True)[0]
         before = got
+        fresh: list[Block] = []  # a pass over the whole share: its good records, kept where they fit the limits
+        fresh_bytes, fits = 0, not from_kept
         for block in again:
             if got + len(block) >= share:
                 yield block.head(share - got)
                 return
             got += len(block)
+            if fits:
+                fresh_bytes += sum(map(len, block.records))
+                fits = got - before <= _KEEP_RECORDS and fresh_bytes <= _KEEP_BYTES
+            if fits:
+                fresh.append(block.head(len(block)))
             yield block
         if got == before:
             return  # nothing good in the share to repeat: the reader ends short
+        if fits:  # the next passes repeat them from memory
+            kept, from_kept = fresh, True
 
 
 def _ignore(err: Exception) -> None:

@@ -29,14 +29,13 @@ class OrderProgress:
     already yielded (a resumed pass)."""
 
     def __init__(self, ids: np.ndarray | None, counts: Sequence[int], paths: Sequence[str], offsets: Sequence[Any],
-                 base: int = 0, done: int = 0, tops_up: bool = False) -> None:
+                 base: int = 0, done: int = 0) -> None:
         self.ids = ids
         self.starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         self.files = {path: f for f, path in enumerate(paths)}
         self.offsets = offsets
         self.base = base
         self.done = done
-        self.tops_up = tops_up  # a reader short of its share repeats its first records (EpochRecords._topped_up)
         self.skipped: list[int] = []  # positions in `ids` of the records skipped as bad, as reported
         self.skipped_records: list[int] = []  # their global record numbers
         self.lost = False  # a skipped record whose position is not known: the progress says nothing
@@ -88,16 +87,14 @@ class OrderProgress:
     def consumed(self, yielded_records: int) -> int | None:
         """Positions of the whole order gone past once `yielded_records` records of it were yielded (those of
         earlier passes included): up to and including the last one yielded, the bad ones before it counted (and those
-        right after it). None where not known, and once every good record of the order was yielded and the reader
-        tops its share up with repeats (a resume then reads the share again: the repeats go on where they were)."""
+        right after it); the whole order once every good record of it was yielded (a reader may then be topping
+        its share up with repeats: see EpochRecords._records). None where not known."""
         if self.lost or self.ids is None:
             return None
         wanted = yielded_records - self.done  # records yielded by this pass
         skipped = sorted(set(self.skipped))
-        if wanted > len(self.ids) - len(skipped):  # more than the good records of this pass
-            if self.tops_up and (skipped or self.base != self.done):
-                return None  # topping its share up with repeats (a resume reads the share again: they go on)
-            return self.base + len(self.ids)  # the last batch, partial, counted whole
+        if wanted > len(self.ids) - len(skipped):  # more than the good records of this pass: its whole order
+            return self.base + len(self.ids)  # (the last batch, partial, counted whole; or topping its share up)
         last = wanted - 1  # the position of the last one yielded: moved past every skipped position up to it
         for position in skipped if wanted > 0 else ():
             if position > last:
