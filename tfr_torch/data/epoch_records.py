@@ -211,7 +211,7 @@ class EpochRecords:
         reading its share again) notes nothing, nor does one whose files are not all indexed (a bad record is
         then found by no index entry) or whose counts are not known."""
         counts = self._counts
-        if silent or self.on_error == "raise" and ids is None or counts is None or any(
+        if silent or (self.on_error == "raise" and ids is None) or counts is None or any(
                 o is None for o in self.offsets):
             return source
         progress = self._order_progress = OrderProgress(ids, counts, self.paths, self.offsets, ahead, done)
@@ -260,11 +260,19 @@ class EpochRecords:
                             "once, and every later epoch and len() use the counts; write indexes (`tfr-torch index "
                             "FILES`) and pass index='auto' to skip it")
 
+    def _share_bounds(self, worker: int, workers: int, warn: bool = False) -> tuple[int, int]:
+        """Where this reader's share of the epoch starts and ends in its rank's records (its counts known); `warn`:
+        say (in worker 0) when some DataLoader workers get nothing."""
+        assert self._counts is not None
+        multiple = self.batch_size or 1
+        quota = rank_quota(sum(self._counts), self.world_size, self.pad)
+        if warn and worker == 0:
+            self._warn_idle_workers(quota, workers, multiple)
+        return worker_block(quota, self.rank, worker, workers, multiple)
+
     def _share_size(self, worker: int, workers: int) -> int:
         """Records in this reader's share of the epoch (its counts known)."""
-        assert self._counts is not None
-        quota = rank_quota(sum(self._counts), self.world_size, self.pad)
-        a, b = worker_block(quota, self.rank, worker, workers, self.batch_size or 1)
+        a, b = self._share_bounds(worker, workers)
         return b - a
 
     def _records(self, epoch: int, worker: int, workers: int, ahead: int = 0, done: int = 0) -> Iterator[Block]:
@@ -301,10 +309,7 @@ class EpochRecords:
         if self._global_shuffle:  # a true global shuffle: a seeded permutation, each record read by offset
             counts = self._counts
             assert counts is not None  # every file is indexed, so every count is known
-            quota = rank_quota(sum(counts), self.world_size, self.pad)
-            a, b = worker_block(quota, self.rank, worker, workers, multiple)
-            if worker == 0 and not silent:
-                self._warn_idle_workers(quota, workers, multiple)
+            a, b = self._share_bounds(worker, workers, warn=not silent)
             ahead = self._checked_ahead(ahead, done, b - a, multiple, worker)
             ids = global_block(counts, self.seed, epoch, a, b)[ahead:]
             return iter_random(self._tracked(source, ids, silent, ahead, done), ids, counts), b - a - done
@@ -321,10 +326,7 @@ class EpochRecords:
             known = [len(o) if o is not None else 1 << 62 for o in self.offsets]  # read unknown files to their end
             streams = (iter_run(source, Run(f, 0, known[f])) for f in files_for_worker(order, worker, workers))
         else:
-            quota = rank_quota(sum(self._counts), self.world_size, self.pad)
-            a, b = worker_block(quota, self.rank, worker, workers, multiple)
-            if worker == 0 and not silent:
-                self._warn_idle_workers(quota, workers, multiple)
+            a, b = self._share_bounds(worker, workers, warn=not silent)
             ahead = self._checked_ahead(ahead, done, b - a, multiple, worker)
             share = b - a - done
             source = self._tracked(source, None, silent)

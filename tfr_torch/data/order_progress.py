@@ -95,12 +95,11 @@ class OrderProgress:
         skipped = sorted(set(self.skipped))
         if wanted > len(self.ids) - len(skipped):  # more than the good records of this pass: its whole order
             return self.base + len(self.ids)  # (the last batch, partial, counted whole; or topping its share up)
-        last = wanted - 1  # the position of the last one yielded: moved past every skipped position up to it
-        for position in skipped if wanted > 0 else ():
+        last = max(wanted, 0) - 1  # the position of the last one yielded: moved past every skipped one up to it
+        for position in skipped:
             if position > last:
                 break
             last += 1
-        last = max(last, -1)
         for position in skipped:  # and past those right after it (read, and reported, already)
             if position == last + 1:
                 last += 1
