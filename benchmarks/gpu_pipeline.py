@@ -37,6 +37,7 @@ import tfr_torch  # noqa: E402
 from tfr_torch.images import DecodeImages, DeviceLoader, ImageTransform, decode_image  # noqa: E402
 
 EVAL = ImageTransform(224, train=False, dtype=torch.uint8, channels_last=False)
+_END = object()
 SPEC = {"image/encoded": tfr_torch.FixedLenFeature([], tfr_torch.string),
         "image/class/label": tfr_torch.FixedLenFeature([], torch.int64)}
 
@@ -63,11 +64,13 @@ def make_shards(folder: str, count: int, shards: int, width: int, height: int) -
 
 
 def timed(batches: Iterable[Any], count: Callable[[Any], int], seconds: float, sync: Callable[[], None],
-          warmup: int = 3) -> float:
-    """images/s over about `seconds`, after `warmup` batches (start-up: forks, allocations, kernel choices)."""
+          warmup: int = 3) -> float | None:
+    """images/s over about `seconds`, after `warmup` batches (start-up: forks, allocations, kernel choices); None
+    (not measured) when the batches end before the warm-up does (--images too few for --batch)."""
     it = iter(batches)
     for _ in range(warmup):
-        next(it)
+        if next(it, _END) is _END:
+            break
     sync()
     start, images = time.perf_counter(), 0
     for batch in it:
@@ -75,6 +78,9 @@ def timed(batches: Iterable[Any], count: Callable[[Any], int], seconds: float, s
         if time.perf_counter() - start > seconds:
             break
     sync()
+    if not images:
+        print(f"# more than {warmup} batches needed, fewer given: raise --images or lower --batch", flush=True)
+        return None
     return images / (time.perf_counter() - start)
 
 
@@ -225,7 +231,7 @@ def gpu_rows(paths: list[str], args: argparse.Namespace) -> dict[str, float | No
         with Hardware(hardware):
             rate = timed((step(b["image/encoded"], b["image/class/label"]) for b in forever(device_loader(thread))),
                          lambda n: n, args.seconds, sync)
-        rows[f"{label} fed by DeviceLoader, 4 workers ({name}): {100 * rate / alone:.1f}% of the step alone"] = rate
+        rows[f"{label} fed by DeviceLoader, 4 workers ({name}): {share(rate, alone)} of the step alone"] = rate
     cpu = tfr_torch.TFRecordDataset(paths, SPEC, index="auto", batch_size=args.batch, shuffle=True,
                                     transform=DecodeImages(EVAL))
     cpu_loader = torch.utils.data.DataLoader(cpu, batch_size=None, num_workers=args.workers, pin_memory=True,
@@ -238,14 +244,19 @@ def gpu_rows(paths: list[str], args: argparse.Namespace) -> dict[str, float | No
         return step((images.float() - mean) / std, batch["image/class/label"].to(device, non_blocking=True))
 
     rate = timed((cpu_fed(b) for b in forever(cpu_loader)), lambda n: n, args.seconds, sync)
-    rows[f"{label} fed by CPU decoding in {args.workers} workers: {100 * rate / alone:.1f}% of the step alone"] = rate
+    rows[f"{label} fed by CPU decoding in {args.workers} workers: {share(rate, alone)} of the step alone"] = rate
     del cpu_loader
     cpu_loader = torch.utils.data.DataLoader(cpu, batch_size=None, num_workers=args.workers, pin_memory=True,
                                              persistent_workers=True, worker_init_fn=lower_priority)
     rate = timed((cpu_fed(b) for b in forever(cpu_loader)), lambda n: n, args.seconds, sync)
-    rows[f"{label} fed by CPU decoding in {args.workers} workers at nice 10: {100 * rate / alone:.1f}% of the step "
+    rows[f"{label} fed by CPU decoding in {args.workers} workers at nice 10: {share(rate, alone)} of the step "
          f"alone"] = rate
     return rows
+
+
+def share(rate: float | None, alone: float | None) -> str:
+    """`rate` as a percentage of `alone` ("-%" where either was not measured)."""
+    return f"{100 * rate / alone:.1f}%" if rate is not None and alone else "-%"
 
 
 def lower_priority(worker: int) -> None:

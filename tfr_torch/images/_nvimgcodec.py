@@ -201,7 +201,14 @@ def decode_batch(nv: NvApi, items: Sequence[bytes], gray: bool, device: torch.de
                  stream: Optional[int] = None) -> list[Optional[torch.Tensor]]:
     """Decode `items` (checked JPEGs) on `device`: a tensor per item, None for one no decoder would decode. With
     `regions`, an item whose region was decoded gives that region only (its shape says so: the caller crops an
-    image that came back whole). Exceptions of the decoder (RuntimeError, ValueError) propagate."""
+    image that came back whole). `stream`: the CUDA stream to decode on (its handle), by default torch's current
+    stream of `device`, so that torch's work on the pixels is ordered after the decode (nvImageCodec's own default,
+    0, is the legacy default stream, which torch's non-blocking streams do not wait for). "cuda" without an index
+    is the current device. Exceptions of the decoder (RuntimeError, ValueError) propagate."""
+    if device.index is None:  # torch's meaning of "cuda", not GPU 0
+        device = torch.device(device.type, torch.cuda.current_device())
+    if stream is None:
+        stream = int(torch.cuda.current_stream(device).cuda_stream)
     found = decoders(nv, device.index if device.index is not None else 0)
     count = len(items)
     boxes = list(regions) if regions is not None else [None] * count

@@ -100,6 +100,7 @@ class DeviceLoader:
             raise TypeError(f"device_transform must be callable or None, got {type(device_transform).__name__}")
         self.loader = loader
         self.device = torch.device(device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu"))
+        self._device = self.device  # with its index while iterating (_indexed)
         self.transform = transform
         self.images = images
         self.prefetch = prefetch
@@ -192,7 +193,8 @@ class DeviceLoader:
         followed = _epoch_of(self.loader)
         if followed is not None and int(followed) != self._epoch:  # set on the dataset or the sampler itself (a
             self.set_epoch(int(followed))  # DistributedSampler's set_epoch): the crops follow it
-        streams = streams_for(self.device)
+        device = self._device = _indexed(self.device)  # "cuda": the current device now (a DDP rank's set_device)
+        streams = streams_for(device)
         samples, batches = 0, 0
         if self._resume is not None:
             samples, batches = int(self._resume["samples"]), int(self._resume["batches"])
@@ -201,8 +203,7 @@ class DeviceLoader:
         self._samples, self._batches = samples, batches
         source = iter(self.loader)
         prepared = self._prepared(source, streams, self._epoch, samples, batches)
-        if self.thread and self.prefetch > 0:
-            device = self.device
+        if self.thread and self.prefetch > 0:  # set_device needs an index: torch refuses torch.device("cuda")
             on_device = (lambda: torch.cuda.set_device(device)) if device.type == "cuda" else None
             prepared = Ahead(prepared, self.prefetch, on_device)  # the thread's current device is the loader's
         try:
@@ -295,7 +296,7 @@ class DeviceLoader:
 
     def _move(self, value: Any, tensors: list[torch.Tensor]) -> Any:
         if isinstance(value, torch.Tensor):
-            moved = value.to(self.device, non_blocking=self.non_blocking)
+            moved = value.to(self._device, non_blocking=self.non_blocking)
             tensors.append(moved)
             return moved
         if isinstance(value, Mapping):
@@ -334,7 +335,7 @@ class DeviceLoader:
                 boxes, _ = transform.plan([(h.height, h.width) for h in headers], epoch, self.rank, indices)
                 regions = [_region(b, h.height, h.width) for b, h in zip(boxes, headers)]
         try:
-            decoded = decode_views(items, names, self.mode, torch.uint8, self.backend, False, self.device, regions,
+            decoded = decode_views(items, names, self.mode, torch.uint8, self.backend, False, self._device, regions,
                                    streams.stream_id(), contiguous=transform is None, headers=headers)
         except DecodeError as err:
             where = RecordLocation(err.path, err.offset) if err.path is not None and err.offset is not None else None
@@ -352,6 +353,15 @@ class DeviceLoader:
         shifted[:, 0] -= [origin[0] for _, origin in decoded]
         shifted[:, 1] -= [origin[1] for _, origin in decoded]
         return transform.apply([pixels for pixels, _ in decoded], shifted, flips)
+
+
+def _indexed(device: torch.device) -> torch.device:
+    """`device` with its index: "cuda" is the current CUDA device (what torch's own "cuda" means), so that the
+    background thread can be put on it (torch.cuda.set_device refuses a device without an index) and the decoders
+    run there, not on GPU 0."""
+    if device.type == "cuda" and device.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    return device
 
 
 def _sampler_of(loader: Any) -> Any:
