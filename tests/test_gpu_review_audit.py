@@ -134,3 +134,37 @@ def test_the_benchmarks_timing_survives_a_loader_shorter_than_its_warm_up():
     assert gpu_pipeline.timed(iter([[1, 2]] * 2), len, 0.01, lambda: None) is None
     rate = gpu_pipeline.timed(iter([[1, 2]] * 6), len, 10.0, lambda: None)
     assert rate is not None and rate > 0
+
+
+@pytest.mark.parametrize("mode", ["L", "RGB"])
+def test_a_device_loader_without_a_transform_hands_out_torchs_memory_not_the_decoders(shard, monkeypatch, mode):
+    """Fixed: DeviceLoader(..., "cuda", transform=None) handed out a gray image decoded by nvImageCodec as the
+    decoder's own memory (a [1, H, W] view of [H, W, 1] is contiguous, so nothing copied it). That memory is freed
+    on the side stream when the tensor goes (cudaFreeAsync, nvImageCodec's device_buffer.cpp), ordered after
+    nothing the training stream does, and record_stream only covers torch's own allocations: the next decode
+    could overwrite pixels a training kernel still reads. Every decoded image handed out is now a copy made on the
+    side stream (RGB ones were copies already: [C, H, W] views of [H, W, C] memory made contiguous)."""
+    pretend_cuda(monkeypatch)
+    monkeypatch.setattr(loader_module, "streams_for", lambda device: loader_module.Streams())
+    given: list[torch.Tensor] = []
+
+    def decode_views(items, names, mode, dtype, backend, frames, device, regions, stream, contiguous=True,
+                     headers=None):
+        out = []
+        for d in items:
+            hwc = decode_image(d, mode).permute(1, 2, 0).contiguous()  # as a GPU decoder lays its memory out
+            given.append(hwc)
+            view = hwc.permute(2, 0, 1)
+            out.append((view.contiguous() if contiguous else view, (0, 0)))  # (a gray view is contiguous)
+        return out
+
+    monkeypatch.setattr(loader_module, "decode_views", decode_views)
+    data = tfr_torch.TFRecordDataset(shard, SPEC, batch_size=3)
+    loader = DeviceLoader(DataLoader(data, batch_size=None), "cuda", transform=None, thread=False,
+                          names=None)
+    loader.mode = mode
+    images = [image for batch in loader for image in batch["image/encoded"]]
+    assert len(images) == len(given) == 6
+    for image, mine in zip(images, given):
+        assert image.is_contiguous() and torch.equal(image, mine.permute(2, 0, 1))
+        assert image.untyped_storage().data_ptr() != mine.untyped_storage().data_ptr()  # Fixed: gray, the same

@@ -327,6 +327,10 @@ class DeviceLoader:
         else:
             names = [f"epoch {epoch}, batch {number}, item {k}" for k in range(len(items))]
         transform = self.transform
+        # a GPU decoder's own memory (nvImageCodec's) is freed on the side stream when its tensor goes, with no
+        # regard for the training stream still reading it (record_stream covers torch's allocations only): what is
+        # handed out as decoded is copied into torch's memory on the side stream (the transforms make new tensors)
+        on_gpu = self._device.type == "cuda"
         indices = list(range(first, first + len(items)))
         regions = None
         headers = [sniff(d) for d in items]
@@ -336,12 +340,14 @@ class DeviceLoader:
                 regions = [_region(b, h.height, h.width) for b, h in zip(boxes, headers)]
         try:
             decoded = decode_views(items, names, self.mode, torch.uint8, self.backend, False, self._device, regions,
-                                   streams.stream_id(), contiguous=transform is None, headers=headers)
+                                   streams.stream_id(), contiguous=transform is None and not on_gpu, headers=headers)
         except DecodeError as err:
             where = RecordLocation(err.path, err.offset) if err.path is not None and err.offset is not None else None
             if not located or where not in names:
                 raise
             raise DecodeError(err.message, err.path, err.offset, key=self.images, index=names.index(where)) from None
+        if transform is None and on_gpu:  # copied into torch's memory (see above), contiguous
+            return [pixels.clone(memory_format=torch.contiguous_format) for pixels, _ in decoded]
         if transform is None:
             return [pixels for pixels, _ in decoded]
         sizes = []  # the whole image's: its header's (a region may have been decoded), else the pixels'
