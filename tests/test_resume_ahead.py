@@ -177,13 +177,80 @@ def test_file_order_resumes_at_the_next_record(path, tmp_path, runs, batch_size,
     assert sum(stop - start for _, start, stop in runs) == len(whole) - len(head)  # Fixed: len(whole)
 
 
-def test_file_order_under_skip_reads_the_yielded_records_again(path, runs):
-    """A state saved under on_error="skip" does not say where file order stands when records were skipped (it
-    names them, for elastic merges): resumed in the same layout, its records are read again and dropped."""
+def test_file_order_under_skip_without_bad_records_resumes_at_the_next_record(path, runs):
+    """A state saved under on_error="skip" names the bad records it skipped (none here): resumed in the same
+    layout, file order starts right after the yielded records. Fixed: they were read again and dropped (a state
+    under "skip" did not count as saying where file order stands)."""
     dataset = tfr_torch.TFRecordDataset(path, SPEC, index="auto", on_error="skip")
     head = _ids(itertools.islice(iter(dataset), 50))
+    state = dataset.state_dict()
+    assert state["skipped"] == [] and state["exact"] is False
     resumed = tfr_torch.TFRecordDataset(path, SPEC, index="auto", on_error="skip")
-    resumed.load_state_dict(dataset.state_dict())
+    resumed.load_state_dict(state)
     runs.clear()
     assert head + _ids(resumed) == list(range(300))
-    assert runs == [(0, 0, 300)]
+    assert runs == [(0, 50, 300)]  # Fixed: [(0, 0, 300)]
+
+
+@pytest.mark.parametrize("gz", [False, True])
+@pytest.mark.parametrize("batch_size", [None, 8])
+@pytest.mark.parametrize("k", [0, 1, 6, 17, 37])
+def test_file_order_under_skip_resumes_past_the_skipped_records(path, tmp_path, runs, gz, batch_size, k):
+    """Bad records skipped before the state was taken are named in it ("skipped"): the resumed reader of file order
+    starts after the yielded records and the bad ones among and right after them, reports only the bad records
+    from there on, and its own state still names every bad record of the epoch. Fixed: every record before the
+    state was read again (and the bad ones among them reported again)."""
+    bad = [5, 6, 77, 78, 150, 290]
+    copy = _bad_copy(path, tmp_path, bad, gz)
+    table = tfr_torch.read_index(copy + ".idx")
+    reported: list[int] = []
+
+    def report(err):
+        reported.append(int(table[:, 0].tolist().index(err.skipped_range[0])))
+
+    def make():
+        return tfr_torch.TFRecordDataset(copy, SPEC, index="auto", batch_size=batch_size, on_error=report)
+
+    good = [i for i in range(300) if i not in bad]
+    assert _ids(make()) == good and reported == bad
+    reported.clear()
+    dataset = make()
+    head = _ids(itertools.islice(iter(dataset), k))
+    state = dataset.state_dict()
+    assert state.get("skipped", []) == reported and set(reported) >= {b for b in bad if head and b < head[-1]}
+    start = head[-1] + 1 if head else 0
+    while head and start in reported:  # skipped right after the last yielded record: gone past already
+        start += 1
+    resumed = make()
+    resumed.load_state_dict(state)
+    runs.clear()
+    reported.clear()
+    assert head + _ids(resumed) == good
+    assert runs == ([(0, start, 300)] if start < 300 else [])  # Fixed: [(0, 0, 300)]
+    assert reported == [b for b in bad if b >= start]  # Fixed: the bad records before the state again
+    assert resumed.state_dict()["skipped"] == bad  # the first pass's as well as the resumed pass's
+
+
+@pytest.mark.filterwarnings("ignore::tfr_torch.SkippedRecordWarning")
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_file_order_under_skip_with_ranks_keeps_each_ranks_items_after_a_resume(path, tmp_path, runs, world_size):
+    """Several ranks: a reader that skipped bad records tops its share up with repeats of its first good ones;
+    resumed past the bad records (its state names them), it yields what the uninterrupted pass would have."""
+    bad = [3, 4, 40, 41, 42]
+    copy = _bad_copy(path, tmp_path, bad)
+
+    def make(rank):
+        return tfr_torch.TFRecordDataset(copy, SPEC, index="auto", batch_size=4, rank=rank, world_size=world_size,
+                                         on_error="skip")
+
+    for rank in range(world_size):
+        whole = _ids(make(rank))
+        assert len(whole) == 300 // world_size
+        for k in (1, 3, 9, 12):
+            dataset = make(rank)
+            head = _ids(itertools.islice(iter(dataset), k))
+            resumed = make(rank)
+            resumed.load_state_dict(dataset.state_dict())
+            runs.clear()
+            assert head + _ids(resumed) == whole, (rank, k)
+            assert runs[0][1] > rank * (300 // world_size)  # started inside its share, not at its start

@@ -28,7 +28,7 @@ from tfr_torch.data.distributed import check_rank_world, rank_world
 from tfr_torch.data.epoch_records import EpochRecords
 from tfr_torch.data.indexes import resolve_indexes, seek_points_beside
 from tfr_torch.data.items import ItemMaker
-from tfr_torch.data.resumable import ResumableState
+from tfr_torch.data.resumable import ResumableState, _loaded_skipped
 from tfr_torch.data.reading import GROUP_BYTES
 from tfr_torch.data.transport import shared_memory_available
 from tfr_torch.data.sharding import rank_quota
@@ -284,11 +284,13 @@ class TFRecordDataset(ResumableState, EpochRecords, ItemMaker, IterableDataset[A
             resume = None  # an earlier pass of DataLoader workers resumed it: this one reads its epoch whole
         self._history, self._layout, self._order_progress = [], None, None
         went: int | None = None  # positions of a global shuffle's order the state says this reader went past
+        skipped: list[int] | None = None  # the bad records the state says this reader skipped (file runs)
         if resume is not None and resume["epoch"] == epoch and resume["version"] == 1:
             if (resume["worker"], resume["num_workers"]) == (worker, workers):
                 skip = int(resume["yielded"])
         elif resume is not None and resume["epoch"] == epoch:
             self._history, self._layout, skip, went = self._resume_point(resume, worker, workers)
+            skipped = _loaded_skipped(resume, self._history, self.rank, worker)
         self._position = skip
         if self._history:
             blocks = self._resumed(epoch, self._history, self._layout, worker)
@@ -298,9 +300,10 @@ class TFRecordDataset(ResumableState, EpochRecords, ItemMaker, IterableDataset[A
                 # ranges, not whole files, or the items it says were yielded would be other records
                 self._ensure_counts("resuming an epoch that was split by record ranges")
             self._layout = self._layout_for(workers)
-            start = self._start_of(went, skip, worker, workers)
+            start = self._start_of(went, skip, worker, workers, skipped)
             if start is not None:
-                blocks = self._records(epoch, worker, workers, start, skip * (self.batch_size or 1))
+                blocks = self._records(epoch, worker, workers, start, skip * (self.batch_size or 1),
+                                       _below(skipped, self._share_bounds(worker, workers)[0] + start))
                 skip = 0
             else:
                 blocks = self._records(epoch, worker, workers)
@@ -308,20 +311,45 @@ class TFRecordDataset(ResumableState, EpochRecords, ItemMaker, IterableDataset[A
         wrap = info is not None and self.shared_memory and shared_memory_available()
         yield from self._items(blocks, plan, skip, wrap, converts_only, pipe=info is not None and not wrap)
 
-    def _start_of(self, went: int | None, skip: int, worker: int, workers: int) -> int | None:
+    def _start_of(self, went: int | None, skip: int, worker: int, workers: int,
+                  skipped: list[int] | None = None) -> int | None:
         """Where this resumed reader starts in its order, which it went `went` positions into (its state says,
         checked against its share) yielding `skip` items: there, for a global shuffle or file order split by record
         ranges (orders of positions; bad records skipped before the state was taken counted: see OrderProgress).
-        None (the share is read again, the yielded items dropped): a shuffle buffer (its contents are not saved),
-        a state that does not say, or a reader past every position of its share yet short of it (topping it up
-        with repeats, which go on where they were only when the share is read again)."""
+        File order whose state names the bad records it skipped (`skipped`, on_error other than "raise") went past
+        its yielded records and the skipped ones among and right after them. None (the share is read again, the
+        yielded items dropped): a shuffle buffer (its contents are not saved), a state that does not say, or a
+        reader of several ranks past every position of its share yet short of it (topping it up with repeats,
+        which go on where they were only when the share is read again)."""
         assert self._layout is not None
-        if not skip or went is None or not (self._global_shuffle or (
-                not self.shuffle and self._layout["split"] == "ranges")):
+        ordered = not self.shuffle and self._layout["split"] == "ranges"
+        if not skip or not (self._global_shuffle or ordered):
             return None
         share, done = self._share_size(worker, workers), skip * (self.batch_size or 1)
+        if went is None and ordered and skipped is not None:
+            went = _went_past(skipped, self._share_bounds(worker, workers)[0], done, share)
+        if went is None:
+            return None
         went = self._checked_ahead(went, done, share, self.batch_size or 1, worker)
-        return None if went >= share > done else went
+        return None if went >= share > done and self.world_size > 1 else went  # (one rank: nothing to top up)
+
+
+def _went_past(skipped: Sequence[int], start: int, done: int, share: int) -> int:
+    """Positions of a share of file order (`share` records: `start`, `start` + 1, ... of the epoch) gone past once
+    `done` records of it were yielded and the bad records `skipped` (record numbers) skipped: the yielded ones, the
+    skipped ones among them and those right after them (read, and reported, already); the whole share once more
+    were yielded than it has good records (a reader of several ranks topping its share up with repeats)."""
+    went = done
+    for position in sorted({int(n) - start for n in skipped if start <= int(n) < start + share}):
+        if position > went:
+            break
+        went += 1
+    return min(went, share)
+
+
+def _below(skipped: list[int] | None, stop: int) -> list[int]:
+    """The record numbers of `skipped` before record `stop` (those a resumed reader starting there went past)."""
+    return sorted(int(n) for n in skipped if int(n) < stop) if skipped else []
 
 
 def _refuse_rebatching(dataset: TFRecordDataset, caller: Any) -> None:

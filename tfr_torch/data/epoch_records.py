@@ -203,18 +203,19 @@ class EpochRecords:
                              "another dataset, or edited")
         return ahead
 
-    def _tracked(self, source: Source, ids: np.ndarray | None, silent: bool, ahead: int = 0, done: int = 0
-                 ) -> Source:
+    def _tracked(self, source: Source, ids: np.ndarray | None, silent: bool, ahead: int = 0, done: int = 0,
+                 before: Sequence[int] = ()) -> Source:
         """`source`, whose on_error policy also notes the bad records it skips (see OrderProgress: for a global
         shuffle, where they sit in the order `ids` of this pass; for file runs, ids None, which they are), kept as
         this reader's `_order_progress`, what its state says of how far the order went. A silent source (a top-up,
         reading its share again) notes nothing, nor does one whose files are not all indexed (a bad record is
-        then found by no index entry) or whose counts are not known."""
+        then found by no index entry) or whose counts are not known. `before`: the bad records a resumed pass of
+        file runs went past before its start (its state named them), still this pass's skipped ones."""
         counts = self._counts
         if silent or (self.on_error == "raise" and ids is None) or counts is None or any(
                 o is None for o in self.offsets):
             return source
-        progress = self._order_progress = OrderProgress(ids, counts, self.paths, self.offsets, ahead, done)
+        progress = self._order_progress = OrderProgress(ids, counts, self.paths, self.offsets, ahead, done, before)
         return source._replace(on_error=progress.policy(self.on_error) or "raise")
 
     def _in_file(self, run: Run) -> Run:
@@ -275,15 +276,17 @@ class EpochRecords:
         a, b = self._share_bounds(worker, workers)
         return b - a
 
-    def _records(self, epoch: int, worker: int, workers: int, ahead: int = 0, done: int = 0) -> Iterator[Block]:
+    def _records(self, epoch: int, worker: int, workers: int, ahead: int = 0, done: int = 0,
+                 before: Sequence[int] = ()) -> Iterator[Block]:
         """This reader's records for the epoch, in order (before batching), in blocks; topped up where bad records
         were skipped (see _topped_up). A resumed reader starts `ahead` positions into its order, `done` records of
         its share already yielded (what the state says: see OrderProgress), where those are its first `done`
-        items (the caller reads and drops them where it was topping its share up: the repeats go on from there)."""
+        items (the caller reads and drops them where it was topping its share up: the repeats go on from there);
+        `before`: the bad records it skipped before its start (file order: see _tracked)."""
         def make(silent: bool) -> tuple[Iterator[Block], int | None]:
             if silent:  # a top-up reads the share again from its start: its first records are the ones repeated
                 return self._share(epoch, worker, workers, True)
-            return self._share(epoch, worker, workers, False, ahead, done)
+            return self._share(epoch, worker, workers, False, ahead, done, before)
 
         return self._topped_up(make, from_start=ahead > 0)
 
@@ -300,10 +303,10 @@ class EpochRecords:
             return blocks
         return _top_up(blocks, share, make, from_start)
 
-    def _share(self, epoch: int, worker: int, workers: int, silent: bool, ahead: int = 0, done: int = 0
-               ) -> tuple[Iterator[Block], int | None]:
+    def _share(self, epoch: int, worker: int, workers: int, silent: bool, ahead: int = 0, done: int = 0,
+               before: Sequence[int] = ()) -> tuple[Iterator[Block], int | None]:
         """_records's records, and how many they are when none is bad (None: not known, one rank). `ahead`,
-        `done`: see _records."""
+        `done`, `before`: see _records."""
         source = self._source(silent)
         multiple = self.batch_size or 1
         if self._global_shuffle:  # a true global shuffle: a seeded permutation, each record read by offset
@@ -329,7 +332,7 @@ class EpochRecords:
             a, b = self._share_bounds(worker, workers, warn=not silent)
             ahead = self._checked_ahead(ahead, done, b - a, multiple, worker)
             share = b - a - done
-            source = self._tracked(source, None, silent)
+            source = self._tracked(source, None, silent, before=before)
             runs = opening_ahead(source, (self._in_file(run) for run in runs_of_block(self._counts, order, a + ahead,
                                                                                        b)),
                                  self.interleave if self.shuffle else 1)

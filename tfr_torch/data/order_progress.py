@@ -26,10 +26,11 @@ class OrderProgress:
     """One pass of a reader: the records it skipped as bad (their global numbers: `skipped_records`), and for a
     global shuffle over `ids` (global record numbers, the part of its order this pass reads; None for a reader of
     file runs) their positions in it, the pass starting `base` positions into its order with `done` records of it
-    already yielded (a resumed pass)."""
+    already yielded (a resumed pass); `before`: the records a resumed pass of file runs went past before its
+    start that were skipped as bad (its state named them)."""
 
     def __init__(self, ids: np.ndarray | None, counts: Sequence[int], paths: Sequence[str], offsets: Sequence[Any],
-                 base: int = 0, done: int = 0) -> None:
+                 base: int = 0, done: int = 0, before: Sequence[int] = ()) -> None:
         self.ids = ids
         self.starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         self.files = {path: f for f, path in enumerate(paths)}
@@ -37,7 +38,7 @@ class OrderProgress:
         self.base = base
         self.done = done
         self.skipped: list[int] = []  # positions in `ids` of the records skipped as bad, as reported
-        self.skipped_records: list[int] = []  # their global record numbers
+        self.skipped_records: list[int] = [int(n) for n in before]  # their global record numbers
         self.lost = False  # a skipped record whose position is not known: the progress says nothing
 
     def policy(self, on_error: OnError) -> Callable[[TFRecordError], None] | None:
