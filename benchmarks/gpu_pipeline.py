@@ -11,7 +11,8 @@ centre-crops 224 into uint8 batches (the ImageTransform(224, train=False, dtype=
   DeviceLoader alone (training transforms, float32 channels_last), the ResNet-50 step alone (bf16 autocast,
   channels_last; torchvision.models.resnet50 when it imports, else a labelled stand-in conv net), and the step fed
   by DeviceLoader and by CPU decoding in workers.
-Each row runs for about --seconds after one warm-up batch; images/s are printed and written to --json.
+Each row runs for about --seconds after three warm-up batches, epoch after epoch of one loader whose workers
+persist (steady state, not one epoch's start and end); images/s are printed and written to --json.
 """
 
 from __future__ import annotations
@@ -99,8 +100,9 @@ def tfrecord_rows(paths: list[str], args: argparse.Namespace) -> float | None:
     splits = {os.path.basename(p)[: -len(".tfrecord")]: 1.0 / len(paths) for p in paths}
     dataset = MultiTFRecordDataset(pattern, pattern + ".idx", splits, {"image/encoded": "byte"},
                                    transform=one, infinite=False)
-    loader = torch.utils.data.DataLoader(dataset, batch_size=args.batch, num_workers=args.workers)
-    return timed(loader, len, args.seconds, lambda: None)
+    loader = torch.utils.data.DataLoader(dataset, batch_size=args.batch, num_workers=args.workers,
+                                         persistent_workers=args.workers > 0)
+    return timed(forever(loader), len, args.seconds, lambda: None)
 
 
 def cpu_rows(paths: list[str], args: argparse.Namespace) -> dict[str, float | None]:
@@ -108,9 +110,10 @@ def cpu_rows(paths: list[str], args: argparse.Namespace) -> dict[str, float | No
     for shuffle in (True, False):
         dataset = tfr_torch.TFRecordDataset(paths, SPEC, index="auto", batch_size=args.batch, shuffle=shuffle,
                                             transform=DecodeImages(EVAL))
-        loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=args.workers)
+        loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=args.workers,
+                                             persistent_workers=args.workers > 0)
         rows[f"tfr_torch, DecodeImages in {args.workers} workers, {'shuffled' if shuffle else 'in order'}"] = timed(
-            loader, lambda b: len(b["image/class/label"]), args.seconds, lambda: None)
+            forever(loader), lambda b: len(b["image/class/label"]), args.seconds, lambda: None)
     rows[f"tfrecord package, same decode_image + transform per record, {args.workers} workers"] = tfrecord_rows(
         paths, args)
     return rows
