@@ -36,7 +36,8 @@ if [ -d /tmp/site-old ]; then
     tests/test_gpu_real.py -k "contract or cut or refuses or region"
 fi
 step tests python3 -m pytest -q -n 12 -p no:cacheprovider tests/test_images.py tests/test_gpu_decode.py \
-  tests/test_image_loader.py tests/test_gpu_bench.py tests/test_dataset.py --junitxml="$OUT/tests.xml"
+  tests/test_image_loader.py tests/test_gpu_bench.py tests/test_dataset.py tests/test_gpu_review_audit.py \
+  tests/test_device_loader_audit.py tests/test_images_audit.py --junitxml="$OUT/tests.xml"
 step profile python3 benchmarks/gpu_profile.py
 step bench python3 benchmarks/gpu_pipeline.py --images 8192 --seconds "${SECONDS_PER_ROW:-6}" --json "$OUT/gpu_pipeline.json"
 exit $status
