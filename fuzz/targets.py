@@ -35,7 +35,7 @@ from tfr_torch.format.reader import HEADER_SIZE, read_records
 from tfr_torch.format.record_file import RecordFile
 from tfr_torch.format.tensor import decode_tensor_proto
 from tfr_torch.format.writer import TFRecordWriter
-from tfr_torch.images import _jpeg
+from tfr_torch.images import _formats, _jpeg
 from tfr_torch.tfds.features import parse_features
 from tfr_torch.tfds.metadata import read_info
 from tfr_torch.tfds.splits import resolve_split
@@ -360,6 +360,14 @@ def target_jpeg(data: bytes) -> None:
         for start in {min(2, len(data)), len(data) // 2, max(len(data) - 3, 0), len(data)}:
             match = _jpeg._NEXT_MARKER.search(data, start)
             assert _native.core.jpeg_next_marker(data, start) == (-1 if match is None else match.start()), start
+        # the compiled check and header read of GPU batches agree with the references
+        assert _native.core.jpeg_sound_many([data]) == (b"\x01" if _jpeg.jpeg_problem(data) is None else b"\x00")
+        found = _native.core.jpeg_headers_many([data])[0]
+        if data[:3] == b"\xff\xd8\xff":
+            h = _formats._jpeg(data)
+            assert found == (h.components, h.precision, h.orientation, h.height, h.width, h.frame, h.rgb), found
+        else:
+            assert found is None
 
 
 # ------------------------------------------------------------------------------------------------ PNG kernel

@@ -427,3 +427,174 @@ def test_the_native_marker_scan_matches_the_reference():
             assert _native.core.jpeg_next_marker(data, start) == (-1 if match is None else match.start()), (data, start)
     with pytest.raises(ValueError, match="start 5 outside 3 bytes"):
         _native.core.jpeg_next_marker(b"abc", 5)
+
+
+def _segments(data: bytes) -> list[tuple[int, int, int]]:
+    """(offset, marker, length) of each marker segment before the first scan's data."""
+    out, pos = [], 2
+    while pos + 4 <= len(data) and data[pos] == 0xFF:
+        marker, length = data[pos + 1], data[pos + 2] << 8 | data[pos + 3]
+        out.append((pos, marker, length))
+        if marker == 0xDA:
+            break
+        pos += 2 + length
+    return out
+
+
+def _structure_variants(data: bytes, seed: int, count: int = 900) -> list[bytes]:
+    """JPEG-shaped inputs that reach each check of the structure walk: header bytes set to values near every limit
+    (sampling factors, table ids, precisions, counts, coefficient ranges), frame markers swapped for other frame
+    kinds, segments inserted before the scan (DRI, DAC, DNL, COM, APPn, unknown, standalone markers, stuffed zeros,
+    fill bytes, junk), segments dropped or doubled, and cuts at every header byte."""
+    rng = np.random.default_rng(seed)
+    values = [0, 1, 2, 3, 4, 5, 8, 9, 11, 12, 13, 14, 15, 16, 17, 0x11, 0x12, 0x14, 0x21, 0x22, 0x24, 0x33, 0x41, 0x42,
+              0x44, 0x45, 0x50, 0x63, 0x64, 0x80, 0xF0, 0xFE, 0xFF]
+    segments = _segments(data)
+    sos = segments[-1][0]
+    out = [data[:cut] for cut in range(sos + 12)]
+    for _ in range(count):
+        pos, marker, length = segments[int(rng.integers(len(segments)))]
+        body = bytearray(data)
+        for _ in range(int(rng.integers(1, 3))):
+            at = pos + 4 + int(rng.integers(max(1, min(length - 2, 48))))
+            body[min(at, len(body) - 1)] = values[int(rng.integers(len(values)))]
+        out.append(bytes(body))
+    for pos, marker, length in segments:
+        seg = data[pos: pos + 2 + length]
+        out.append(data[:pos] + data[pos + 2 + length:])  # dropped
+        out.append(data[:pos] + seg + seg + data[pos + 2 + length:])  # doubled
+        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
+            for other in (0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC9, 0xCA, 0xCB, 0xCD):
+                out.append(data[:pos + 1] + bytes([other]) + data[pos + 2:])
+    inserts = [b"\xff\xdd\x00\x04\x00\x10", b"\xff\xdd\x00\x05\x00\x10\x00", b"\xff\xdd\x00\x03\x00",
+               b"\xff\xcc\x00\x04\x01\x10", b"\xff\xcc\x00\x04\x01\x01", b"\xff\xcc\x00\x04\x10\x05",
+               b"\xff\xcc\x00\x04\x20\x05", b"\xff\xcc\x00\x03\x01", b"\xff\xdc\x00\x04\x00\x40",
+               b"\xff\xfe\x00\x05abc", b"\xff\xe5\x00\x02", b"\xff\xf0\x00\x02", b"\xff\x01", b"\xff\xd3", b"\xff\x00",
+               b"\xff\xff\xff", b"junk", b"\xff", b"\x00\xff\x00", b"\xff\xd9", b"\xff\xd8",
+               b"\xff\xc4\x00\x13\x05" + bytes(16), b"\xff\xc4\x00\x14\x00\x01" + bytes(15) + b"\x10",
+               b"\xff\xc4\x00\x14\x10\x01" + bytes(15) + b"\x10", b"\xff\xc4\x00\x15\x00\x03" + bytes(15) + b"\x01\x02",
+               b"\xff\xc4\x00\x13\x02" + bytes(16), b"\xff\xdb\x00\x43\x04" + bytes(64), b"\xff\xdb\x00\x83\x10" +
+               bytes(128), b"\xff\xdb\x00\x44\x00" + bytes(65),
+               b"\xff\xc4\x00\x15\x00\x02" + bytes(15) + b"\x00\x01",  # DC table 0: two codes of 1 bit
+               b"\xff\xc4\x00\x15\x11\x01\x01" + bytes(14) + b"\x00\x01",  # AC table 1, sound
+               b"\xff\xc4\x00\x16\x10\x00\x03" + bytes(14) + b"\x00\x01\x02"]  # AC table 0: 3 codes of 2 bits
+    for pos, marker, length in segments:
+        if marker in (0xC0, 0xC1, 0xC2):  # the frame's sides at and past libjpeg's limit, and zero
+            for side in (0, 1, 65500, 65501, 65535):
+                for at in (pos + 5, pos + 7):
+                    out.append(data[:at] + side.to_bytes(2, "big") + data[at + 2:])
+    for pos, _, _ in segments:
+        for extra in inserts:
+            out.append(data[:pos] + extra + data[pos:])
+    end = len(data) - 2
+    for extra in inserts:  # between the scan and the end of image
+        out.append(data[:end] + extra + data[end:])
+    return out
+
+
+def test_native_jpeg_sound_many_agrees_with_the_reference_check():
+    """A differential of the compiled structure check (jpeg_sound_many: the whole batch with the GIL released)
+    against jpeg_problem, the reference, on sound JPEGs of every kind in the test corpus and thousands of variants
+    that reach each of its checks: the compiled check finds sound exactly what the reference answers None for.
+    jpeg_problems words each refused item as the reference does, on both backends."""
+    from tfr_torch import _native
+    from tfr_torch.images import _jpeg
+
+    if _native.core is None:
+        pytest.skip(f"the compiled core is not built here ({_native.import_error})")
+    sources = [read(name) for name in sorted(os.listdir(os.path.join(HERE, "src"))) if name.endswith(".jpg")]
+    sources += [noisy_jpeg(), noisy_jpeg(120, 90, progressive=True), noisy_jpeg(33, 17)]
+    gray = io.BytesIO()
+    Image.fromarray(np.arange(48 * 40, dtype=np.uint8).reshape(40, 48)).save(gray, "JPEG", quality=75)
+    sources.append(gray.getvalue())
+    inputs = list(sources) + list(broken_jpegs().values())
+    for k, source in enumerate(sources):
+        inputs += _structure_variants(source, k, 300 if k > 3 else 900)
+        inputs += mutated(source, 150, 100 + k)
+    flags = _native.core.jpeg_sound_many(inputs)
+    reference = [_jpeg.jpeg_problem(data) for data in inputs]
+    mismatched = [(data, problem) for data, flag, problem in zip(inputs, flags, reference) if flag != (problem is None)]
+    assert not mismatched, mismatched[:3]
+    assert 0.05 < sum(flags) / len(flags) < 0.95  # both answers are common: the variants reach the checks
+    assert _jpeg.jpeg_problems(inputs[:400]) == reference[:400]
+    previous = _native.set_backend("python")
+    try:
+        assert _jpeg.jpeg_problems(inputs[:400]) == reference[:400]
+    finally:
+        _native.set_backend(previous)
+    # items that are not bytes are left to the reference (bytearray, memoryview), an empty batch is empty
+    sound = noisy_jpeg()
+    assert _native.core.jpeg_sound_many([bytearray(sound), memoryview(sound), None, sound]) == b"\x00\x00\x00\x01"
+    assert _native.core.jpeg_sound_many([]) == b"" and _jpeg.jpeg_problems([]) == []
+    with pytest.raises(TypeError):
+        _native.core.jpeg_sound_many(5)
+
+
+def _exif_variants(data: bytes, seed: int) -> list[bytes]:
+    """A JPEG with an EXIF block (APP1) whose TIFF structure is bent: byte order, IFD offsets, entry counts, tag
+    kinds and orientation values set near their limits, and the block cut at every length."""
+    rng = np.random.default_rng(seed)
+    at = data.find(b"Exif\x00\x00")
+    if at < 0:
+        return []
+    out = []
+    tiff = at + 6
+    for _ in range(300):
+        body = bytearray(data)
+        for _ in range(int(rng.integers(1, 3))):
+            where = tiff + int(rng.integers(0, 40))
+            body[where] = int(rng.choice([0, 1, 2, 3, 8, 9, 0x12, 0x2A, 0x49, 0x4D, 0xFF, int(rng.integers(256))]))
+        out.append(bytes(body))
+    length = data[at - 2] << 8 | data[at - 1]
+    for cut in range(0, length - 2, 3):  # the APP1 segment's declared length shortened (the block cut)
+        out.append(data[:at - 2] + (cut + 2).to_bytes(2, "big") + data[at: at + cut] + data[at - 2 + length:])
+    return out
+
+
+def test_native_jpeg_headers_many_agrees_with_the_reference_sniff():
+    """A differential of the compiled header read (jpeg_headers_many, the GIL released once a batch) against
+    _formats._jpeg, the reference, on the corpus's JPEGs (EXIF orientations, CMYK with an Adobe marker, gray,
+    progressive) and the structure and EXIF variants; sniff_many gives sniff's Header for every item on both
+    backends (PNGs and other bytes go to sniff)."""
+    from tfr_torch import _native
+    from tfr_torch.images import _formats
+
+    if _native.core is None:
+        pytest.skip(f"the compiled core is not built here ({_native.import_error})")
+    names = sorted(os.listdir(os.path.join(HERE, "src")))
+    sources = [read(name) for name in names if name.endswith(".jpg")]
+    sound = noisy_jpeg()
+    app0, sof = sound.index(b"\xff\xe0"), sound.index(b"\xff\xc0")
+    no_jfif = sound[:app0] + sound[app0 + 2 + (sound[app0 + 2] << 8 | sound[app0 + 3]):]
+    at = no_jfif.index(b"\xff\xc0") + 10  # the first component id
+    stored_rgb = (no_jfif[:at] + b"R" + no_jfif[at + 1: at + 3] + b"G" + no_jfif[at + 4: at + 6] + b"B"
+                  + no_jfif[at + 7:])
+    adobe = [no_jfif[:2] + b"\xff\xee\x00\x0eAdobe\x00\x64\x00\x00\x00\x00" + bytes([t]) + no_jfif[2:]
+             for t in (0, 1, 2)]
+    sources += [stored_rgb, no_jfif, *adobe, sound[:sof + 12]]
+    inputs = list(sources)
+    for k, source in enumerate(sources):
+        inputs += _structure_variants(source, 50 + k, 200) + mutated(source, 100, 200 + k) + _exif_variants(source, k)
+    found = _native.core.jpeg_headers_many(inputs)
+    mismatched = []
+    for data, got in zip(inputs, found):
+        if data[:3] != b"\xff\xd8\xff":
+            assert got is None
+            continue
+        h = _formats._jpeg(data)
+        if got != (h.components, h.precision, h.orientation, h.height, h.width, h.frame, h.rgb):
+            mismatched.append((data, got, h))
+    assert not mismatched, mismatched[:2]
+    orientations = {h[2] for h in found if h is not None}
+    assert orientations >= set(range(1, 9)) and any(h is not None and h[6] for h in found)  # the inputs vary
+    others = [read(name) for name in names if not name.endswith(".jpg")][:8] + [b"", b"\xff\xd8", b"x" * 9]
+    batch = inputs[:300] + others + [bytearray(sources[0])]
+    assert _formats.sniff_many(batch) == [_formats.sniff(d) for d in batch]
+    previous = _native.set_backend("python")
+    try:
+        assert _formats.sniff_many(batch) == [_formats.sniff(d) for d in batch]
+    finally:
+        _native.set_backend(previous)
+    assert _native.core.jpeg_headers_many([]) == []
+    with pytest.raises(TypeError):
+        _native.core.jpeg_headers_many(3)

@@ -16,10 +16,11 @@ byte).
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from tfr_torch import _native
 
-__all__ = ["jpeg_problem"]
+__all__ = ["jpeg_problem", "jpeg_problems"]
 
 # a marker inside or after entropy-coded data: fill bytes, then a code that is not a stuffed zero or RSTn (B.1.1.5)
 # (the first 0xFF of a run of fill bytes is followed by 0xFF, so the match is at the marker's own 0xFF; written
@@ -96,6 +97,17 @@ def jpeg_problem(data: bytes) -> str | None:
         if pos < 0:
             return f"no end-of-image marker: the data ends inside the scan that starts at byte {scan}"
         scans += 1
+
+
+def jpeg_problems(items: Sequence[bytes]) -> list[str | None]:
+    """jpeg_problem of each item. With the compiled core, the whole batch is checked at once with the GIL released
+    (jpeg_sound_many: the same checks, which only say whether there is a problem), and only the items it finds
+    unsound go through jpeg_problem, for its words: a GPU batch's host work no longer holds the GIL for each
+    image's walk beside a training loop's own Python."""
+    core = _native.core
+    sound = getattr(core, "jpeg_sound_many", None) if core is not None else None
+    flags = sound(items) if sound is not None else bytes(len(items))
+    return [None if flag else jpeg_problem(data) for flag, data in zip(flags, items)]
 
 
 def next_marker(data: bytes, start: int) -> int:

@@ -14,7 +14,7 @@ from tfr_torch.data.items import applying
 from tfr_torch.errors import DecodeError
 from tfr_torch.format.location import location_of
 from tfr_torch.images import _pixels
-from tfr_torch.images._formats import sniff
+from tfr_torch.images._formats import sniff_many
 from tfr_torch.images.decode import _decode_one, _resolve
 from tfr_torch.images.transforms import ImageTransform, _resize_each
 
@@ -90,7 +90,7 @@ class DecodeImages:
 
         # crops are planned from the JPEG headers' frame sizes, so each image is decoded, resized and dropped before
         # the next one is decoded; only an image whose header has no size is decoded first
-        headers = [sniff(d) for d in items]
+        headers = sniff_many(items)
         early = {k: decode(k) for k, h in enumerate(headers) if not (h.height and h.width)}
         sizes = [(h.height, h.width) if k not in early else (int(early[k].shape[-2]), int(early[k].shape[-1]))
                  for k, h in enumerate(headers)]

@@ -36,8 +36,8 @@ import torch
 from tfr_torch.errors import DecodeError
 from tfr_torch.format.location import ExampleName, location_of
 from tfr_torch.images import _accel, _pixels
-from tfr_torch.images._formats import Header, looks_like_tensor_proto, sniff
-from tfr_torch.images._jpeg import jpeg_problem
+from tfr_torch.images._formats import Header, looks_like_tensor_proto, sniff, sniff_many
+from tfr_torch.images._jpeg import jpeg_problems
 from tfr_torch.images._pillow import PillowError, UnsupportedPixels, decode_pillow, exif_orientation, padded_base
 
 __all__ = ["decode_image", "image_backends", "choose_backend", "BACKENDS"]
@@ -270,16 +270,20 @@ def decode_views(items: Sequence[bytes], names: Sequence[Optional[ExampleName]],
     may be [C, H, W] views of [H, W, C] memory (for the image transforms). On a GPU, every JPEG of the batch has its
     structure checked before any of them is decoded; a bad one raises DecodeError naming it (a RecordLocation
     name sets the error's path and offset). `headers`: the items' sniff() results, when the caller has them."""
-    headers = [sniff(d) for d in items] if headers is None else headers
+    headers = sniff_many(items) if headers is None else headers
     out: list[Optional[tuple[torch.Tensor, tuple[int, int]]]] = [None] * len(items)
     groups: dict[tuple[str, bool], list[int]] = {}
-    for k, (data, header) in enumerate(zip(items, headers)):
+    wanted: list[tuple[int, str]] = []  # (item, its GPU decoder)
+    for k, header in enumerate(headers):
         chosen = _gpu_decoder(header, backend) if device.type == "cuda" else None
         if chosen is not None:
-            if jpeg_problem(data) is not None:  # the CPU decides it: the contract's pixels, or its DecodeError
-                continue
-            gray = mode in ("GRAY", "GRAY_ALPHA") or (mode == "UNCHANGED" and header.components == 1)
-            groups.setdefault((chosen, gray), []).append(k)
+            wanted.append((k, chosen))
+    problems = jpeg_problems([items[k] for k, _ in wanted]) if wanted else []  # the whole batch at once
+    for (k, chosen), problem in zip(wanted, problems):
+        if problem is not None:  # the CPU decides it: the contract's pixels, or its DecodeError
+            continue
+        gray = mode in ("GRAY", "GRAY_ALPHA") or (mode == "UNCHANGED" and headers[k].components == 1)
+        groups.setdefault((chosen, gray), []).append(k)
     on_gpu = {k for indices in groups.values() for k in indices}
     for k, data in enumerate(items):
         if k not in on_gpu:

@@ -36,7 +36,7 @@ import torch
 from tfr_torch.errors import DecodeError
 from tfr_torch.format.location import ExampleName, RecordLocation
 from tfr_torch.images import _pixels
-from tfr_torch.images._formats import sniff
+from tfr_torch.images._formats import sniff_many
 from tfr_torch.images._ahead import Ahead
 from tfr_torch.images.decode import _resolve, decode_views
 from tfr_torch.images.device_streams import Streams, streams_for
@@ -333,7 +333,7 @@ class DeviceLoader:
         on_gpu = self._device.type == "cuda"
         indices = list(range(first, first + len(items)))
         regions = None
-        headers = [sniff(d) for d in items]
+        headers = sniff_many(items)
         if transform is not None and self.device.type == "cuda" and self.regions:
             if all(h.height and h.width for h in headers):  # plan the crops now: decode only their regions
                 boxes, _ = transform.plan([(h.height, h.width) for h in headers], epoch, self.rank, indices)

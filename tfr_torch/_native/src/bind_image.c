@@ -32,6 +32,93 @@ PyObject *py_jpeg_next_marker(PyObject *self, PyObject *args) {
     return PyLong_FromSsize_t(found == (size_t)-1 ? -1 : (Py_ssize_t)found);
 }
 
+/* jpeg_sound_many(items) -> bytes: for each item of the sequence, 1 when it is bytes holding a JPEG the structure
+ * check finds sound (tfr_jpeg_sound), else 0; the whole batch checked with the GIL released once. */
+PyObject *py_jpeg_sound_many(PyObject *self, PyObject *arg) {
+    PyObject *items = PySequence_Tuple(arg); /* ours: its items stay alive while the GIL is released */
+    if (!items) return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(items);
+    const unsigned char **srcs = malloc((n ? (size_t)n : 1) * sizeof(char *));
+    size_t *lens = malloc((n ? (size_t)n : 1) * sizeof(size_t));
+    PyObject *result = PyBytes_FromStringAndSize(NULL, n);
+    if (!srcs || !lens || !result) {
+        if (result) Py_CLEAR(result);
+        if (!PyErr_Occurred()) PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PyTuple_GET_ITEM(items, i);
+        srcs[i] = PyBytes_CheckExact(item) ? (const unsigned char *)PyBytes_AS_STRING(item) : NULL;
+        lens[i] = srcs[i] ? (size_t)PyBytes_GET_SIZE(item) : 0;
+    }
+    unsigned char *flags = (unsigned char *)PyBytes_AS_STRING(result);
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) flags[i] = srcs[i] ? (unsigned char)tfr_jpeg_sound(srcs[i], lens[i]) : 0;
+    Py_END_ALLOW_THREADS
+done:
+    free(srcs);
+    free(lens);
+    Py_DECREF(items);
+    return result;
+}
+
+/* jpeg_headers_many(items) -> list: for each item of the sequence, (components, precision, orientation, height,
+ * width, frame, rgb) as tfr_torch/images/_formats.py's _jpeg reads them when it is bytes starting FF D8 FF (a
+ * JPEG's), else None; the headers read with the GIL released once. */
+PyObject *py_jpeg_headers_many(PyObject *self, PyObject *arg) {
+    PyObject *items = PySequence_Tuple(arg); /* ours: its items stay alive while the GIL is released */
+    if (!items) return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(items);
+    const unsigned char **srcs = malloc((n ? (size_t)n : 1) * sizeof(char *));
+    size_t *lens = malloc((n ? (size_t)n : 1) * sizeof(size_t));
+    tfr_jpeg_info *infos = malloc((n ? (size_t)n : 1) * sizeof(tfr_jpeg_info));
+    PyObject *result = NULL;
+    if (!srcs || !lens || !infos) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PyTuple_GET_ITEM(items, i);
+        srcs[i] = NULL;
+        lens[i] = 0;
+        if (PyBytes_CheckExact(item) && PyBytes_GET_SIZE(item) >= 3) {
+            const unsigned char *data = (const unsigned char *)PyBytes_AS_STRING(item);
+            if (data[0] == 0xFF && data[1] == 0xD8 && data[2] == 0xFF) {
+                srcs[i] = data;
+                lens[i] = (size_t)PyBytes_GET_SIZE(item);
+            }
+        }
+    }
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (srcs[i]) tfr_jpeg_header(srcs[i], lens[i], &infos[i]);
+    Py_END_ALLOW_THREADS
+    result = PyList_New(n);
+    if (!result) goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *entry;
+        if (srcs[i]) {
+            const tfr_jpeg_info *f = &infos[i];
+            entry = Py_BuildValue("(iiiiiiO)", f->components, f->precision, f->orientation, f->height, f->width,
+                                  f->frame, f->rgb ? Py_True : Py_False);
+            if (!entry) {
+                Py_CLEAR(result);
+                goto done;
+            }
+        } else {
+            Py_INCREF(Py_None); /* (Py_NewRef is Python 3.10+) */
+            entry = Py_None;
+        }
+        PyList_SET_ITEM(result, i, entry);
+    }
+done:
+    free(srcs);
+    free(lens);
+    free(infos);
+    Py_DECREF(items);
+    return result;
+}
+
 #ifdef TFR_HAVE_ZLIB
 /* png_decode_many(images, out, width, height, colour) -> (index, reason): the PNGs (a sequence of bytes) decoded
  * into the writable `out` (len(images) * height * width * channels bytes); index -1 when all decoded, else the

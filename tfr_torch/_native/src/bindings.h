@@ -30,6 +30,8 @@ PyObject *py_frame_records(PyObject *self, PyObject *arg);
 
 /* bind_image.c: JPEG markers, PNG sequences, pixel layouts */
 PyObject *py_jpeg_next_marker(PyObject *self, PyObject *args);
+PyObject *py_jpeg_sound_many(PyObject *self, PyObject *arg);
+PyObject *py_jpeg_headers_many(PyObject *self, PyObject *arg);
 #ifdef TFR_HAVE_ZLIB
 PyObject *py_png_decode_many(PyObject *self, PyObject *args);
 #endif

@@ -38,6 +38,11 @@ static PyMethodDef module_methods[] = {
      "interleaved uint8 pixels as (v - sub) * mul floats (float32 or bfloat16), planes or interleaved"},
     {"jpeg_next_marker", py_jpeg_next_marker, METH_VARARGS,
      "jpeg_next_marker(buffer, start) -> offset of the next marker's 0xFF after JPEG entropy-coded data, or -1"},
+    {"jpeg_sound_many", py_jpeg_sound_many, METH_O,
+     "jpeg_sound_many(items) -> bytes: 1 for each item that is bytes holding a structurally sound JPEG, else 0"},
+    {"jpeg_headers_many", py_jpeg_headers_many, METH_O,
+     "jpeg_headers_many(items) -> list: (components, precision, orientation, height, width, frame, rgb) for each "
+     "item that is bytes starting like a JPEG, else None"},
 #ifndef _WIN32
     {"read_framed", py_read_framed, METH_VARARGS,
      "read_framed(fd, offset or offsets, sizes, verify) -> (records, good): records of known framed sizes (back to "
