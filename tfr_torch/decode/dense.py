@@ -30,6 +30,8 @@ class FixedLenDecoder:
         self.count = math.prod(spec.shape)
         self.default: Any = None if spec.default_value is None else wire_default(
             spec.default_value, spec.dtype, self.count, key, "FixedLenFeature")
+        if self.count == 0:  # TensorFlow reads an empty default as none: a feature of no values stays required
+            self.default = None
         # the numpy dtype of the wire values when they are the result's values as they are (no conversion)
         self._direct = direct_numpy(spec.dtype)
         self._scalar = not spec.shape
@@ -77,10 +79,15 @@ class FixedLenDecoder:
                 return row if single else [row]
             tensor = units.convert(np.asarray(col.values), spec.dtype, key, lambda pos: 0).reshape(1, *spec.shape)
             return tensor[0] if single else tensor
-        missing = ~col.present
+        present = col.present
+        if units.what == "context feature" and not present.all():
+            # a SequenceExample's context: TensorFlow reads a Feature with no kind set as present with no values
+            # (in an Example it counts as missing)
+            present = present | _kindless(units, key)
+        missing = ~present
         # the first example that is missing a required feature or holds another count of values: TensorFlow
         # checks example by example, so whichever comes first is the one to name
-        wrong = col.present & (col.counts != n)
+        wrong = present & (col.counts != n)
         bad = (wrong | missing) if self.default is None else wrong
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
@@ -103,17 +110,26 @@ class FixedLenDecoder:
                 return col.values[0] if single else list(col.values)
             rows, it = [], iter(col.values)
             for i in range(b):
-                flat = [next(it) for _ in range(n)] if col.present[i] else list(self.default)
+                flat = [next(it) for _ in range(n)] if present[i] else list(self.default)
                 rows.append(nest(flat, spec.shape))
             return rows[0] if single else rows
         if missing.any():
             array = np.empty((b, n), dtype=NUMPY_OF_WIRE[self.kind])
-            array[col.present] = np.asarray(col.values).reshape(int(col.present.sum()), n)
+            array[present] = np.asarray(col.values).reshape(int(present.sum()), n)
             array[missing] = self.default
         else:
             array = np.asarray(col.values).reshape(b, n)
         tensor = units.convert(array, spec.dtype, key, lambda pos: pos // max(n, 1)).reshape(b, *spec.shape)
         return tensor[0] if single else tensor
+
+
+def _kindless(units: Units, key: str) -> np.ndarray:
+    """Per unit, True where its Feature of `key` is there with no kind set (raw bytes b"")."""
+    if units.raw_columns is not None and key in units.raw_columns:
+        raws: Sequence[bytes | None] = units.raw_columns[key]
+    else:
+        raws = [m.get(key) for m in units.maps]
+    return np.array([raw is not None and len(raw) == 0 for raw in raws], dtype=bool).reshape(units.n)
 
 
 class DenseBlock:

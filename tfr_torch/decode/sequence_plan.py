@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from tfr_torch import _native
-from tfr_torch.decode.dense import StepSequenceDecoder
+from tfr_torch.decode.dense import FixedLenDecoder, StepSequenceDecoder
 from tfr_torch.decode.kernel import _KERNEL_KINDS, _NO_FEATURES, _NUMPY_OF_KIND, _example_kernel, _kernel_units
 from tfr_torch.decode.plan_inputs import (
     _EXAMPLE_DECODERS,
@@ -32,6 +32,7 @@ from tfr_torch.format.columns import Column
 from tfr_torch.format.location import ExampleName
 from tfr_torch.format.options import FeatureKind
 from tfr_torch.format.strict import sequence_example_features
+from tfr_torch.format.wire import WireError, read_delimited, read_tag, skip_field
 
 __all__ = ["SequenceExamplePlan"]
 
@@ -83,6 +84,7 @@ class SequenceExamplePlan:
             data = _record_bytes(record, locator, i)
             try:
                 context_features, record_lists = sequence_example_features(data)
+                _check_entries_key_first(data)
             except DecodeError as exc:
                 raise _located(exc, locator, i) from None
             contexts.append(context_features)
@@ -122,7 +124,7 @@ class SequenceExamplePlan:
                 self._kernel = _example_kernel(core, self._context_kinds)
                 self._kernel_of = core
             context_units = _kernel_units(self._kernel, self._context_kinds, records, what="context feature")
-            if context_units is None:
+            if context_units is None or self._maybe_kindless(context_units, records):
                 return None
             context_units.locator = locator
         lists = {key: column for key, column in zip(self._list_kinds, columns)}
@@ -132,6 +134,18 @@ class SequenceExamplePlan:
         n = len(records)
         return (context, *self._feature_lists(
             lambda key, decoder: self._native_steps(key, decoder, lists, n, locator, core), single))
+
+    def _maybe_kindless(self, units: Units, records: Sequence[bytes]) -> bool:
+        """Whether a record the kernel found without a context FixedLenFeature may hold it with no kind set (its key's
+        bytes are in the record): TensorFlow reads that as present with no values, which the reference decides."""
+        for key, decoder in self.context.items():
+            if isinstance(decoder, FixedLenDecoder):
+                present = units.column(key, decoder.kind).present
+                if not present.all():
+                    needle = key.encode()
+                    if any(needle in bytes(records[int(i)]) for i in np.flatnonzero(~present)):
+                        return True
+        return False
 
     def _native_steps(self, key: str, decoder: Any, lists: dict[str, Any], n: int, locator: Locator,
                       core: Any) -> tuple[Units, np.ndarray]:
@@ -189,6 +203,14 @@ class SequenceExamplePlan:
                                     what="feature list")
             n = next(iter(counts.values()))
             per_example[i] = n
+            for k, steps in found.items():
+                for step, raw in enumerate(steps):
+                    at = _bytes_after_list(raw)
+                    if at is not None:
+                        raise locator.error(k, i, f"is malformed: its tf.train.Feature ({len(raw)} bytes) has more "
+                                                  f"fields after its list (at byte {at}); TensorFlow's "
+                                                  "parse_sequence_example rejects them in a feature list's steps",
+                                            step, what="feature list")
             for step in range(n):
                 maps.append({k: v[step] for k, v in found.items()})
             example_of.extend([i] * n)
@@ -196,3 +218,53 @@ class SequenceExamplePlan:
         units = Units(maps, locator, np.array(example_of, dtype=np.int64), np.array(step_of, dtype=np.int64),
                       what="feature list")
         return units, per_example
+
+
+# TensorFlow's parse_sequence_example is stricter than its parse_example (checked with TensorFlow 2.21): every map
+# entry of a SequenceExample (context or feature lists, read or not) must hold its key before its value, and a step
+# of a feature list it reads must be its one list and nothing after it (no unknown field after the list, none after
+# a packed run inside it). Records that break these are refused on every path (the compiled core leaves them to
+# this reference: it takes only key-then-value entries and steps that are one list).
+
+
+def _check_entries_key_first(data: bytes) -> None:
+    """Raise DecodeError at the first map entry of a SequenceExample (already checked by format.strict) whose
+    value comes before its key."""
+    try:
+        pos, end = 0, len(data)
+        while pos < end:
+            number, wire, after = read_tag(data, pos, end)
+            if wire != 2 or number not in (1, 2):
+                pos = skip_field(data, after, end, wire)
+                continue
+            start, pos = read_delimited(data, after, end, "field")
+            at = start
+            while at < pos:
+                _, _, body = read_tag(data, at, pos)
+                entry, at = read_delimited(data, body, pos, "map entry")
+                if entry < at and data[entry] != 0x0A:  # the key (field 1, length-delimited) is not first
+                    what = "context feature" if number == 1 else "feature list"
+                    raise DecodeError(f"cannot parse {len(data)} bytes as a tf.train.SequenceExample: byte {entry} "
+                                      f"has a {what} map entry with its value before its key (TensorFlow's "
+                                      "parse_sequence_example rejects it)", position=entry)
+    except WireError:
+        return  # not reached for records format.strict accepted
+
+
+def _bytes_after_list(raw: bytes) -> int | None:
+    """Where a step's Feature has more bytes after its list, or after the packed run inside a numeric list;
+    None when it has none (or is malformed or kind-less: format.strict's decode_feature decides those)."""
+    end = len(raw)
+    if end < 2 or raw[0] not in (0x0A, 0x12, 0x1A):
+        return None
+    try:
+        start, stop = read_delimited(raw, 1, end, "list")
+        if stop < end:
+            return stop
+        if raw[0] != 0x0A and start < stop and raw[start] == 0x0A:  # a numeric list's packed run
+            _, run_stop = read_delimited(raw, start + 1, stop, "packed run")
+            if run_stop < stop:
+                return run_stop
+    except WireError:
+        return None
+    return None
