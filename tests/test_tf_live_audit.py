@@ -118,15 +118,20 @@ def _rows(value: Any) -> list:
 
 @pytest.mark.parametrize("entry", DATA["spec_errors"], ids=lambda e: f"{e['index_key']}-{e['size']}")
 def test_sparse_feature_index_key_and_size_forms(entry):
-    """Fixed: SparseFeature(["i"], ..., size=4) and SparseFeature("i", ..., size=[4]) were taken; TF refuses a list
-    of index keys with a single size and a single key with a list of sizes (TypeError)."""
+    """TF refuses a list of index keys with a single size, and a single key with a list of sizes (TypeError);
+    tfr_torch takes both forms of one dimension alike (looser on purpose: a spec, not data; earlier releases took
+    them and specs in use have them), and a count mismatch is a ValueError as in TF."""
     index_key = tuple(entry["index_key"]) if isinstance(entry["index_key"], list) else entry["index_key"]
     size = tuple(entry["size"]) if isinstance(entry["size"], list) else entry["size"]
-    if entry["tf"] == "ok":
-        tfr_torch.SparseFeature(index_key, "v", "int64", size)
+    keys = 1 if isinstance(index_key, str) else len(index_key)
+    sizes = 1 if isinstance(size, int) else len(size)
+    if keys != sizes:
+        with pytest.raises(ValueError):
+            tfr_torch.SparseFeature(index_key, "v", "int64", size)
         return
-    with pytest.raises(TypeError, match="must both be single"):
-        tfr_torch.SparseFeature(index_key, "v", "int64", size)
+    feature = tfr_torch.SparseFeature(index_key, "v", "int64", size)
+    assert (feature.index_key, feature.size) == ((index_key, size) if keys > 1 else (
+        index_key if isinstance(index_key, str) else index_key[0], size if isinstance(size, int) else size[0]))
 
 
 # Random cases where TF's single form fails on an empty RowSplits in its Python wrapper (the quirk of
@@ -142,6 +147,11 @@ def test_random_cases_match_tensorflow(case):
     if case["name"] in EMPTY_SPLITS_QUIRK:
         assert "Dimension -1 must be >= 0" in case["error"]["core"]
         pg.run_case(case)  # no rows, as the batch form reads them (test_empty_row_splits_read_as_no_rows)
+        return
+    if case.get("error", {}).get("message", "").startswith("vocab_size has to be a list"):
+        # a SparseFeature of one index key given as a list, or one size as a list: TF refuses the spec, tfr_torch
+        # takes it (test_sparse_feature_index_key_and_size_forms); TF said nothing of the records
+        assert case["error"]["type"] == "TypeError"
         return
     stricter = STRICTER.get(case["name"])
     if stricter is not None:

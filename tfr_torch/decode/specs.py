@@ -152,9 +152,6 @@ class SparseFeature:
                              "same number of entries")
         if any(not isinstance(s, int) or s < 0 for s in sizes):
             raise ValueError(f"SparseFeature: size must be non-negative ints, got {self.size!r}")
-        if isinstance(self.index_key, str) != isinstance(self.size, int):  # as tf.io.SparseFeature (TypeError)
-            raise TypeError(f"SparseFeature: index_key {self.index_key!r} and size {self.size!r} must both be single "
-                            "(a str and an int) or both sequences of one entry per dimension, as in TensorFlow")
         object.__setattr__(self, "index_key", keys[0] if len(keys) == 1 else keys)
         object.__setattr__(self, "size", sizes[0] if len(sizes) == 1 else sizes)
 
