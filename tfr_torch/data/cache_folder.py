@@ -13,11 +13,12 @@ import os
 import re
 import warnings
 import zlib
-from typing import Any
+from typing import IO, Any, cast
 
 import torch
 
 from tfr_torch.format.paths import atomic_output
+from tfr_torch.format.writer import naming_the_path
 
 __all__ = ["CACHE_FORMAT", "describe_source", "source_identity"]
 
@@ -73,12 +74,52 @@ def prepare_folder(folder: str, dataset: Any) -> None:
 
 
 def write_part(folder: str, key: str, kept: list[Any], source_epoch: int) -> None:
-    """Keep reader `key`'s items, read in `source_epoch`: the part, then its check."""
+    """Keep reader `key`'s items, read in `source_epoch`: the part, then its check. Where the disk refuses either
+    (full), neither is left (nor a part of an earlier epoch: its check was replaced first, or is gone), and the
+    OSError names the file."""
     path = part_path(folder, key)
-    with atomic_output(path) as f:
-        torch.save(kept, f)
-    with atomic_output(check_path(folder, key)) as f:  # after the part: a part without one is not replayed
-        f.write(json.dumps({**_file_crc(path), "epoch": source_epoch}).encode())
+    try:
+        with contextlib.suppress(FileNotFoundError):  # a part of an earlier epoch under this name: first its check,
+            os.remove(check_path(folder, key))  # so that no check ever describes a part it was not made for
+        with naming_the_path(path, "a part of a CachedDataset's folder"), atomic_output(path) as f:
+            _save(kept, f)
+        check = check_path(folder, key)
+        with naming_the_path(check, "the check of a part of a CachedDataset's folder"), atomic_output(check) as f:
+            f.write(json.dumps({**_file_crc(path), "epoch": source_epoch}).encode())  # after the part (see above)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(path)  # a part without its check is never replayed: it would only hold the disk
+        raise
+
+
+class _Watched:
+    """A binary file whose write errors are kept: torch.save turns one into its own RuntimeError ("unexpected pos
+    ..."), which says nothing of a full disk."""
+
+    def __init__(self, file: IO[bytes]) -> None:
+        self.file = file
+        self.error: OSError | None = None
+
+    def write(self, data: Any) -> int:
+        try:
+            return self.file.write(data)
+        except OSError as exc:
+            self.error = exc
+            raise
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.file, name)
+
+
+def _save(items: list[Any], file: IO[bytes]) -> None:
+    """torch.save(items, file); where writing the file failed, that OSError (not torch's error about it)."""
+    watched = _Watched(file)
+    try:
+        torch.save(items, cast(IO[bytes], watched))
+    except Exception as exc:
+        if watched.error is not None and watched.error is not exc:
+            raise watched.error from exc
+        raise
 
 
 def part_epoch(folder: str, key: str) -> int | None:

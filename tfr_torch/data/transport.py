@@ -33,6 +33,7 @@ of them: data/slabs.py; the main process's mappings and the rebuilding of batche
 from __future__ import annotations
 
 import mmap
+import pickle
 import warnings
 from multiprocessing.reduction import ForkingPickler
 from typing import Any, Callable
@@ -249,6 +250,50 @@ def _write(plan: list[tuple[Any, str, Any]], mm: mmap.mmap) -> list[Entry]:
     return entries
 
 
+class _Inline:
+    """A dense CPU tensor of a batch sent without a slab: torch's way (its storage moved to torch's shared memory,
+    /dev/shm, and sent as a descriptor), moved here rather than later in the pickler, where torch's error for a full
+    /dev/shm (64 MB in a default Docker container) is raised in the worker's queue feeder thread, which prints it and
+    drops the batch (the DataLoader then ends the epoch without it, or waits for it forever). Where torch's shared
+    memory cannot be had, the tensor goes in the pickle itself, as its bytes (slower, with one warning per
+    process)."""
+
+    __slots__ = ("tensor",)
+
+    def __init__(self, tensor: torch.Tensor) -> None:
+        self.tensor = tensor
+
+    def __reduce__(self) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+        tensor = self.tensor
+        if not tensor.is_shared() and _SHM_FAILED[0] is None:
+            try:
+                tensor.share_memory_()
+            except (RuntimeError, OSError) as exc:  # torch: "unable to allocate shared memory(shm) ... (28)"
+                _SHM_FAILED[0] = str(exc)
+                warnings.warn(f"tfr_torch: torch's shared memory (/dev/shm) cannot hold a batch's tensors ({exc}); "
+                              "they go through the DataLoader's pipe as bytes instead (slower for large batches)",
+                              RuntimeWarning, stacklevel=2)
+        if tensor.is_shared():
+            return _unwrap, (tensor,)  # torch's reduction: the storage's descriptor
+        return pickle.loads, (pickle.dumps(tensor),)  # plain pickle: the tensor's bytes, in the message
+
+
+_SHM_FAILED: list[str | None] = [None]  # why torch's shared memory failed in this process (then: tensors as bytes)
+
+
+def _inline(value: Any) -> Any:
+    """A batch's value, as it goes in the pickle where no slab holds it: each dense CPU tensor in it (in dicts and
+    lists as deep as they go) wrapped in _Inline, sparse tensors as _portable sends them."""
+    cls = type(value)
+    if cls is dict or cls is Batch:
+        return {key: _inline(item) for key, item in value.items()}
+    if cls is list:
+        return [_inline(item) for item in value]
+    if _slab_tensor(value):
+        return _Inline(value)
+    return _portable(value)
+
+
 def _reduce(items: list[tuple[Any, Any]], container: Container) -> tuple[Callable[..., Any], tuple[Any, ...]]:
     """A batch's items reduced for the pickle (see _reducer): the values written into a slab, the tensors made in
     lent slabs (slab_tensor) as where they lie, plus what is left. A dict with nested values (an RLDS episode:
@@ -276,17 +321,17 @@ def _reduce(items: list[tuple[Any, Any]], container: Container) -> tuple[Callabl
                 plan.append((key, "b", value))
                 size += _pad(total)
             else:
-                inline.append((key, _portable(value)))
+                inline.append((key, _inline(value)))
         slab = pool.take(size) if plan else None
         if slab is None and not lent:
-            return _rebuild_inline, (container, [(key, _portable(value)) for key, value in items])
+            return _rebuild_inline, (container, [(key, _inline(value)) for key, value in items])
         ref, entries = None, []
         if slab is not None:
             entries = _write(plan, slab.mm)
             slab.sent += 1
             ref = (pool.pid, slab.fd, slab.serial, _HEADER + slab.size)
         else:
-            inline += [(key, value) for key, _, value in plan]
+            inline += [(key, _inline(value)) for key, _, value in plan]
         views: list[Lent] = []
         for held, nbytes, at in lent.values():
             held.sent += 1  # released by the receiver when its views of the slab are gone
@@ -313,7 +358,7 @@ def _reduce_nested(items: list[tuple[Any, Any]]) -> tuple[Callable[..., Any], tu
             plan = copied
         slab = pool.take(_plan_size(plan)) if plan else None
         if slab is None and (plan or not lent):
-            return _rebuild_inline, ("dict", [(key, _portable(value)) for key, value in items])
+            return _rebuild_inline, ("dict", [(key, _inline(value)) for key, value in items])
         ref, entries = None, []
         if slab is not None:
             entries = _write(plan, slab.mm)
@@ -341,7 +386,7 @@ def _reducer(items_of: Callable[[Any], tuple[Container, list[tuple[Any, Any]]]]
         except Exception as exc:  # noqa: BLE001 - any failure must not lose the batch
             warnings.warn(f"tfr_torch: a batch could not go through the shared-memory transport ({type(exc).__name__}: "
                           f"{exc}); it was sent the usual way", RuntimeWarning, stacklevel=2)
-            return _rebuild_inline, (container, items)
+            return _rebuild_inline, (container, [(key, _inline(value)) for key, value in items])
 
     return reduce
 

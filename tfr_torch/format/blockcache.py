@@ -18,20 +18,24 @@ start together on a cold cache) wait for the first one's fetch instead of each m
 is the kernel's: a fetcher that dies releases it, and the next one finds no block and fetches it. The lock only
 saves requests; what is served never depends on it (a block is whole or absent either way).
 
-Reads by offset keep up to `_OPEN_BLOCKS` blocks open per process (`pread`): a record costs one `pread`, not an
-open, a stat and a close. Blocks are never changed in place (a new block is a new file), so an open descriptor
-always reads the bytes its name stood for, also after another process evicted it (its disk space is freed when
-the descriptor closes).
+Reads by offset keep up to `_OPEN_BLOCKS` blocks open per process (`pread`; fewer where the process may open few
+files: an eighth of RLIMIT_NOFILE): a record costs one `pread`, not an open, a stat and a close. Where the process
+runs out of descriptors all the same (EMFILE), those kept are closed and the open tried again; a block that still
+cannot be opened is a miss (fetched again), never an error. Blocks are never changed in place (a new block is a
+new file), so an open descriptor always reads the bytes its name stood for, also after another process evicted it
+(its disk space is freed when the descriptor closes).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import logging
 import mmap
 import os
+import resource
 import threading
 import time
 import uuid
@@ -45,7 +49,9 @@ _log = logging.getLogger(__name__)
 _SUFFIX = ".blk"
 _STALE_TMP_S = 600.0  # a temporary file this old belongs to a writer that died: the eviction scan removes it
 _LOW_WATER = 0.9
-_OPEN_BLOCKS = 128  # descriptors of cached blocks kept open per process for reads by offset (1 GiB of 8 MiB blocks)
+_OPEN_BLOCKS = 128  # descriptors of cached blocks kept open per process for reads by offset (1 GiB of 8 MiB blocks),
+# at most an eighth of the process's descriptor limit (RLIMIT_NOFILE: 1024 in many containers, 64 in some)
+_SHORT_OF_DESCRIPTORS = (errno.EMFILE, errno.ENFILE)
 _LOCK_SUFFIX = ".lock"
 
 
@@ -117,6 +123,17 @@ def _close_held(fd: int) -> None:
         os.close(fd)  # closing releases the lock
 
 
+def _open_limit() -> int:
+    """How many block descriptors a process keeps open: _OPEN_BLOCKS, at most an eighth of its RLIMIT_NOFILE."""
+    try:
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (OSError, ValueError):
+        return _OPEN_BLOCKS
+    if soft == resource.RLIM_INFINITY or soft <= 0:
+        return _OPEN_BLOCKS
+    return max(1, min(_OPEN_BLOCKS, soft // 8))
+
+
 def block_key(url: str, version: str, size: int, block_size: int, block: int) -> str:
     """The name of one block in the cache: a hash of everything that decides its bytes."""
     text = f"{url}\0{version}\0{size}\0{block_size}\0{block}"
@@ -141,7 +158,10 @@ class BlockCache:
         self._usage_path = os.path.join(self.folder, ".usage")
         self._touched: set[str] = set()  # blocks whose time this process set already (one utime per block)
         self._open: OrderedDict[str, int] = OrderedDict()  # key -> descriptor of a whole block, least recent first
-        self._open_lock = threading.Lock()
+        self._open_lock = threading.RLock()  # (reentrant: _open_whole sheds the kept descriptors under it)
+        self._max_open = _open_limit()
+        self._short_logged = False
+        self._complained = False
         self.hits = self.misses = self.evicted = 0  # this process's counts, for tests and benchmarks
         self.fetched = self.waited = 0  # fills that fetched a block; fills that found it fetched by another reader
 
@@ -211,7 +231,20 @@ class BlockCache:
         reading many records of one block in one call."""
         with self._open_lock:
             fd = self._kept(key, length)
-            return None if fd is None else os.dup(fd)
+            if fd is None:
+                return None
+            try:
+                return os.dup(fd)
+            except OSError as exc:
+                if exc.errno not in _SHORT_OF_DESCRIPTORS:
+                    raise
+                self._shed(keep=key)  # the others kept: then one more descriptor fits
+                try:
+                    return os.dup(fd)
+                except OSError as again:
+                    if again.errno not in _SHORT_OF_DESCRIPTORS:
+                        raise
+                    return None  # a miss: the caller reads the bytes another way
 
     def _kept(self, key: str, length: int) -> int | None:
         """The descriptor kept open for block `key` (opened now when the cache holds it whole; the least recently
@@ -224,16 +257,25 @@ class BlockCache:
         if fd is None:
             return None
         self._open[key] = fd
-        while len(self._open) > _OPEN_BLOCKS:
+        while len(self._open) > self._max_open:
             os.close(self._open.popitem(last=False)[1])
         return fd
+
+    def _shed(self, keep: str | None = None) -> None:
+        """Close the descriptors kept open for reads by offset (but `keep`'s): the process ran out of them."""
+        with self._open_lock:
+            for key in [k for k in self._open if k != keep]:
+                os.close(self._open.pop(key))
 
     def _open_whole(self, key: str, length: int) -> int | None:
         """A new descriptor of block `key` when the file holds it whole (a hit), else None (a miss)."""
         path = self.path(key)
         try:
-            fd = os.open(path, os.O_RDONLY)
+            fd = self._open_file(path)
         except FileNotFoundError:
+            self.misses += 1
+            return None
+        if fd is None:  # out of descriptors: a miss (the caller fetches the block, and cannot cache it either)
             self.misses += 1
             return None
         if os.fstat(fd).st_size != length:  # never a partial block: a short (or long) file is a miss, and removed
@@ -249,6 +291,26 @@ class BlockCache:
                 os.utime(path)
         return fd
 
+    def _open_file(self, path: str) -> int | None:
+        """os.open(path) for reading; where the process is out of descriptors, the kept ones closed and tried again,
+        then None (logged once per cache)."""
+        try:
+            return os.open(path, os.O_RDONLY)
+        except OSError as exc:
+            if exc.errno not in _SHORT_OF_DESCRIPTORS:
+                raise
+        self._shed()
+        try:
+            return os.open(path, os.O_RDONLY)
+        except OSError as exc:
+            if exc.errno not in _SHORT_OF_DESCRIPTORS:
+                raise
+            if not self._short_logged:
+                self._short_logged = True
+                _log.warning("the block cache in %s cannot open its blocks (%s): they are read from the store "
+                             "instead; raise the limit of open files (ulimit -n)", self.folder, exc)
+            return None
+
     def fill(self, key: str, length: int, fetch: Callable[[], bytes]) -> bytes | None:
         """Make sure the cache holds block `key` (`length` bytes): fetch it with `fetch()` and store it, unless it is
         held already or another thread or process is fetching it (then wait for that fetch; see the module's
@@ -263,7 +325,7 @@ class BlockCache:
                 os.makedirs(os.path.dirname(lock_path), exist_ok=True)
                 stack.enter_context(_flocked(lock_path, removed_by_holders=True))
             except OSError as exc:
-                _log.warning("cannot lock block %s in %s (%s): fetching it without", key, self.folder, exc)
+                self._complain("cannot lock block %s in %s (%s): fetching it without", key, self.folder, exc)
                 return self._fetch_and_put(key, fetch)
             try:
                 if self.has(key, length):  # fetched by the reader that held the lock before
@@ -281,8 +343,16 @@ class BlockCache:
         try:
             self.put(key, data)
         except OSError as exc:  # a full or read-only disk: reading goes on without caching this block
-            _log.warning("cannot cache block %s in %s: %s", key, self.folder, exc)
+            self._complain("cannot cache block %s in %s: %s", key, self.folder, exc)
         return data
+
+    def _complain(self, message: str, *args: object) -> None:
+        """Log a block the disk refused: a warning the first time in this process, then at debug level (a full disk
+        refuses every block after it)."""
+        level = logging.DEBUG if self._complained else logging.WARNING
+        self._complained = True
+        _log.log(level, message + ("" if level == logging.DEBUG else " (later such failures are logged at debug "
+                                   "level)"), *args)
 
     def close(self) -> None:
         """Close the blocks kept open for reads by offset."""
@@ -330,9 +400,14 @@ class BlockCache:
             if usage > self.max_bytes:
                 usage = self._evict(int(self.max_bytes * _LOW_WATER))
             tmp = f"{self._usage_path}.tmp-{os.getpid()}"
-            with open(tmp, "wb") as f:
-                f.write(str(usage).encode("ascii"))
-            os.replace(tmp, self._usage_path)
+            try:
+                with open(tmp, "wb") as f:
+                    f.write(str(usage).encode("ascii"))
+                os.replace(tmp, self._usage_path)
+            except BaseException:  # (a full disk): no counter left half written beside the blocks
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                raise
 
     def _evict(self, target: int) -> int:
         """Remove the least recently used blocks until at most `target` bytes remain (and old temporary files);

@@ -20,6 +20,7 @@ from tfr_torch.format.options import CompressionOrAuto, check_compression
 from tfr_torch.format.framing import HEADER_SIZE, OVERHEAD, parse_header
 from tfr_torch.format.paths import PathLike, as_path, atomic_output, exists, file_size, is_url, open_input
 from tfr_torch.format.reader import RecordReader
+from tfr_torch.format.writer import naming_the_path
 from tfr_torch.format.remote_options import RemoteOptions
 from tfr_torch.format.seek import (
     DEFAULT_SPAN,
@@ -85,10 +86,15 @@ def build_index(path: PathLike, index_path: PathLike | None = None, compression:
     index = scan_index(path, cast(CompressionOrAuto, kind))
     target = index_path_for(path) if index_path is None else as_path(index_path)
     text = "".join(f"{offset} {size}\n" for offset, size in index.tolist())
-    with atomic_output(target) as f:
+    with naming_the_path(target, "an index"), atomic_output(target) as f:
         f.write(text.encode("ascii"))
     if kind != NONE and seek_span is not None:
-        build_seek_points(path, seek_path_for(target), kind, seek_span)
+        try:
+            with naming_the_path(seek_path_for(target), "the seek points of an index"):
+                build_seek_points(path, seek_path_for(target), kind, seek_span)
+        except OSError:  # (a full disk): seek points of an earlier run must not stay beside the new index
+            remove_seek_points(target)
+            raise
     else:  # seek points an earlier run left beside this index describe the file as it was then: the datasets
         remove_seek_points(target)  # would refuse the file for them (or, were its size the same, seek wrong)
     return target

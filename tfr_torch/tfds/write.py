@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Optional
 
 from tfr_torch.format.paths import atomic_output, exists, open_input
+from tfr_torch.format.writer import naming_the_path
 from tfr_torch.format.shardset import TFDS_TEMPLATE, tfds_num_bytes
 
 __all__ = ["write_metadata", "features_from_spec", "image_features", "tensor_feature", "text_feature",
@@ -162,13 +163,14 @@ def write_metadata(out_dir: str, name: str, split: str, shards: Sequence[tuple[s
     written = []
     for stem, names in (class_names or {}).items():
         path = f"{out_dir}/{stem}.labels.txt"
-        with atomic_output(path) as f:
+        with naming_the_path(path, "a TFDS class-names file"), atomic_output(path) as f:
             # surrogateescape: a class folder whose name is not UTF-8 keeps its bytes (as the records' class text)
             f.write("".join(f"{n}\n" for n in names).encode("utf-8", "surrogateescape"))
         written.append(path)
-    with atomic_output(features_path) as f:
+    with naming_the_path(features_path, "TFDS feature metadata"), atomic_output(features_path) as f:
         f.write(features_text.encode())
-    with atomic_output(info_path) as f:  # last: a folder with dataset_info.json is complete
+    # last: a folder with dataset_info.json is complete
+    with naming_the_path(info_path, "TFDS dataset metadata"), atomic_output(info_path) as f:
         f.write(json.dumps(info, indent=2, sort_keys=True).encode())
     return written + [features_path, info_path]
 

@@ -21,7 +21,7 @@ from tfr_torch.format.folder import OutputFolder
 from tfr_torch.format.paths import PathLike, atomic_output
 from tfr_torch.format.seek import DEFAULT_SPAN, build_seek_points, check_span
 from tfr_torch.format.shardset import check_set_name, shard_name, sidecar_data, sidecar_path, stale_shards
-from tfr_torch.format.writer import TFRecordWriter
+from tfr_torch.format.writer import TFRecordWriter, naming_the_path
 
 __all__ = ["ShardedWriter", "parse_size", "shard_name", "publish_set"]
 
@@ -201,7 +201,8 @@ class ShardedWriter:
         return None
 
     def _save_progress(self, done: Sequence[Mapping[str, Any]]) -> None:
-        with atomic_output(self.folder.join(self._progress_name())) as f:
+        path = self.folder.join(self._progress_name())
+        with naming_the_path(path, "the progress file of a ShardedWriter"), atomic_output(path) as f:
             f.write(json.dumps({"settings": self._settings, "shards": list(done)}, indent=1).encode())
 
     # ----- writing --------------------------------------------------------------------------------------------
@@ -278,11 +279,12 @@ class ShardedWriter:
         self._finishing = name  # until it is in self._done: abort() removes its files
         writer.close()
         partial = self._local(name)
-        with atomic_output(partial + ".idx") as f:
+        with naming_the_path(partial + ".idx", "the index of a shard"), atomic_output(partial + ".idx") as f:
             f.write("".join(f"{o} {s}\n" for o, s in self._index).encode("ascii"))
         files = [name, name + ".idx"]
         if self.compression != "none" and self.seek_span is not None:
-            build_seek_points(partial, partial + ".idx.seek", self.compression, self.seek_span)
+            with naming_the_path(partial + ".idx.seek", "the seek points of a shard"):
+                build_seek_points(partial, partial + ".idx.seek", self.compression, self.seek_span)
             files += [name + ".idx.seek"] if os.path.exists(partial + ".idx.seek") else []
         self._done.append({"partial": name, "records": len(self._index), "bytes": os.path.getsize(partial),
                            "position": json.loads(self._last_position), "state": json.loads(self._last_state)})
@@ -423,5 +425,6 @@ def publish_set(folder: OutputFolder, name: str, split: str, moves: Sequence[tup
 
         finish_split(folder.path, name, split, shards, tfds)
     else:
-        with atomic_output(sidecar_path(folder.path, name, split)) as f:
+        path = sidecar_path(folder.path, name, split)
+        with naming_the_path(path, "the sidecar of a shard set"), atomic_output(path) as f:
             f.write(sidecar_text.encode())
