@@ -59,9 +59,12 @@ def fifo_fed_with(path, data):
     try:
         yield str(path)
     finally:
-        if thread.is_alive():  # nobody opened it: let the feeder go
-            with contextlib.suppress(OSError), open(path, "rb") as pipe:
-                pipe.read()
+        if thread.is_alive():  # nobody opened it: let the feeder go (opened without waiting for a writer: the
+            with contextlib.suppress(OSError):  # feeder may have closed its end since is_alive, and a blocking
+                fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # open would then wait forever)
+                os.set_blocking(fd, True)
+                with os.fdopen(fd, "rb") as pipe:
+                    pipe.read()
         thread.join(DEADLINE_S)
     assert not errors, errors
 
