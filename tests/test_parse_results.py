@@ -143,17 +143,25 @@ def test_fixed_len_defaults_fill_missing_examples():
     (tfr_torch.string, [2, 0], [[], []]),
 ])
 def test_zero_size_fixed_len_with_default(dtype, shape, default):
-    """A zero-size FixedLenFeature holds no values; missing or present (as an empty list), it gives [B, *shape]."""
+    """A zero-size FixedLenFeature holds no values: present (as an empty list), it gives [B, *shape]; its empty
+    default is no default, as TensorFlow 2.21 reads it (tests/test_tf_live_audit.py), so a missing one is an error
+    naming the key."""
     wire = {tfr_torch.string: bytes, torch.float32: np.float32}.get(dtype, np.int64)
     empty = np.array([], dtype=wire)
-    records = [encode_example({"z": empty}), encode_example({}), encode_example({"other": 1})]
-    out = parse_example(records, {"z": FixedLenFeature(shape, dtype, default_value=default)})["z"]
-    single = parse_single_example(records[1], {"z": FixedLenFeature(shape, dtype, default_value=default)})["z"]
+    spec = {"z": FixedLenFeature(shape, dtype, default_value=default)}
+    present = [encode_example({"z": empty}), encode_example({"z": empty, "other": 1})]
+    out = parse_example(present, spec)["z"]
+    single = parse_single_example(present[0], spec)["z"]
     if dtype == tfr_torch.string:
-        assert out == [default] * 3 and single == default
+        assert out == [default] * 2 and single == default
     else:
-        assert_same_tensor(out, torch.zeros(3, *shape, dtype=dtype))
+        assert_same_tensor(out, torch.zeros(2, *shape, dtype=dtype))
         assert_same_tensor(single, torch.zeros(*shape, dtype=dtype))
+    for missing in (encode_example({}), encode_example({"other": 1})):
+        with pytest.raises(tfr_torch.DecodeError, match="'z'"):
+            parse_example(present + [missing], spec)
+        with pytest.raises(tfr_torch.DecodeError, match="'z'"):
+            parse_single_example(missing, spec)
 
 
 def test_varlen_to_padded_2d():
