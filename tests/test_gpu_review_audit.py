@@ -13,11 +13,10 @@ import torch
 from torch.utils.data import DataLoader
 
 from cuda_standin import pretend_cuda
-from test_gpu_decode import RELEASES, clear_caches, fake_nvimgcodec, noisy_jpeg
+from test_gpu_decode import RELEASES, fake_nvimgcodec, gpu, noisy_jpeg  # noqa: F401  # gpu: the fixture
 
 import tfr_torch
 from tfr_torch.images import DeviceLoader, ImageTransform, decode_image
-from tfr_torch.images import _accel
 from tfr_torch.images import loader as loader_module
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -52,21 +51,6 @@ def recording(release: str = "0.7"):
 
     nvi.Decoder = Decoder
     return nvi, made, streams
-
-
-@pytest.fixture
-def gpu(monkeypatch):
-    pretend_cuda(monkeypatch)
-    monkeypatch.setattr(_accel, "torchvision_io", lambda: None)
-    monkeypatch.setattr(_accel, "torchcodec_decoders", lambda: None)
-
-    def install(module):
-        monkeypatch.setattr(_accel, "nvimgcodec", lambda: module)
-        clear_caches()
-        return module
-
-    yield install
-    clear_caches()
 
 
 def test_a_device_loader_on_cuda_without_an_index_runs_its_thread(shard, monkeypatch):

@@ -2,32 +2,20 @@
 of tests/data/make_golden_parse.py: the generator of the live differential against TensorFlow (used by make.py
 here for its random regression cases; needs numpy only)."""
 import math
+import os
 import struct
+import sys
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))  # tests/
+
+from wirebytes import ld, tag, varint  # noqa: E402,F401  # the wire encoders the tests use (make.py uses ld too)
 
 # ------------------------------------------------------------------ wire
 
 
-def varint(n):
-    n &= (1 << 64) - 1
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-def tag(f, w):
-    return varint(f << 3 | w)
-
-
-def ld(f, p):
-    return tag(f, 2) + varint(len(p)) + p
-
-
-def f32(bits):
+def f32(bits):  # (any int: its low 32 bits)
     return struct.pack("<I", bits & 0xFFFFFFFF)
 
 
