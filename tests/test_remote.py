@@ -525,3 +525,48 @@ def test_records_longer_than_a_cached_block_are_read_whole(s3, tmp_path, monkeyp
         assert [int(x["id"]) for x in tfr_torch.TFRecordDataset(url, SPEC, index="auto", remote=options)] == list(
             range(60))
     assert len(extents) > 2 * -(-s3["fs"].size(url) // 16384)  # read from the blocks' files, piece by piece
+
+
+def test_a_shuffle_over_more_remote_files_than_it_keeps_open_reads_each_record_once(s3, monkeypatch):
+    """A global shuffle keeps at most a budget of files open (data/open_files.py), and never closes a remote file
+    with reads announced to it (pinned until its window is read): with room for 2 of 8 files, the same records in
+    the same order as with every file open, and files were opened again (so closing really happened)."""
+    from tfr_torch.data import open_files, reading
+
+    monkeypatch.setattr(reading, "_AHEAD", 2)  # windows of 2 records: at most 4 of the 8 files pinned at once
+    urls = []
+    for k in range(8):
+        url = f"s3://{BUCKET}/budget/s{k}.tfrecord"
+        write(url, records_of(100 * k, 20))
+        urls.append(url)
+
+    def read() -> list[bytes]:
+        return [bytes(r) for r in tfr_torch.TFRecordDataset(urls, index="auto", shuffle=True, seed=4, remote=SMALL)]
+
+    opened: list[int] = []
+    real = open_files.OpenFiles.get
+
+    def counting(self, f):
+        fresh = f not in self
+        handle = real(self, f)
+        if fresh:
+            opened.append(f)
+        return handle
+
+    released = []
+    real_release = RecordFile.release
+
+    def release(self, token):
+        released.append(self._closing)  # a handle closed with reads announced to it threw their blocks away
+        real_release(self, token)
+
+    monkeypatch.setattr(open_files.OpenFiles, "get", counting)
+    monkeypatch.setattr(RecordFile, "release", release)
+    everything = read()
+    assert len(opened) == 8
+    opened.clear()
+    monkeypatch.setattr(open_files, "open_budget", lambda: 2)
+    assert read() == everything
+    assert sorted(everything) == sorted(r for k in range(8) for r in records_of(100 * k, 20))
+    assert len(opened) > 8
+    assert released and not any(released)

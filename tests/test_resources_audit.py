@@ -34,8 +34,8 @@ Found:
   torch's shared memory before the pickle, and sent as bytes in the pickle where that fails (one warning).
 - Not fixed (xfail, data/pipe.py): `shared_memory=False` sends batches torch's usual way, which loses them the same
   way under a full /dev/shm (drops, then hangs).
-- Not fixed (xfail, data/reading.py): a global shuffle keeps one open descriptor per file for the epoch: over more
-  files than the descriptor limit it raises `[Errno 24] Too many open files: <file>` (clear, but no fallback).
+- Fixed later (data/reading.py, data/open_files.py): a global shuffle kept one open descriptor per file for the
+  epoch: over more files than the descriptor limit it raised `[Errno 24] Too many open files: <file>`.
 
 Checked and found right: a spill file over the size limit falls back to groups with the same order; a block cache
 on a full disk reads on uncached; ShardedWriter on a full disk at any point resumes to every record once; nothing
@@ -565,10 +565,10 @@ print(len(got))
 """
 
 
-@pytest.mark.xfail(strict=True, reason="data/reading.py (outside this audit's files): the global shuffle keeps a "
-                   "descriptor open per file for the epoch; past RLIMIT_NOFILE it raises EMFILE naming a file")
 def test_a_global_shuffle_of_more_files_than_descriptors_reads_them_all(tmp_path):
-    """(A subprocess, for its descriptor limit: it imports torch, a few seconds.)"""
+    """Fixed: the global shuffle kept a descriptor open per file for the epoch and, past RLIMIT_NOFILE, raised EMFILE
+    naming a file; it now keeps at most half the limit open (data/open_files.py). (A subprocess, for its descriptor
+    limit: it imports torch, a few seconds.)"""
     for k in range(80):
         path = str(tmp_path / f"s{k:02d}.tfrecord")
         with tfr_torch.TFRecordWriter(path) as writer:

@@ -12,6 +12,7 @@ from typing import Any, NamedTuple, cast
 import numpy as np
 
 from tfr_torch.data.blocks import Block, Located, blocks_of
+from tfr_torch.data.open_files import OpenFiles
 from tfr_torch.data.sharding import Run
 from tfr_torch.data.spill import SpillFailed, local_readers, spill_folder, spilled, worth_spilling
 from tfr_torch.errors import IndexMismatchError, TFRecordError
@@ -187,7 +188,8 @@ def group_bounds(sizes: np.ndarray, budget: int) -> list[tuple[int, int]]:
 
 
 def iter_random(source: Source, global_ids: np.ndarray, counts: Sequence[int]) -> Iterator[Block]:
-    """Records by global number, each read by its offset (one open handle per file), in blocks. Records of remote
+    """Records by global number, each read by its offset, in blocks. Files are kept open (at most half the
+    process's descriptor limit of them: data/open_files.py; the least recently used closed first). Records of remote
     files are announced to their handles a window of `_AHEAD` ahead, so their range requests run together while
     the window before is read. Records of GZIP/ZLIB files (read through their seek points) are read in groups of
     `source.group_bytes`: each group's records of a file are inflated together (RecordFile.read_many: one pass over
@@ -198,22 +200,21 @@ def iter_random(source: Source, global_ids: np.ndarray, counts: Sequence[int]) -
     ends = np.cumsum(counts)
     policy = _resolve_policy(source.on_error)  # None: raise
     tables = cast("Sequence[np.ndarray]", source.offsets)  # reading by offset: every file has its index
-    files: dict[int, RecordFile] = {}
     remote = any(is_url(p) for p in source.paths)
 
-    def handle(f: int) -> RecordFile:
-        opened = files.get(f)
-        if opened is None:
-            seek = source.seeks[f] if source.seeks is not None else None
-            opened = files[f] = RecordFile(source.paths[f], source.compression, source.verify, remote=source.remote,
-                                           seek=seek)
-        return opened
+    def opener(f: int) -> RecordFile:
+        seek = source.seeks[f] if source.seeks is not None else None
+        return RecordFile(source.paths[f], source.compression, source.verify, remote=source.remote, seek=seek)
+
+    files: OpenFiles[RecordFile] = OpenFiles(opener)
+    handle = files.get
 
     def where(ids: np.ndarray) -> tuple[list[int], list[int]]:
         f = np.searchsorted(ends, ids, side="right")
         return f.tolist(), (ids - np.where(f > 0, ends[np.maximum(f - 1, 0)], 0)).tolist()
 
-    def announce(ids: np.ndarray) -> list[tuple[RecordFile, Any]]:
+    def announce(ids: np.ndarray) -> list[tuple[int, RecordFile, Any]]:
+        """Announce these records to their remote files' handles (which stay open until `release`d)."""
         tokens = []
         by_file: dict[int, list[int]] = {}
         for f, i in zip(*where(ids)):
@@ -224,8 +225,15 @@ def iter_random(source: Source, global_ids: np.ndarray, counts: Sequence[int]) -
         for f, rows in by_file.items():
             if is_url(source.paths[f]):
                 table = tables[f][rows]
-                tokens.append((handle(f), handle(f).prefetch(table[:, 0], table[:, 1])))
+                opened = handle(f)
+                files.pin(f)
+                tokens.append((f, opened, opened.prefetch(table[:, 0], table[:, 1])))
         return tokens
+
+    def release(tokens: list[tuple[int, RecordFile, Any]]) -> None:
+        for f, opened, token in tokens:
+            opened.release(token)
+            files.unpin(f)
 
     def grouped(files_of: list[int], rows: list[int]) -> Iterator[Located]:
         """Records in the order given; those of files that read a group faster than one by one (compressed, remote
@@ -292,8 +300,7 @@ def iter_random(source: Source, global_ids: np.ndarray, counts: Sequence[int]) -
             current, ahead = ahead, (announce(global_ids[w + step : w + 2 * step]) if remote else [])
             files_of, rows = where(window)
             yield from grouped(files_of, rows)
-            for opened, token in current:
-                opened.release(token)
+            release(current)
 
     def spill_plan() -> tuple[Any, ...] | None:
         """(folder, file of each record, (offset, framed size) of each, group bounds, where each file's pass ends)
@@ -345,5 +352,4 @@ def iter_random(source: Source, global_ids: np.ndarray, counts: Sequence[int]) -
                 yield first
                 yield from spill
     finally:
-        for opened in files.values():
-            opened.close()
+        files.close()

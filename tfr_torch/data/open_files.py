@@ -1,0 +1,97 @@
+"""The open files of a reader that reads records by offset from many files (a global shuffle): `OpenFiles`, at
+most a budget of them open at once (the least recently used closed first), so a shuffle over more files than the
+process may open (`ulimit -n`, often 1024; TFDS's ImageNet has 1,024 train shards) reads them all instead of
+failing with "Too many open files"."""
+
+from __future__ import annotations
+
+import errno
+import resource
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Generic, Protocol, TypeVar
+
+__all__ = ["OpenFiles", "open_budget"]
+
+_OUT_OF_DESCRIPTORS = (errno.EMFILE, errno.ENFILE)
+
+
+class _Closable(Protocol):
+    def close(self) -> None: ...
+
+
+H = TypeVar("H", bound=_Closable)
+
+
+def open_budget(share: float = 0.5, least: int = 8) -> int:
+    """How many files a reader keeps open: `share` of the process's descriptor limit (RLIMIT_NOFILE's soft limit;
+    the rest is for everything else the process opens), at least `least`."""
+    try:
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (OSError, ValueError):
+        return 1 << 30
+    if soft == resource.RLIM_INFINITY or soft <= 0:
+        return 1 << 30
+    return max(least, int(soft * share))
+
+
+class OpenFiles(Generic[H]):
+    """Handles by file number, opened by `opener(file)` when asked for and kept open while fewer than `budget` are;
+    past it (or when an open fails for want of descriptors, EMFILE/ENFILE) the least recently used ones not
+    pinned are closed. A pinned handle (`pin`, until as many `unpin`s) stays open: one with reads announced to it.
+
+    >>> files = OpenFiles(lambda f: open(paths[f], "rb"), budget=2)  # doctest: +SKIP
+    """
+
+    def __init__(self, opener: Callable[[int], H], budget: int | None = None) -> None:
+        self._opener = opener
+        self.budget = max(1, open_budget() if budget is None else budget)
+        self._open: OrderedDict[int, H] = OrderedDict()
+        self._pins: dict[int, int] = {}
+        self.opened = 0  # how many opens so far (reopens included)
+
+    def __contains__(self, f: int) -> bool:
+        return f in self._open
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+    def get(self, f: int) -> H:
+        """File `f`'s handle, opened (or opened again) where it is not open."""
+        handle = self._open.get(f)
+        if handle is not None:
+            self._open.move_to_end(f)
+            return handle
+        if len(self._open) >= self.budget:
+            self._shed(len(self._open) - self.budget + 1)
+        try:
+            handle = self._opener(f)
+        except OSError as err:
+            if err.errno not in _OUT_OF_DESCRIPTORS or not self._shed(max(1, len(self._open) // 2)):
+                raise
+            handle = self._opener(f)  # half of ours closed: once more (another EMFILE is the caller's)
+        self.opened += 1
+        self._open[f] = handle
+        return handle
+
+    def pin(self, f: int) -> None:
+        self._pins[f] = self._pins.get(f, 0) + 1
+
+    def unpin(self, f: int) -> None:
+        left = self._pins.get(f, 0) - 1
+        if left > 0:
+            self._pins[f] = left
+        else:
+            self._pins.pop(f, None)
+
+    def _shed(self, count: int) -> int:
+        """Close up to `count` of the least recently used handles not pinned; how many were closed."""
+        victims = [f for f in self._open if f not in self._pins][:count]
+        for f in victims:
+            self._open.pop(f).close()
+        return len(victims)
+
+    def close(self) -> None:
+        """Close every handle (pinned ones too)."""
+        while self._open:
+            self._open.popitem(last=False)[1].close()
