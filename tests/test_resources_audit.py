@@ -32,8 +32,8 @@ Found:
   the error and drops the batch: the epoch ended with records silently missing (16 of 64), and with
   persistent_workers the next epoch (then sent the pipe's way) lost them too. Now such tensors are moved to
   torch's shared memory before the pickle, and sent as bytes in the pickle where that fails (one warning).
-- Not fixed (xfail, data/pipe.py): `shared_memory=False` sends batches torch's usual way, which loses them the same
-  way under a full /dev/shm (drops, then hangs).
+- Fixed later (data/pipe.py): `shared_memory=False` sent batches torch's usual way, which lost them the same way
+  under a full /dev/shm (drops, then hangs); its tensors now take the same fallback.
 - Fixed later (data/reading.py, data/open_files.py): a global shuffle kept one open descriptor per file for the
   epoch: over more files than the descriptor limit it raised `[Errno 24] Too many open files: <file>`.
 
@@ -62,7 +62,7 @@ import torch
 from torch.utils.data import DataLoader
 
 import tfr_torch
-from tfr_torch.data import cache_folder, slabs, transport
+from tfr_torch.data import cache_folder, pipe, slabs, transport
 from tfr_torch.format import paths as paths_module
 from tfr_torch.tools import shards as shards_module
 from tfr_torch.tools.shards import ShardedWriter
@@ -426,10 +426,9 @@ def test_batches_arrive_when_neither_slabs_nor_dev_shm_can_be_had(floats):
     assert _epochs(floats) == [list(range(64))] * 2
 
 
-@pytest.mark.xfail(strict=True, reason="data/pipe.py (outside this audit's files): shared_memory=False sends tensors "
-                   "torch's way, pickled in the feeder thread, which drops the batch where /dev/shm is full")
 def test_batches_of_shared_memory_false_arrive_when_dev_shm_is_full(floats):
-    """Records are dropped, or the DataLoader waits for them (3 s here)."""
+    """Fixed later (data/pipe.py): records were dropped, or the DataLoader waited for them (3 s here): tensors sent
+    torch's way were moved to /dev/shm in the feeder thread, which dropped the batch where /dev/shm was full."""
     assert _epochs(floats, epochs=1, timeout=3, shared_memory=False) == [list(range(64))]
 
 
@@ -446,7 +445,7 @@ def test_the_inline_fallback_sends_every_kind_of_tensor_as_bytes(monkeypatch):
     monkeypatch.setattr(slabs._pool(), "disabled", "test: no memfd")
     monkeypatch.setattr(torch.UntypedStorage, "_share_fd_cpu_", share)
     monkeypatch.setattr(torch.UntypedStorage, "_share_filename_cpu_", share)
-    monkeypatch.setattr(transport, "_SHM_FAILED", [None])
+    monkeypatch.setattr(pipe, "_SHM_FAILED", [None])
     want = {"f": torch.arange(12, dtype=torch.float32).reshape(3, 4)[:, ::2],
             "bf": torch.tensor([1.5], dtype=torch.bfloat16), "m": torch.tensor([True, False]),
             "e": torch.zeros((0, 3)), "n": {"deep": [torch.ones(2, 2)]}, "data": [b"a", b"bc"]}
@@ -456,6 +455,35 @@ def test_the_inline_fallback_sends_every_kind_of_tensor_as_bytes(monkeypatch):
     for key in ("f", "bf", "m", "e"):
         assert got[key].dtype == want[key].dtype and torch.equal(got[key], want[key])
     assert torch.equal(got["n"]["deep"][0], torch.ones(2, 2))
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="Linux")
+def test_a_pipe_batch_without_dev_shm_sends_its_tensors_as_bytes(monkeypatch):
+    """Fixed: the same fallback for `shared_memory=False` (data/pipe.py's PipeBatch): dense tensors in dicts and
+    lists arrive whole as bytes, with one warning; a sparse tensor still arrives as itself; with /dev/shm there, a
+    tensor goes as torch sends it (moved to shared memory, not copied into the message)."""
+    from multiprocessing.reduction import ForkingPickler
+    import pickle
+
+    sparse = torch.sparse_coo_tensor(torch.tensor([[0, 2]]), torch.tensor([1.0, 2.0]), (4,))
+    want = {"f": torch.arange(6.0).reshape(2, 3).t(), "l": [torch.ones(2), torch.tensor([True])],
+            "s": sparse, "data": [b"a"]}
+    moved = pipe.PipeBatch({"x": torch.zeros(1 << 16)})
+    message = ForkingPickler.dumps(moved)
+    assert len(message) < 1 << 16 and moved["x"].is_shared()  # a descriptor, not the 256 KB
+    assert torch.equal(pickle.loads(message)["x"], moved["x"])
+
+    def share(self, *args, **kwargs):
+        raise RuntimeError("unable to allocate shared memory(shm): No space left on device (28)")
+
+    monkeypatch.setattr(torch.UntypedStorage, "_share_fd_cpu_", share)
+    monkeypatch.setattr(torch.UntypedStorage, "_share_filename_cpu_", share)
+    monkeypatch.setattr(pipe, "_SHM_FAILED", [None])
+    with pytest.warns(RuntimeWarning, match=r"torch's shared memory \(/dev/shm\) cannot hold"):
+        got = pickle.loads(ForkingPickler.dumps(pipe.PipeBatch(want)))
+    assert type(got) is dict and got.keys() == want.keys() and got["data"] == [b"a"]
+    assert torch.equal(got["f"], want["f"]) and torch.equal(got["l"][0], torch.ones(2))
+    assert got["l"][1].dtype == torch.bool and torch.equal(got["s"].to_dense(), sparse.to_dense())
 
 
 def _can_unshare_and_mount() -> str | None:

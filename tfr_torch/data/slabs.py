@@ -31,7 +31,7 @@ _SUPPORTED = hasattr(os, "memfd_create") and os.path.isdir("/proc/self/fd")  # L
 
 def shared_memory_available() -> bool:
     """Whether batches go through the transport here (Linux: memfd_create and /proc/<pid>/fd). Where making a slab
-    failed in this process, they still do: its batches then go in the pickle (transport._Inline), which sends their
+    failed in this process, they still do: its batches then go in the pickle (pipe._Inline), which sends their
     tensors through the pipe where torch's shared memory (/dev/shm) is full too; the pipe's way (data/pipe.py) would
     lose them there."""
     return _SUPPORTED

@@ -33,7 +33,6 @@ of them: data/slabs.py; the main process's mappings and the rebuilding of batche
 from __future__ import annotations
 
 import mmap
-import pickle
 import warnings
 from multiprocessing.reduction import ForkingPickler
 from typing import Any, Callable
@@ -44,7 +43,7 @@ import torch
 from tfr_torch import _native
 from tfr_torch.data.receive import (_NUMPY_DTYPES, Container, Entry, Lent, LentEntry, _rebuild, _rebuild_inline,
                                     _rebuild_nested)
-from tfr_torch.data.pipe import _portable
+from tfr_torch.data.pipe import _dense_cpu_tensor, _portable
 from tfr_torch.data.slabs import _HEADER, _Pool, _pool, _Slab, lending_slabs, shared_memory_available, slab_tensor
 from tfr_torch.decode.spans import RecordSpans
 
@@ -146,10 +145,7 @@ def wrap_for_transport(item: Any, parcel: bool = False) -> Any:
 
 # ----- the worker side --------------------------------------------------------------------------------------------
 
-def _slab_tensor(value: Any) -> bool:
-    return (type(value) is torch.Tensor and value.layout == torch.strided and not value.is_nested
-            and value.device.type == "cpu" and not value.requires_grad and not value.is_quantized
-            and not value.is_conj() and not value.is_neg())
+_slab_tensor = _dense_cpu_tensor  # a tensor a slab can hold
 
 
 def _lent_entry(pool: _Pool, key: Any, value: Any) -> tuple[_Slab, int, LentEntry] | None:
@@ -250,47 +246,14 @@ def _write(plan: list[tuple[Any, str, Any]], mm: mmap.mmap) -> list[Entry]:
     return entries
 
 
-class _Inline:
-    """A dense CPU tensor of a batch sent without a slab: torch's way (its storage moved to torch's shared memory,
-    /dev/shm, and sent as a descriptor), moved here rather than later in the pickler, where torch's error for a full
-    /dev/shm (64 MB in a default Docker container) is raised in the worker's queue feeder thread, which prints it and
-    drops the batch (the DataLoader then ends the epoch without it, or waits for it forever). Where torch's shared
-    memory cannot be had, the tensor goes in the pickle itself, as its bytes (slower, with one warning per
-    process)."""
-
-    __slots__ = ("tensor",)
-
-    def __init__(self, tensor: torch.Tensor) -> None:
-        self.tensor = tensor
-
-    def __reduce__(self) -> tuple[Callable[..., Any], tuple[Any, ...]]:
-        tensor = self.tensor
-        if not tensor.is_shared() and _SHM_FAILED[0] is None:
-            try:
-                tensor.share_memory_()
-            except (RuntimeError, OSError) as exc:  # torch: "unable to allocate shared memory(shm) ... (28)"
-                _SHM_FAILED[0] = str(exc)
-                warnings.warn(f"tfr_torch: torch's shared memory (/dev/shm) cannot hold a batch's tensors ({exc}); "
-                              "they go through the DataLoader's pipe as bytes instead (slower for large batches)",
-                              RuntimeWarning, stacklevel=2)
-        if tensor.is_shared():
-            return _unwrap, (tensor,)  # torch's reduction: the storage's descriptor
-        return pickle.loads, (pickle.dumps(tensor),)  # plain pickle: the tensor's bytes, in the message
-
-
-_SHM_FAILED: list[str | None] = [None]  # why torch's shared memory failed in this process (then: tensors as bytes)
-
-
 def _inline(value: Any) -> Any:
     """A batch's value, as it goes in the pickle where no slab holds it: each dense CPU tensor in it (in dicts and
-    lists as deep as they go) wrapped in _Inline, sparse tensors as _portable sends them."""
+    lists as deep as they go) wrapped in pipe._Inline, sparse tensors as _portable sends them."""
     cls = type(value)
     if cls is dict or cls is Batch:
         return {key: _inline(item) for key, item in value.items()}
     if cls is list:
         return [_inline(item) for item in value]
-    if _slab_tensor(value):
-        return _Inline(value)
     return _portable(value)
 
 
