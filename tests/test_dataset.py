@@ -717,10 +717,10 @@ def test_indexed_getitems_reads_each_file_together_in_the_callers_order(tmp_path
         assert item["data"] == ds[int(i)]["data"]
     second = [9, 7, 11, 7]  # all from the second file
     assert [item["data"] for item in ds.__getitems__(second)] == [ds[i]["data"] for i in second]
-    handle = ds._file(1)
     table = ds.offsets[1]
-    assert handle.read_many(table[[3, 0], 0], table[[3, 0], 1]) == [handle.read(int(table[3, 0])),
-                                                                      handle.read(int(table[0, 0]))]
+    with ds._handle(1) as handle:
+        assert handle.read_many(table[[3, 0], 0], table[[3, 0], 1]) == [handle.read(int(table[3, 0])),
+                                                                          handle.read(int(table[0, 0]))]
 
 
 def test_indexed_getitems_raises_what_the_first_bad_item_raises(tmp_path, backend):

@@ -105,13 +105,13 @@ def test_dataloader_workers_after_the_parent_opened_its_files(indexed_files, wor
     paths, n = indexed_files
     ds = IndexedTFRecordDataset(paths, SPEC)
     assert decoded_id(ds[3]) == 3 and decoded_id(ds[-1]) == n - 1  # handles open in the parent
-    opened = dict(ds._files)
+    opened = ds._files.handles()
     loader = DataLoader(ds, batch_size=5, shuffle=True, num_workers=workers,
                         generator=torch.Generator().manual_seed(1))
     got = [i for batch in loader for i in batch["id"].tolist()]
     assert Counter(got) == Counter(range(n))
     if workers:
-        assert ds._files == opened  # the parent's handles are its own, unchanged by the workers
+        assert ds._files.handles() == opened  # the parent's handles are its own, unchanged by the workers
     ds.close()
 
 

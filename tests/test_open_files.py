@@ -55,8 +55,7 @@ def test_the_least_recently_used_file_is_closed_first():
 def test_a_pinned_file_stays_open_until_as_many_unpins():
     files, log = files_of(1)
     files.get(0)
-    files.pin(0)
-    files.pin(0)
+    assert files.pin(0) is files.pin(0) is files.get(0)
     files.get(1)  # 0 is pinned: the budget is passed rather than close it
     assert 0 in files and 1 in files and ("close", 0) not in log
     files.unpin(0)
@@ -171,3 +170,77 @@ def test_a_shuffle_over_more_files_than_it_keeps_open_is_the_same_shuffle(tmp_pa
     assert len(opened) > 12  # files were closed and opened again
     assert sorted(everything) == sorted(b"%d-%d-" % (k, i) + b"x" * (i * 53 % 700)
                                         for k in range(12) for i in range(25))
+
+
+def _many_files(tmp_path, count=8, records=6):
+    paths = []
+    for k in range(count):
+        path = str(tmp_path / f"m{k:02d}.tfrecord")
+        with tfr_torch.TFRecordWriter(path) as writer:
+            for i in range(records):
+                writer.write(b"%d-%d" % (k, i))
+        tfr_torch.build_index(path)
+        paths.append(path)
+    return paths
+
+
+def test_random_access_over_more_files_than_it_keeps_open_from_many_threads(tmp_path, monkeypatch, backend):
+    """IndexedTFRecordDataset keeps at most the budget open too: 4 threads reading at random through a budget of 2
+    (files closed and opened again under the others' reads) each get every record right, and never a "closed"
+    error from a handle another thread's open closed under it (a thread's read pins its handle)."""
+    import random
+    import threading
+
+    monkeypatch.setattr(open_files, "open_budget", lambda: 2)
+    paths = _many_files(tmp_path)
+    ds = tfr_torch.IndexedTFRecordDataset(paths)
+    want = [b"%d-%d" % (k, i) for k in range(8) for i in range(6)]
+    errors: list[BaseException] = []
+
+    def reader(seed: int) -> None:
+        rng = random.Random(seed)
+        try:
+            for _ in range(300):
+                i = rng.randrange(len(want))
+                assert bytes(ds[i]) == want[i]
+                batch = [rng.randrange(len(want)) for _ in range(5)]
+                assert [bytes(r) for r in ds.__getitems__(batch)] == [want[j] for j in batch]
+        except BaseException as exc:  # noqa: BLE001 - handed to the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=reader, args=(s,)) for s in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, errors[0]
+    assert len(ds._files) <= 2 + 4  # the budget, passed only by handles pinned by reads under way
+    assert ds._files.opened > 8
+    ds.close()
+    assert len(ds._files) == 0
+
+
+_MANY_INDEXED = """
+import os, resource, sys, glob, torch, tfr_torch
+paths = sorted(glob.glob(os.path.join(sys.argv[1], "*.tfrecord")))
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+ds = tfr_torch.IndexedTFRecordDataset(paths)
+loader = torch.utils.data.DataLoader(ds, batch_size=7, shuffle=True, num_workers=2, collate_fn=list,
+                                     generator=torch.Generator().manual_seed(0))
+got = sorted(bytes(r) for batch in loader for r in batch)
+want = sorted(b"%d-%d" % (k, i) for k in range(80) for i in range(3))
+print("ok" if got == want else f"{len(got)} records, {len(set(got))} distinct")
+"""
+
+
+def test_random_access_over_more_files_than_descriptors_in_dataloader_workers(tmp_path):
+    """80 files under `ulimit -n 64`, read at random by 2 DataLoader workers: every record once (it raised "Too
+    many open files" in a worker). (A subprocess, for its descriptor limit: a few seconds.)"""
+    import subprocess
+    import sys
+
+    _many_files(tmp_path, count=80, records=3)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    done = subprocess.run([sys.executable, "-c", _MANY_INDEXED, str(tmp_path)], capture_output=True, text=True,
+                          timeout=120, cwd=root, env={**os.environ, "PYTHONPATH": root})
+    assert done.stdout.strip() == "ok", done.stderr[-2000:]

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
-import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Literal, cast
 
 import numpy as np
@@ -20,6 +20,7 @@ from tfr_torch.data.arguments import (
     plan_of,
 )
 from tfr_torch.data.indexes import resolve_indexes, seek_points_beside
+from tfr_torch.data.open_files import OpenFiles
 from tfr_torch.data.pipe import PipeBatch
 from tfr_torch.decode.hints import check_features_argument
 from tfr_torch.decode.plan import ExamplePlan
@@ -92,8 +93,7 @@ class IndexedTFRecordDataset(Dataset[Any]):
             offsets = self.tfds.windowed(offsets)
         self.offsets = cast("list[np.ndarray]", offsets)  # every file has its index by now (scanned above)
         self._ends = np.cumsum([len(o) for o in self.offsets]).astype(np.int64)
-        self._files: dict[int, RecordFile] = {}
-        self._opening = threading.Lock()  # threads of one process opening a file's handle: one opens it
+        self._files = self._open_files()
         self._pid = os.getpid()
         for path, seek in zip(self.paths, self._seeks):  # refuse compressed files now, not in a worker
             RecordFile(path, seek=seek).close()
@@ -130,18 +130,25 @@ class IndexedTFRecordDataset(Dataset[Any]):
     def _read(self, index: int) -> tuple[bytes, RecordLocation]:
         """Record `index` and its location (its example name)."""
         f, offset, size = self._where(index)
-        return self._file(f).read(offset, size), RecordLocation(self.paths[f], offset)
+        with self._handle(f) as handle:
+            return handle.read(offset, size), RecordLocation(self.paths[f], offset)
 
-    def _file(self, f: int) -> RecordFile:
+    def _open_files(self) -> OpenFiles[RecordFile]:
+        """The files' handles, opened when first read, at most half the descriptor limit of them open at once
+        (data/open_files.py: a DataLoader worker's random reads reach every file of a dataset of thousands)."""
+        return OpenFiles(lambda f: RecordFile(self.paths[f], verify=self.verify, seek=self._seeks[f]))
+
+    @contextlib.contextmanager
+    def _handle(self, f: int) -> Iterator[RecordFile]:
+        """File `f`'s handle, kept open while the block reads it (other threads may be opening files)."""
         if self._pid != os.getpid():  # forked into a DataLoader worker: never share the parent's file handles
-            self._files, self._opening, self._pid = {}, threading.Lock(), os.getpid()
-        handle = self._files.get(f)
-        if handle is None:
-            with self._opening:  # threads asking for a file's first record at once open one handle, not one each
-                handle = self._files.get(f)
-                if handle is None:
-                    handle = self._files[f] = RecordFile(self.paths[f], verify=self.verify, seek=self._seeks[f])
-        return handle
+            self._files, self._pid = self._open_files(), os.getpid()
+        files = self._files
+        handle = files.pin(f)
+        try:
+            yield handle
+        finally:
+            files.unpin(f)
 
     def _read_many(self, indices: list[int]) -> tuple[list[bytes], Sequence[RecordLocation]]:
         """Records `indices` (in order) and their locations, each file's read together (RecordFile.read_many).
@@ -165,7 +172,8 @@ class IndexedTFRecordDataset(Dataset[Any]):
             if (files == first).all():  # a batch from one file (the common case): one read, names made when asked
                 table = self.offsets[first][wanted - (int(self._ends[first - 1]) if first else 0)]
                 offsets = table[:, 0]
-                return self._file(first).read_many(offsets, table[:, 1]), FileLocations(self.paths[first], offsets)
+                with self._handle(first) as handle:
+                    return handle.read_many(offsets, table[:, 1]), FileLocations(self.paths[first], offsets)
             records: list[bytes] = [b""] * len(indices)
             names: list[RecordLocation] = [cast(RecordLocation, None)] * len(indices)
             for f in np.unique(files).tolist():
@@ -173,8 +181,9 @@ class IndexedTFRecordDataset(Dataset[Any]):
                 local = wanted[at] - (int(self._ends[f - 1]) if f else 0)
                 table = self.offsets[f][local]
                 path = self.paths[f]
-                for k, data, offset in zip(at.tolist(), self._file(f).read_many(table[:, 0], table[:, 1]),
-                                           table[:, 0].tolist()):
+                with self._handle(f) as handle:
+                    got = handle.read_many(table[:, 0], table[:, 1])
+                for k, data, offset in zip(at.tolist(), got, table[:, 0].tolist()):
                     records[k], names[k] = data, RecordLocation(path, offset)
         except TFRecordError:
             read = [self._read(i) for i in indices]  # the error of the first bad record in the caller's order
@@ -239,16 +248,13 @@ class IndexedTFRecordDataset(Dataset[Any]):
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state["_files"] = {}  # open handles stay in the process that opened them
-        state["_opening"] = None  # a lock does not pickle: a new one where it is unpickled
+        state["_files"] = None  # open handles stay in the process that opened them (a lock does not pickle)
         state["_plan"] = None  # compiled again where it is used
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._opening = threading.Lock()
+        self._files = self._open_files()
 
     def close(self) -> None:
-        for handle in self._files.values():
-            handle.close()
-        self._files.clear()
+        self._files.close()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import errno
 import resource
+import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Generic, Protocol, TypeVar
@@ -38,9 +39,12 @@ def open_budget(share: float = 0.5, least: int = 8) -> int:
 class OpenFiles(Generic[H]):
     """Handles by file number, opened by `opener(file)` when asked for and kept open while fewer than `budget` are;
     past it (or when an open fails for want of descriptors, EMFILE/ENFILE) the least recently used ones not
-    pinned are closed. A pinned handle (`pin`, until as many `unpin`s) stays open: one with reads announced to it.
+    pinned are closed. A pinned handle (`pin`, until as many `unpin`s) stays open: one being read by a thread, or
+    with reads announced to it. Threads may share one: a lock guards the table (not the reads).
 
     >>> files = OpenFiles(lambda f: open(paths[f], "rb"), budget=2)  # doctest: +SKIP
+    >>> handle = files.pin(3)  # doctest: +SKIP
+    >>> try: handle.read() finally: files.unpin(3)  # doctest: +SKIP
     """
 
     def __init__(self, opener: Callable[[int], H], budget: int | None = None) -> None:
@@ -48,6 +52,7 @@ class OpenFiles(Generic[H]):
         self.budget = max(1, open_budget() if budget is None else budget)
         self._open: OrderedDict[int, H] = OrderedDict()
         self._pins: dict[int, int] = {}
+        self._lock = threading.Lock()
         self.opened = 0  # how many opens so far (reopens included)
 
     def __contains__(self, f: int) -> bool:
@@ -56,8 +61,18 @@ class OpenFiles(Generic[H]):
     def __len__(self) -> int:
         return len(self._open)
 
+    def handles(self) -> dict[int, H]:
+        """The open handles now, by file number."""
+        with self._lock:
+            return dict(self._open)
+
     def get(self, f: int) -> H:
-        """File `f`'s handle, opened (or opened again) where it is not open."""
+        """File `f`'s handle, opened (or opened again) where it is not open. Another thread's `get` or `pin` may
+        close it: a thread that reads it while others open files `pin`s it instead."""
+        with self._lock:
+            return self._get(f)
+
+    def _get(self, f: int) -> H:
         handle = self._open.get(f)
         if handle is not None:
             self._open.move_to_end(f)
@@ -74,15 +89,20 @@ class OpenFiles(Generic[H]):
         self._open[f] = handle
         return handle
 
-    def pin(self, f: int) -> None:
-        self._pins[f] = self._pins.get(f, 0) + 1
+    def pin(self, f: int) -> H:
+        """File `f`'s handle (as `get`), kept open until as many `unpin(f)`s."""
+        with self._lock:
+            handle = self._get(f)
+            self._pins[f] = self._pins.get(f, 0) + 1
+            return handle
 
     def unpin(self, f: int) -> None:
-        left = self._pins.get(f, 0) - 1
-        if left > 0:
-            self._pins[f] = left
-        else:
-            self._pins.pop(f, None)
+        with self._lock:
+            left = self._pins.get(f, 0) - 1
+            if left > 0:
+                self._pins[f] = left
+            else:
+                self._pins.pop(f, None)
 
     def _shed(self, count: int) -> int:
         """Close up to `count` of the least recently used handles not pinned; how many were closed."""
@@ -93,5 +113,6 @@ class OpenFiles(Generic[H]):
 
     def close(self) -> None:
         """Close every handle (pinned ones too)."""
-        while self._open:
-            self._open.popitem(last=False)[1].close()
+        with self._lock:
+            while self._open:
+                self._open.popitem(last=False)[1].close()

@@ -225,8 +225,7 @@ def iter_random(source: Source, global_ids: np.ndarray, counts: Sequence[int]) -
         for f, rows in by_file.items():
             if is_url(source.paths[f]):
                 table = tables[f][rows]
-                opened = handle(f)
-                files.pin(f)
+                opened = files.pin(f)
                 tokens.append((f, opened, opened.prefetch(table[:, 0], table[:, 1])))
         return tokens
 
