@@ -244,3 +244,29 @@ def test_random_access_over_more_files_than_descriptors_in_dataloader_workers(tm
     done = subprocess.run([sys.executable, "-c", _MANY_INDEXED, str(tmp_path)], capture_output=True, text=True,
                           timeout=120, cwd=root, env={**os.environ, "PYTHONPATH": root})
     assert done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+def test_readers_with_files_open_share_the_budget(monkeypatch):
+    """The budget is the process's: three readers with files open keep a third each (a mixture of large datasets
+    in one worker), a reader shrinking to its share as it opens its next file; one alone has it all again."""
+    import weakref
+
+    monkeypatch.setattr(open_files, "_READERS", weakref.WeakSet())  # this test's readers only
+    a, log_a = files_of(24)
+    for f in range(24):
+        a.get(f)
+    assert len(a) == 24 and a.share() == 24
+    b, _ = files_of(24)
+    c, _ = files_of(24)
+    for f in range(8):
+        b.get(f)
+        c.get(f)
+    assert a.share() == b.share() == c.share() == 8 and len(b) == len(c) == 8
+    a.get(100)  # its next open: down to its share
+    assert len(a) == 8 and 100 in a and [e for e in log_a if e[0] == "close"][:3] == [("close", 0), ("close", 1),
+                                                                                       ("close", 2)]
+    b.close()
+    c.close()
+    assert a.share() == 24  # readers with nothing open take no share
+    small, _ = files_of(3)
+    assert small.share() == 3  # at least min(8, budget) each

@@ -1,16 +1,18 @@
-"""The open files of a reader that reads records by offset from many files (a global shuffle): `OpenFiles`, at
-most a budget of them open at once (the least recently used closed first), so a shuffle over more files than the
-process may open (`ulimit -n`, often 1024; TFDS's ImageNet has 1,024 train shards) reads them all instead of
-failing with "Too many open files"."""
+"""The open files of a reader that reads records by offset from many files (a global shuffle, random access):
+`OpenFiles`, at most a budget of them open at once (the least recently used closed first), so a shuffle over more
+files than the process may open (`ulimit -n`, often 1024; TFDS's ImageNet has 1,024 train shards) reads them all
+instead of failing with "Too many open files". The budget is the process's: readers with files open share it (a
+mixture of several large datasets read in one DataLoader worker)."""
 
 from __future__ import annotations
 
 import errno
 import resource
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 __all__ = ["OpenFiles", "open_budget"]
 
@@ -36,10 +38,22 @@ def open_budget(share: float = 0.5, least: int = 8) -> int:
     return max(least, int(soft * share))
 
 
+_READERS: weakref.WeakSet[OpenFiles[Any]] = weakref.WeakSet()  # every OpenFiles of this process
+_READERS_LOCK = threading.Lock()
+
+
+def _active_others(me: OpenFiles[Any]) -> int:
+    """How many OpenFiles of this process other than `me` have files open."""
+    with _READERS_LOCK:
+        readers = list(_READERS)
+    return sum(1 for r in readers if r is not me and len(r))
+
+
 class OpenFiles(Generic[H]):
-    """Handles by file number, opened by `opener(file)` when asked for and kept open while fewer than `budget` are;
-    past it (or when an open fails for want of descriptors, EMFILE/ENFILE) the least recently used ones not
-    pinned are closed. A pinned handle (`pin`, until as many `unpin`s) stays open: one being read by a thread, or
+    """Handles by file number, opened by `opener(file)` when asked for and kept open while fewer than its share of
+    `budget` are (the budget divided between the OpenFiles of the process with files open, at least 8 or the
+    budget); past it (or when an open fails for want of descriptors, EMFILE/ENFILE) its least recently used ones
+    not pinned are closed. A pinned handle (`pin`, until as many `unpin`s) stays open: one being read by a thread, or
     with reads announced to it. Threads may share one: a lock guards the table (not the reads).
 
     >>> files = OpenFiles(lambda f: open(paths[f], "rb"), budget=2)  # doctest: +SKIP
@@ -54,6 +68,8 @@ class OpenFiles(Generic[H]):
         self._pins: dict[int, int] = {}
         self._lock = threading.Lock()
         self.opened = 0  # how many opens so far (reopens included)
+        with _READERS_LOCK:
+            _READERS.add(self)
 
     def __contains__(self, f: int) -> bool:
         return f in self._open
@@ -77,8 +93,9 @@ class OpenFiles(Generic[H]):
         if handle is not None:
             self._open.move_to_end(f)
             return handle
-        if len(self._open) >= self.budget:
-            self._shed(len(self._open) - self.budget + 1)
+        share = self.share()
+        if len(self._open) >= share:
+            self._shed(len(self._open) - share + 1)
         try:
             handle = self._opener(f)
         except OSError as err:
@@ -88,6 +105,11 @@ class OpenFiles(Generic[H]):
         self.opened += 1
         self._open[f] = handle
         return handle
+
+    def share(self) -> int:
+        """How many files this one keeps open: the budget divided between it and the other OpenFiles of the
+        process that have files open (each keeps at least 8, or the budget where that is less)."""
+        return max(min(self.budget, 8), self.budget // (1 + _active_others(self)))
 
     def pin(self, f: int) -> H:
         """File `f`'s handle (as `get`), kept open until as many `unpin(f)`s."""
