@@ -84,14 +84,19 @@ def _fds() -> list[str]:
 
 
 def _threads() -> list[str]:
-    """Every thread but the main one and the request pool's (one pool per process, which adds threads on demand up
-    to its size: bounded, checked by _pool_threads): tfr_torch's own, torch's queue threads, a leaked executor's."""
+    """Every thread but the main one and the request pools' (one per process and max_in_flight, each adding threads
+    on demand up to its size: bounded, checked by _pools): tfr_torch's own, torch's queue threads, a leaked
+    executor's."""
     return sorted(t.name for t in threading.enumerate()
                   if t is not threading.main_thread() and not t.name.startswith("tfr_torch-remote"))
 
 
-def _pool_threads() -> int:
-    return sum(t.name.startswith("tfr_torch-remote") for t in threading.enumerate())
+def _pools() -> dict[Any, int]:
+    """This process's request pools (remote_state: one per max_in_flight) and the threads each has started."""
+    from tfr_torch.format import remote_state
+
+    with remote_state._POOLS_LOCK:
+        return {key: len(pool._threads) for key, pool in remote_state._POOLS.items() if key[0] == os.getpid()}
 
 
 def _maps() -> int:
@@ -133,6 +138,7 @@ class _Snapshot:
     def __init__(self) -> None:
         gc.collect()
         self.fds, self.threads, self.maps, self.children = _fds(), _threads(), _maps(), _children()
+        self.pools = _pools()
 
 
 def _wait_for(check: Callable[[], bool], timeout: float = 10.0) -> None:
@@ -153,7 +159,10 @@ def _assert_nothing_grew(before: _Snapshot, *, maps_slack: int = 4, fd_filter: C
     assert _children() == before.children, "child processes outlived their work"
     # a mapping per repetition would show as many; a few come and go with the allocator
     assert _maps() <= before.maps + maps_slack, f"mappings grew: {before.maps} -> {_maps()}"
-    assert _pool_threads() <= 16, "the request pool grew past its size"
+    # no new pool after the warm-up, each within its size (earlier tests may have made pools of other sizes)
+    pools = _pools()
+    assert pools.keys() <= before.pools.keys() and all(n <= key[1] for key, n in pools.items()), \
+        f"the request pools grew past their sizes: {before.pools} -> {pools}"
 
 
 def _repeat(scenario: Callable[[], Any], times: int = 6, **kwargs: Any) -> None:
