@@ -52,6 +52,20 @@ _GC_AT_START = (gc.isenabled(), gc.get_threshold())
 
 
 @pytest.fixture(autouse=True)
+def _room_for_shared_values():
+    """Every test starts with room for 2,048 values in the current block of shared values (data/shared_cells.py: a
+    dataset's epoch, counts and flags; one descriptor per block of 4,096): a block started mid-test is a descriptor
+    more, which the tests that count descriptors around their work would take for a leak."""
+    from tfr_torch.data import shared_cells
+
+    now = shared_cells._CURRENT
+    if now.block is None or now.pid != os.getpid() or now.block.numel() - now.used < 2048:
+        shared_cells.shared_int64(shared_cells._BLOCK)  # a fresh block, all taken; the next value starts another
+        shared_cells.shared_int64(1)
+    yield
+
+
+@pytest.fixture(autouse=True)
 def _garbage_collector_left_as_found():
     """Fail the test that leaves the garbage collector disabled or its thresholds changed: every later test would run
     with another memory profile (mypy.api.run, in-process, once left gc.set_threshold(200_000, 30, 30) behind, and

@@ -544,7 +544,7 @@ def test_a_shuffle_over_more_remote_files_than_it_keeps_open_reads_each_record_o
         return [bytes(r) for r in tfr_torch.TFRecordDataset(urls, index="auto", shuffle=True, seed=4, remote=SMALL)]
 
     opened: list[int] = []
-    real = open_files.OpenFiles.get
+    real = open_files.OpenFiles._get  # every open goes through it (get and pin)
 
     def counting(self, f):
         fresh = f not in self
@@ -560,7 +560,7 @@ def test_a_shuffle_over_more_remote_files_than_it_keeps_open_reads_each_record_o
         released.append(self._closing)  # a handle closed with reads announced to it threw their blocks away
         real_release(self, token)
 
-    monkeypatch.setattr(open_files.OpenFiles, "get", counting)
+    monkeypatch.setattr(open_files.OpenFiles, "_get", counting)
     monkeypatch.setattr(RecordFile, "release", release)
     everything = read()
     assert len(opened) == 8

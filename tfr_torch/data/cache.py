@@ -39,6 +39,7 @@ from tfr_torch.data.cache_folder import (
 )
 from tfr_torch.data.distributed import detect_rank_world
 from tfr_torch.data.pipe import for_the_pipe
+from tfr_torch.data.shared_cells import shared_int64
 from tfr_torch.data.transport import Batch, RecordBatch, shared_memory_available, wrap_for_transport
 from tfr_torch.format.paths import is_url
 
@@ -83,7 +84,7 @@ class CachedDataset(IterableDataset[Any]):
         self.shuffle = bool(shuffle)
         self.seed = seed
         self.transform = transform
-        self._epoch = torch.zeros((), dtype=torch.int64).share_memory_()  # seen by persistent workers
+        self._epoch = shared_int64(1)[0]  # seen by persistent workers
         self._memory: dict[str, list[Any]] = {}
         self._memory_epoch: dict[str, int] = {}  # the epoch each part in memory was read in
         self._live: dict[str, Any] | None = None  # where this process's running epoch stands

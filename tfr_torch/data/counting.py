@@ -28,6 +28,8 @@ from typing import Any
 
 import torch
 
+from tfr_torch.data.shared_cells import shared_int64
+
 __all__ = ["SharedCounts", "UserSite", "user_site"]
 
 UNKNOWN, FAILED, CLAIMED = -1, -2, -16
@@ -64,10 +66,9 @@ class SharedCounts:
     """Per-file record counts in shared memory (UNKNOWN until counted), and once-only warning flags."""
 
     def __init__(self, counts: Sequence[int | None]) -> None:
-        self.table = torch.tensor([UNKNOWN if c is None else int(c) for c in counts], dtype=torch.int64)
-        self.flags = torch.zeros(8, dtype=torch.int64)
-        self.table.share_memory_()
-        self.flags.share_memory_()
+        cells = shared_int64(len(counts) + 8)  # one block of shared memory for many datasets' values
+        self.table, self.flags = cells[: len(counts)], cells[len(counts) :]
+        self.table.copy_(torch.tensor([UNKNOWN if c is None else int(c) for c in counts], dtype=torch.int64))
         self._initial = self.unknown()  # the files to count as built, the same list in every worker
 
     def known(self) -> list[int] | None:

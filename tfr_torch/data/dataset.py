@@ -12,7 +12,6 @@ import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Literal
 
-import torch
 from torch.utils.data import IterableDataset, default_convert, get_worker_info
 
 from tfr_torch.data.arguments import (
@@ -28,10 +27,11 @@ from tfr_torch.data.distributed import check_rank_world, rank_world
 from tfr_torch.data.epoch_records import EpochRecords
 from tfr_torch.data.indexes import resolve_indexes, seek_points_beside
 from tfr_torch.data.items import ItemMaker
-from tfr_torch.data.resumable import ResumableState, _loaded_skipped
 from tfr_torch.data.reading import GROUP_BYTES
-from tfr_torch.data.transport import shared_memory_available
+from tfr_torch.data.resumable import ResumableState, _loaded_skipped
 from tfr_torch.data.sharding import rank_quota
+from tfr_torch.data.shared_cells import shared_int64
+from tfr_torch.data.transport import shared_memory_available
 from tfr_torch.decode.hints import check_features_argument
 from tfr_torch.decode.sequence_features import SequenceFeatures
 from tfr_torch.format.compression import normalize_compression
@@ -207,12 +207,13 @@ class TFRecordDataset(ResumableState, EpochRecords, ItemMaker, IterableDataset[A
         self._global_shuffle = self.shuffle and all(o is not None for o in self.offsets) and not any(
             _compressed(p, compression) and seek is None and not has_seek_points(p)
             for p, seek in zip(self.paths, self._seeks))
-        self._epoch = torch.zeros((), dtype=torch.int64).share_memory_()
+        cells = shared_int64(2)  # seen by DataLoader workers (persistent ones too); one block for many datasets
+        self._epoch = cells[0]
         self._resume: dict[str, Any] | None = None
         # which pass of DataLoader workers took the loaded state (its workers' base seed; 0: none yet): shared, so
         # that the workers of a later pass, forked or pickled from this dataset that still holds it, do not
         # resume it again (see _takes_resume)
-        self._resume_taken = torch.zeros((), dtype=torch.int64).share_memory_()
+        self._resume_taken = cells[1]
         self._position = 0
         self._order_progress = None  # how far a global shuffle's pass went in its order (OrderProgress)
         self._worker = (0, 1)

@@ -17,11 +17,11 @@ from collections.abc import Iterator, Mapping, Sequence, Sized
 from typing import Any, cast
 
 import numpy as np
-import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from tfr_torch.data.distributed import detect_rank_world
 from tfr_torch.data.mixed_state import MIXED_STATE_VERSION, STATE_SETS, MixtureState
+from tfr_torch.data.shared_cells import shared_int64
 
 __all__ = ["MixedDataset", "MIXED_STATE_VERSION", "STOPS"]
 
@@ -91,11 +91,12 @@ class MixedDataset(MixtureState, IterableDataset[Any]):
             raise TypeError(f"seed must be an int, got {seed!r}")
         self.stop = stop
         self.seed = seed
-        self._epoch = torch.zeros((), dtype=torch.int64).share_memory_()  # seen by persistent workers
+        cells = shared_int64(2)  # one block of shared memory for many datasets' values
+        self._epoch = cells[0]  # seen by persistent workers
         self._live: dict[str, Any] | None = None  # the running epoch's draws (this process)
         self._resume: dict[str, Any] | None = None  # a loaded state, until the next iteration takes it
         self._elastic: dict[str, Any] | None = None  # a loaded merged state (elastic_state): its epoch's next pass
-        self._elastic_taken = torch.zeros((), dtype=torch.int64).share_memory_()  # which pass took it (workers)
+        self._elastic_taken = cells[1]  # which pass took it (workers)
 
     # ----- epochs and length -------------------------------------------------------------------------------------
 

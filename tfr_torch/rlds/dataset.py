@@ -16,6 +16,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 from tfr_torch.data.dataset import TFRecordDataset
 from tfr_torch.data.distributed import check_rank_world, rank_world
 from tfr_torch.data.sharding import rank_quota, split_sizes
+from tfr_torch.data.shared_cells import shared_int64
 from tfr_torch.data.transport import shared_memory_available, wrap_for_transport
 from tfr_torch.rlds.packed import PackedFrame, Packer, pack_episode, same_layout, unpack_frame
 from tfr_torch.rlds.sampling import choices, collate_frames, reader_rng, shuffled
@@ -134,9 +135,10 @@ class FrameDataset(IterableDataset[Any]):
                           "yields the frames of its own episodes, whose lengths differ, so ranks run different "
                           "numbers of steps (under DDP, a collective past the shortest rank's end waits forever); "
                           "pass samples_per_epoch for the same number of frames on every rank", stacklevel=2)
-        self.episodes = [self._episodes(i) for i in range(len(self.sources))]  # checks each folder and split now
+        for i in range(len(self.sources)):  # each folder and split checked now; not kept (each TFRecordDataset
+            self._episodes(i)  # holds shared-memory descriptors: a mixture of many datasets ran out of them)
         self._totals = [self._total(i) for i in range(len(self.sources))]
-        self._epoch = torch.zeros((), dtype=torch.int64).share_memory_()
+        self._epoch = shared_int64(1)[0]  # seen by persistent workers
         self._resume: dict[str, Any] | None = None
         self._position = 0
         self._position_epoch = 0  # the epoch that _position counts in
