@@ -27,8 +27,9 @@ H = TypeVar("H", bound=_Closable)
 
 
 def open_budget(share: float = 0.5, least: int = 8) -> int:
-    """How many files a reader keeps open: `share` of the process's descriptor limit (RLIMIT_NOFILE's soft limit;
-    the rest is for everything else the process opens), at least `least`."""
+    """How many files the readers of this process keep open in all (OpenFiles divide it): `share` of its
+    descriptor limit (RLIMIT_NOFILE's soft limit; the rest is for everything else the process opens), at least
+    `least`."""
     try:
         soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     except (OSError, ValueError):
