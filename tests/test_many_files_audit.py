@@ -49,6 +49,7 @@ import torch
 from PIL import Image
 
 import tfr_torch
+from test_rlds import _CLASS, _dict, _tensor  # features.json pieces of an RLDS folder
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LIMIT = 64  # the children's RLIMIT_NOFILE (soft): every case reads or writes more files than this
@@ -56,18 +57,6 @@ PLAIN, GZ, SHARDS, EPISODES, SOURCES, PER_SOURCE, IMAGES = 120, 90, 100, 100, 20
 
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self/fd") or sys.platform != "linux",
                                 reason="sets RLIMIT_NOFILE and counts descriptors in /proc")
-
-_CLASS = "tensorflow_datasets.core.features."
-
-
-def _tensor(dims, dtype):
-    return {"pythonClassName": _CLASS + "tensor_feature.Tensor",
-            "tensor": {"shape": {"dimensions": [str(d) for d in dims]}, "dtype": dtype, "encoding": "none"}}
-
-
-def _dict(features):
-    return {"pythonClassName": _CLASS + "features_dict.FeaturesDict", "featuresDict": {"features": features}}
-
 
 def _rlds_features():
     step = _dict({"observation": _dict({"state": _tensor((2,), "float32")}), "action": _tensor((3,), "float32")})
