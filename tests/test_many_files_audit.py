@@ -30,8 +30,8 @@ Found:
   TFRecordDatasets, which could not even be made) run out of them. Such values now share blocks of 4,096 (a
   descriptor per block). Left as it is: the files that datasets read side by side (each its `interleave` files)
   count against no process-wide budget (30 datasets x 1 file fit here).
-- xfail (data/epoch_records.py): `interleave` above the descriptor limit opens that many files at once; the
-  EMFILE names a file but not the cause.
+- Fixed (data/epoch_records.py, open_files.interleaved_within_limit): `interleave` above the descriptor limit
+  opens that many files at once; the EMFILE named a file but not the cause. It now names `interleave` and the limit.
 """
 
 from __future__ import annotations
@@ -193,21 +193,26 @@ def test_tfrecorddataset_reads_every_record_once(data, tmp_path, options, worker
     assert got[2] == 0  # no file left open by the epochs
 
 
-@pytest.mark.xfail(strict=True, reason="data/epoch_records.py: a reader's `interleave` files are all open at once "
-                   "whatever the descriptor limit: interleave=100 under ulimit -n 64 raises [Errno 24] Too many open "
-                   "files naming a file, not the cause")
-def test_an_interleave_wider_than_the_descriptor_limit(data, tmp_path):
-    """Fix: keep at most open_budget() of the interleaved files open (close a file between its turns, reopen it at
-    its offset), or refuse an interleave above it with a ValueError that names interleave and the limit."""
-    got = _child("""
-        try:
-            got = ids(tfr_torch.TFRecordDataset(PLAIN, SPEC, shuffle=True, interleave=100))
-        except OSError as err:
-            done(["error", str(err), err.filename])
-        else:
-            done(["ok", sorted(got)])
+@pytest.mark.parametrize("workers", [0, 2])
+def test_an_interleave_wider_than_the_descriptor_limit(data, tmp_path, workers):
+    """Fixed: a reader's `interleave` files are all open at once whatever the descriptor limit, and interleave=100
+    under ulimit -n 64 raised "[Errno 24] Too many open files" naming a file, not the cause. The error now names
+    `interleave` and the limit (in DataLoader workers too); an interleave within the limit reads every record once."""
+    got = _child(f"""
+        out = []
+        for interleave in (100, 30):
+            ds = tfr_torch.TFRecordDataset(PLAIN, SPEC, shuffle=True, interleave=interleave)
+            try:
+                out.append(["ok", sorted(ids(DataLoader(ds, batch_size=None, num_workers={workers})))])
+            except Exception as err:
+                out.append(["error", type(err).__name__, str(err)])
+        done(out)
     """, data, tmp_path)
-    assert got == ["ok", _plain_ids()] or "interleave" in got[1], got
+    wide, within = got
+    assert wide[:2] == ["error", "OSError"], got
+    assert "Too many open files" in wide[2] and "interleave=100" in wide[2] and "64" in wide[2], wide
+    assert ".tfrecord" in wide[2]  # and the file it could not open
+    assert within == ["ok", _plain_ids()]
 
 
 @pytest.mark.parametrize("options", ["", ", index='auto'", ", index='auto', shuffle=True"])

@@ -22,6 +22,7 @@ from tfr_torch.data.elastic import (
     segment_sequence,
 )
 from tfr_torch.data.blocks import Block, blocks_of, interleave, located, shuffle_buffer
+from tfr_torch.data.open_files import interleaved_within_limit
 from tfr_torch.data.order_progress import OrderProgress
 from tfr_torch.data.reading import Source, iter_random, iter_run, opening_ahead
 from tfr_torch.data.sharding import (
@@ -189,8 +190,9 @@ class EpochRecords:
         if not self.shuffle:
             return _chain(read(p) for p in streams), share
         rng = segment_rng(self.seed, epoch, len(history), history_digest(history), layout, self.rank, worker)
-        return blocks_of(reader_order([located(read(p)) for p in streams], True, self.interleave,
-                                      self.shuffle_buffer, rng)), share
+        return interleaved_within_limit(blocks_of(reader_order([located(read(p)) for p in streams], True,
+                                                               self.interleave, self.shuffle_buffer, rng)),
+                                        self.interleave), share
 
     def _checked_ahead(self, ahead: int, done: int, share: int, multiple: int, worker: int) -> int:
         """`ahead` (positions of a share of `share` records a resumed state says were gone past, `done` of them
@@ -340,8 +342,9 @@ class EpochRecords:
         if not self.shuffle:
             return _chain(streams), share
         rng = epoch_rng(self.seed, epoch, 3 + worker + workers * self.rank)
-        return blocks_of(shuffle_buffer(interleave((located(s) for s in streams), self.interleave),
-                                        self.shuffle_buffer, rng)), share
+        return interleaved_within_limit(blocks_of(shuffle_buffer(interleave((located(s) for s in streams),
+                                                                            self.interleave),
+                                                                 self.shuffle_buffer, rng)), self.interleave), share
 
 
 def _top_up(blocks: Iterator[Block], share: int, make: Callable[[bool], tuple[Iterator[Block], int | None]],

@@ -11,10 +11,10 @@ import resource
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Generic, Protocol, TypeVar
 
-__all__ = ["OpenFiles", "open_budget"]
+__all__ = ["OpenFiles", "open_budget", "interleaved_within_limit"]
 
 _OUT_OF_DESCRIPTORS = (errno.EMFILE, errno.ENFILE)
 
@@ -37,6 +37,27 @@ def open_budget(share: float = 0.5, least: int = 8) -> int:
     if soft == resource.RLIM_INFINITY or soft <= 0:
         return 1 << 30
     return max(least, int(soft * share))
+
+
+T = TypeVar("T")
+
+
+def interleaved_within_limit(blocks: Iterator[T], interleave: int) -> Iterator[T]:
+    """`blocks` of a reader that reads `interleave` files at once (each open from its first record to its last):
+    such files are not OpenFiles' to close between turns, so an interleave wider than the descriptor limit runs out
+    of descriptors; the error then names `interleave` and the limit, not only the file it could not open."""
+    try:
+        yield from blocks
+    except OSError as err:
+        if err.errno not in _OUT_OF_DESCRIPTORS or interleave <= 1:
+            raise
+        try:
+            limit = f"{resource.getrlimit(resource.RLIMIT_NOFILE)[0]} (RLIMIT_NOFILE, `ulimit -n`)"
+        except (OSError, ValueError):
+            limit = "its limit (RLIMIT_NOFILE, `ulimit -n`)"
+        raise OSError(err.errno, f"{err.strerror}: this reader keeps interleave={interleave} files open at once "
+                      f"(with everything else the process has open), and the process may hold {limit} descriptors: "
+                      "lower `interleave` or raise the limit", err.filename) from err
 
 
 _READERS: weakref.WeakSet[OpenFiles[Any]] = weakref.WeakSet()  # every OpenFiles of this process
