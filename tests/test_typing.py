@@ -16,33 +16,56 @@ HERE = Path(__file__).parent / "data" / "typing"
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _mypy(path: Path) -> tuple[str, int]:
-    """mypy --strict on one file, in its own process. Not mypy.api.run in this one: mypy raises the garbage
+WRONG_CALLS = [
+    ('tfr_torch.FixedLenFeature("3", torch.int64)', 'Argument 1 to "FixedLenFeature" has incompatible type "str"'),
+    ('tfr_torch.TFRecordDataset("a.tfrecord", "Auto")', 'Argument 2 to "TFRecordDataset" has incompatible type'),
+    ('x: torch.Tensor = tfr_torch.decode_image([b""])', "Incompatible types in assignment"),
+]
+
+
+def _mypy(paths: list[Path]) -> tuple[str, int]:
+    """mypy --strict on these files, in its own process. Not mypy.api.run in this one: mypy raises the garbage
     collector's threshold for the rest of the process (gc.set_threshold(200_000, 30, 30)) and leaves millions of
     objects behind, so every later test ran with cyclic garbage collected 300 times less often (the corruption
     tests' memory cap then failed them) and every full collection took seconds."""
     result = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--follow-imports=silent", "--no-error-summary",
-                             "--cache-dir=/dev/null", str(path)], capture_output=True, text=True)
+                             "--cache-dir=/dev/null", *map(str, paths)], capture_output=True, text=True)
     return result.stdout + result.stderr, result.returncode
 
 
-def test_documented_calls_type_check():
-    """Runs mypy --strict over a script that imports torch and tfr_torch: 5-15 s, mypy reading torch's stubs."""
-    out, status = _mypy(HERE / "documented_calls.py")
-    assert status == 0, out
+@pytest.fixture(scope="module")
+def checked(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[Path, list[str]], str, int]:
+    """One mypy --strict run (5-15 s: mypy reads torch's stubs; no cache) over the documented calls and a script
+    per wrong call: each file's complaints, mypy's whole output and its exit status."""
+    folder = tmp_path_factory.mktemp("wrong_calls")
+    scripts = [folder / f"wrong_{k}.py" for k in range(len(WRONG_CALLS))]
+    for script, (call, _) in zip(scripts, WRONG_CALLS):
+        script.write_text(f"import torch\nimport tfr_torch\n{call}\n")
+    files = [HERE / "documented_calls.py", *scripts]
+    out, status = _mypy(files)
+    by_file: dict[Path, list[str]] = {f: [] for f in files}
+    for line in out.splitlines():
+        for f in files:
+            if line.startswith(f"{f}:"):
+                by_file[f].append(line)
+    return by_file, out, status
 
 
-@pytest.mark.parametrize("call, complaint", [
-    ('tfr_torch.FixedLenFeature("3", torch.int64)', 'Argument 1 to "FixedLenFeature" has incompatible type "str"'),
-    ('tfr_torch.TFRecordDataset("a.tfrecord", "Auto")', 'Argument 2 to "TFRecordDataset" has incompatible type'),
-    ('x: torch.Tensor = tfr_torch.decode_image([b""])', "Incompatible types in assignment"),
-])
-def test_wrong_calls_are_refused(tmp_path, call, complaint):
-    """One mypy --strict run per call (5-15 s each: mypy reads torch's stubs; no cache, so no run sees another's)."""
-    script = tmp_path / "wrong.py"
-    script.write_text(f"import torch\nimport tfr_torch\n{call}\n")
-    out, status = _mypy(script)
-    assert status == 1 and complaint in out, out
+def test_documented_calls_type_check(checked):
+    """mypy --strict over a script that imports torch and tfr_torch and makes the documented calls: no complaint
+    (the run's other files are the wrong calls below, each with its own complaint)."""
+    by_file, out, status = checked
+    assert by_file[HERE / "documented_calls.py"] == [], out
+    assert status == 1  # (the wrong calls)
+    assert all(line.split(":", 1)[0] in map(str, by_file) for line in out.splitlines() if ": error:" in line), out
+
+
+@pytest.mark.parametrize("k", range(len(WRONG_CALLS)), ids=[call for call, _ in WRONG_CALLS])
+def test_wrong_calls_are_refused(checked, k):
+    by_file, out, _ = checked
+    call, complaint = WRONG_CALLS[k]
+    mine = [path for path in by_file if path.name == f"wrong_{k}.py"][0]
+    assert any(complaint in line for line in by_file[mine]), (call, out)
 
 
 def test_all_is_the_export_table():
