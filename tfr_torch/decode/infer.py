@@ -82,9 +82,9 @@ class InferredSequenceFeatures(SequenceFeatures, _Provenance):
 
 
 def _from_files(paths: list[str], max_records: int, info: _Provenance,
-                compression: CompressionOrAuto) -> Iterator[tuple[bytes, str, int]]:
-    """The first records of every file: the budget is shared out evenly, at least one record per file, and what
-    a short file leaves over goes to the files after it."""
+                compression: CompressionOrAuto) -> Iterator[tuple[bytes, int, str, int]]:
+    """The first records of every file, each with its number in its file, the file and its offset: the budget is
+    shared out evenly, at least one record per file, and what a short file leaves over goes to the files after it."""
     left, to_end, most = max_records, 0, 0
     for i, path in enumerate(paths):
         budget = max(1, left // (len(paths) - i))
@@ -94,7 +94,7 @@ def _from_files(paths: list[str], max_records: int, info: _Provenance,
             records = iter(reader)
             offset = reader.offset
             for record in records:
-                yield record, path, offset
+                yield record, n, path, offset
                 offset = reader.offset
                 n += 1
                 if n == budget:
@@ -109,6 +109,19 @@ def _from_files(paths: list[str], max_records: int, info: _Provenance,
         left = max(0, left - n)
     info.files_total, info.files_to_end, info.per_file = len(paths), to_end, most
 
+
+
+_RECORD_TYPES = (bytes, bytearray, memoryview)  # (np.bytes_ is bytes)
+
+
+def _from_records(records: Iterable[Any], max_records: int) -> Iterator[tuple[Any, int, None, None]]:
+    """The first `max_records` of an iterable of serialized records, each with its number; an item that is not
+    bytes is refused (bytes(n) of an int would be n zero bytes)."""
+    for i, record in enumerate(itertools.islice(records, max_records)):
+        if not isinstance(record, _RECORD_TYPES):
+            raise TypeError(f"infer_features: record {i} has type {type(record).__name__} ({record!r:.60}); "
+                            "expected a serialized record (bytes)")
+        yield record, i, None, None
 
 
 def _is_paths(items: Any) -> bool:
@@ -149,14 +162,18 @@ def infer_features(paths_or_records: Any, max_records: int = 1000,
     if not isinstance(max_records, int) or isinstance(max_records, bool) or max_records < 1:
         raise ValueError(f"max_records must be a positive int, got {max_records!r}")
     check_compression(compression, auto=True)
+    if isinstance(paths_or_records, _RECORD_TYPES):
+        size = memoryview(paths_or_records).nbytes
+        raise TypeError(f"infer_features: expected paths or an iterable of serialized records, got one "
+                        f"{type(paths_or_records).__name__} of {size:,} bytes; pass a list of records ([record])")
     info = _Info()
     if _is_paths(paths_or_records):
-        sample: Iterable[tuple[bytes, str | None, int | None]] = _from_files(
+        sample: Iterable[tuple[Any, int, str | None, int | None]] = _from_files(
             expand_paths(paths_or_records), max_records, info, compression)
     else:
-        sample = itertools.islice(((record, None, None) for record in paths_or_records), max_records)
+        sample = _from_records(paths_or_records, max_records)
     summary = _Summary()
-    for i, (record, path, offset) in enumerate(sample):
+    for record, i, path, offset in sample:
         what, parsed = classify_record(record)
         if what == EXAMPLE:
             summary.add(parsed, {}, len(record))

@@ -12,8 +12,15 @@ Example is then written as TensorFlow's op writes it, so the bytes are TensorFlo
 Deliberate differences, all stricter than TensorFlow's C++ JSON reader (each raises DecodeError here):
 a field or key given twice in one object (TF writes a repeated message field twice, which merges), a feature
 given as `null` (TF writes a key without a value), a bare value or nested lists where a list is expected,
-trailing commas, and numbers in spellings protobuf does not define (`"0x10"`, `"nan"`). Subnormal float values are kept
+trailing commas, `null` inside a list (TF writes 0 or b""), single-quoted strings and unquoted keys (TF's reader takes
+them), and numbers in spellings protobuf does not define (`"0x10"`, `"nan"`). Subnormal float values are kept
 (TensorFlow's kernels run with subnormals flushed to zero, so it writes 0.0 for `1e-40`).
+
+As TensorFlow: `-0` is -0.0 in a float_list; an int64_list value written with a fraction or an exponent (`1e15`,
+`"2.0"`) is read as a double and taken only when it is a whole number no larger than 2**53 in magnitude (past that a
+double is not exact: `1e16` is refused); a float_list string past a double's range (`"1e400"`) is +-Infinity.
+Numbers of more than 39 digits (past float32's and int64's range) are refused before Python converts them, and so
+are number strings only Python reads (`"1_000"`, digits that are not ASCII), as TensorFlow refuses them.
 """
 
 from __future__ import annotations
@@ -41,7 +48,11 @@ _FLOAT32_MAX = float(np.finfo(np.float32).max)
 # protobuf's JSON float spellings besides numbers; anything else in quotes must be a JSON number
 _FLOAT_WORDS = {"NaN", "Infinity", "-Infinity"}
 _JSON_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
+_INT_STRING = re.compile(r"-?[0-9]+")
 _BASE64 = re.compile(r"[A-Za-z0-9+/_-]*")
+_EXACT_INT = 2**53  # the largest magnitude up to which every whole double is exact (TF's bound for int64 from a double)
+_MAX_DIGITS = 39  # float32's largest value has 39 digits, int64's 19: a longer JSON integer is out of range
+_REASON_CHARS = 400  # an error message quotes at most about this much of what it found
 _LIST_NAMES = {"bytesList": "bytes", "bytes_list": "bytes", "floatList": "float", "float_list": "float",
                "int64List": "int64", "int64_list": "int64"}
 
@@ -64,13 +75,63 @@ def _no_constant(word: str) -> None:
     raise _Invalid(f"{word} is not JSON (protobuf spells it as the string \"{word}\")")
 
 
+def _cut(text: str, limit: int = 60) -> str:
+    """`text` quoted, cut to `limit` characters (with its length) so an error message stays short."""
+    return repr(text) if len(text) <= limit else f"{text[:limit]!r}... ({len(text):,} characters)"
+
+
+def _json_int(text: str) -> int | float:
+    """A JSON integer: `-0` kept as -0.0 (TensorFlow writes -0.0 for it in a float_list; Python's int loses the
+    sign), and more than `_MAX_DIGITS` digits refused before Python converts them (out of any field's range; the
+    conversion is quadratic in the digits where Python's digit limit is lifted)."""
+    if text == "-0":
+        return -0.0
+    if len(text.lstrip("-")) > _MAX_DIGITS:
+        raise _Invalid(f"the number {text[:20]}... has {len(text.lstrip('-')):,} digits: out of range for int64 "
+                       "and float values")
+    return int(text)
+
+
+def _check_spelling(value: str, what: str) -> None:
+    """Refuse what Python's int() and float() read but TensorFlow does not: '_' between digits, non-ASCII digits
+    or spaces."""
+    if "_" in value or not value.isascii():
+        raise _Invalid(f"{what} value {_cut(value)} is not a number as TensorFlow reads one ('_' between digits, "
+                       "or characters that are not ASCII)")
+
+
+def _int64_value(value: Any) -> Any:
+    """An int64_list value as TensorFlow reads it: an integer string (leading zeros dropped; more than 19 digits
+    is out of range), or a number written with a fraction or an exponent, read as a double and taken only when
+    it is whole and at most 2**53 in magnitude (protobuf's Python reader takes any whole double, rounded)."""
+    if isinstance(value, str):
+        _check_spelling(value, "int64_list")
+        if _INT_STRING.fullmatch(value):
+            digits = value.lstrip("-").lstrip("0")
+            if len(digits) > 19:
+                raise _Invalid(f"int64_list value {_cut(value)} is out of range for int64")
+            return ("-" if value.startswith("-") and digits else "") + (digits or "0")
+        if not _JSON_NUMBER.fullmatch(value):
+            return value  # protobuf's reader says what is wrong
+        number = float(value)
+    elif isinstance(value, float):
+        number = value
+    else:
+        return value
+    if math.isfinite(number) and number.is_integer() and abs(number) > _EXACT_INT:
+        raise _Invalid(f"int64_list value {_cut(value) if isinstance(value, str) else repr(value)} is written "
+                       f"with a fraction or an exponent, so it is read as a double, which is exact only up to "
+                       f"2**53; write it as an integer")
+    return value
+
+
 def _check_base64(text: Any) -> None:
     """TensorFlow's base64 rules: standard or URL-safe alphabet, '=' padding only to a multiple of 4."""
     if not isinstance(text, str):
         return  # protobuf's reader rejects it
     data = text[:-2] if text.endswith("==") else text[:-1] if text.endswith("=") else text
     if ((data != text and len(text) % 4) or len(data) % 4 == 1 or not _BASE64.fullmatch(data)):
-        raise _Invalid(f"corrupt base64 in a bytes_list value: {text!r}")
+        raise _Invalid(f"corrupt base64 in a bytes_list value: {_cut(text)}")
 
 
 def _float32_value(value: Any) -> Any:
@@ -78,9 +139,12 @@ def _float32_value(value: Any) -> Any:
     for float32's largest value) is that value, not a float too large (protobuf's Python reader compares the
     unrounded double)."""
     if isinstance(value, str) and value not in _FLOAT_WORDS:
+        _check_spelling(value, "float_list")
         if not _JSON_NUMBER.fullmatch(value):
             return value  # protobuf's reader says what is wrong
         value = float(value)
+        if math.isinf(value):  # a string past a double's range: TensorFlow reads it as +-Infinity
+            return "Infinity" if value > 0 else "-Infinity"
     if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
         with np.errstate(over="ignore"):
             rounded = float(np.float32(value))
@@ -118,6 +182,8 @@ def _prepare(tree: Any) -> list[str]:
                     _check_base64(value)
             elif kind == "float":
                 values[:] = [_float32_value(v) for v in values]
+            else:
+                values[:] = [_int64_value(v) for v in values]
     return list(feature_map)
 
 
@@ -157,12 +223,14 @@ def _one(text: Any, index: int | None) -> bytes:
     elif not isinstance(text, str):
         raise TypeError(f"{where}expected a JSON string (str or bytes), got {type(text).__name__}: {text!r:.80}")
     try:
-        tree = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
+        tree = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant, parse_int=_json_int)
         keys = _prepare(tree)
         example = example_pb2.Example()
         json_format.ParseDict(tree, example, descriptor_pool=POOL)
     except (ValueError, _Invalid, json_format.Error, RecursionError) as e:
         reason = f"invalid JSON: {e}" if isinstance(e, json.JSONDecodeError) else str(e).rstrip(".")
+        if len(reason) > _REASON_CHARS:  # protobuf's messages quote the value whole, however long
+            reason = f"{reason[:_REASON_CHARS]}... ({len(reason):,} characters)"
         raise DecodeError(f"{where}expected a JSON-encoded tf.train.Example: {reason}", index=index) from None
     return _encode(example, keys)
 
