@@ -36,8 +36,9 @@ from tfr_torch.data.sharding import (
     split_sizes,
     worker_block,
 )
+from tfr_torch.errors import TFRecordError
 from tfr_torch.format.options import OnError
-from tfr_torch.format.reader import RecordReader
+from tfr_torch.format.reader import RecordReader, _resolve_policy
 from tfr_torch.format.remote_options import RemoteOptions
 
 __all__ = ["EpochRecords"]
@@ -166,10 +167,15 @@ class EpochRecords:
         streams = reader_streams(seq, s_records, counts, layout, self.rank, worker)
         source = self._source(silent)
         share = sum(len(p) for p in streams)
+        mine = s_records[np.concatenate(streams)] if streams else np.zeros(0, np.int64)
+        once = self.pad and len(np.unique(mine)) < len(mine)  # both copies of a padded record (see _reported_once)
         if layout["split"] == "global":
             ids = s_records[streams[0]] if streams else np.zeros(0, np.int64)
-            return iter_random(self._tracked(source, ids, silent), ids, counts), share
+            tracked = self._tracked(source, ids, silent)
+            return iter_random(_reported_once(tracked) if once else tracked, ids, counts), share
         source = self._tracked(source, None, silent)
+        if once:
+            source = _reported_once(source)
         starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
 
         def read(positions: np.ndarray) -> Iterator[Block]:
@@ -345,6 +351,24 @@ class EpochRecords:
         return interleaved_within_limit(blocks_of(shuffle_buffer(interleave((located(s) for s in streams),
                                                                             self.interleave),
                                                                  self.shuffle_buffer, rng)), self.interleave), share
+
+
+def _reported_once(source: Source) -> Source:
+    """`source`, whose on_error policy hears of each bad record once: a reader of a resumed layout with pad=True can
+    be given both copies of a record the first layout padded (the positions padded and the record's own both left
+    unread), and reads it twice in one pass; a bad one is skipped both times but reported once."""
+    policy = _resolve_policy(source.on_error)
+    if policy is None:
+        return source
+    seen: set[tuple[Any, ...]] = set()
+
+    def once(err: TFRecordError) -> None:
+        key = (err.path, err.offset, err.skipped_range)
+        if key not in seen:
+            seen.add(key)
+            policy(err)
+
+    return source._replace(on_error=once)
 
 
 def _top_up(blocks: Iterator[Block], share: int, make: Callable[[bool], tuple[Iterator[Block], int | None]],
