@@ -286,9 +286,13 @@ def test_tensor_bombs_stay_small(data, size):
     assert _peak_bytes(lambda: tfr_torch.parse_tensor(data)) < 1 << 20
 
 
-def test_bool_tensor_content_bytes_other_than_0_and_1_are_true():
-    data = b"\x08\x0a" + _dims(3) + ld(4, b"\x02\x00\xff")
-    tensor = tfr_torch.parse_tensor(data)
+def test_bool_tensor_content_bytes_other_than_0_and_1_are_refused():
+    """As TensorFlow 2.21's parse_tensor ("Cannot parse tensor from proto"): a bool is stored as byte 0 or 1."""
+    data = b"\x08\x0a" + _dims(3) + ld(4, b"\x01\x00\xff")
+    with pytest.raises(DecodeError, match=r"of dtype bool holds byte 255 at element 2 of tensor_content \(1 such\): "
+                                          r"expected 0 or 1"):
+        tfr_torch.parse_tensor(data)
+    tensor = tfr_torch.parse_tensor(b"\x08\x0a" + _dims(3) + ld(4, b"\x01\x00\x01"))
     assert tensor.tolist() == [True, False, True]
     assert tensor.view(torch.uint8).tolist() == [1, 0, 1]
 

@@ -49,6 +49,11 @@ def serialize_tensor(x: torch.Tensor | np.ndarray) -> bytes:
 
 
 def _dtype_code(dtype: Any) -> int:
+    if dtype is float:
+        # numpy and torch (dtype=float) read float as float64, TensorFlow's as_dtype (code ported from
+        # tf.io.parse_tensor) as float32: no single meaning
+        raise ValueError("dtype float is ambiguous (float64 to numpy and torch, float32 to TensorFlow): name the "
+                         "width, such as torch.float32 or 'float64'")
     if isinstance(dtype, torch.dtype):
         if dtype not in _CODE_OF_TORCH:
             raise ValueError(f"dtype {dtype} has no TensorFlow equivalent")
@@ -93,6 +98,8 @@ def parse_tensor(data: bytes, dtype: Any = None, *,
         strings: list[Any] | bytes = decoded.values  # nested lists of bytes (a scalar: bytes)
         return strings
     values = decoded.values
+    if values.size == 0:  # numpy gives an empty array zero strides; torch.from_numpy would keep them
+        return torch.empty(values.shape, dtype=_TORCH_OF_CODE[decoded.dtype])
     if decoded.dtype == DataType.BFLOAT16:
         return torch.from_numpy(values.view(np.int16)).view(torch.bfloat16)
     return torch.from_numpy(values)

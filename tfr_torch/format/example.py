@@ -4,8 +4,10 @@ Encoding rules (the feature kind follows the value's type):
 - bool, int, numpy bool/int*/uint* -> int64_list (a uint64 above 2**63 - 1 is an error, never a wrap);
 - float, numpy float16/32/64, bfloat16 -> float_list (stored as float32, as TensorFlow does);
 - bytes, str (UTF-8) -> bytes_list.
-Arrays and tensors of any shape are flattened row-major. Torch tensors are accepted without this module
-importing torch. Anything else raises TypeError naming the key and the type.
+Arrays and tensors of any shape are flattened row-major (0-d ones in a list count as the scalars they hold). Torch
+tensors are accepted without this module importing torch. A tf.train.Feature (tfr_torch's or TensorFlow's own class)
+is copied as is. Anything else raises TypeError naming the key and the type; a value no feature can hold (an int
+beyond int64, a str with no UTF-8 form) raises ValueError naming the key.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ class ByteStrings(list[bytes]):
 FeatureValue = Union[np.ndarray, list[bytes]]  # float32/int64 arrays, or lists of bytes
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+_PLAIN = frozenset({int, float, bool, str, bytes})  # list items that are never a 0-d array or tensor
 
 
 def _torch_like(value: Any) -> bool:
@@ -54,12 +57,54 @@ def _torch_to_numpy(value: Any, key: str) -> np.ndarray:
     torch = sys.modules["torch"]
     if value.layout != torch.strided:
         raise TypeError(f"feature {key!r}: cannot encode a tensor with layout {value.layout} (call .to_dense() first)")
+    if value.is_quantized:
+        raise TypeError(f"feature {key!r}: cannot encode a quantized tensor of dtype {value.dtype} (call "
+                        ".dequantize() first)")
+    if value.device.type == "meta":
+        raise ValueError(f"feature {key!r}: cannot encode a tensor on the meta device: it holds no values")
     # conj() / neg views hold their values lazily (a bit on the tensor): resolve them, as .numpy() requires
     value = value.detach().cpu().resolve_conj().resolve_neg()
     if value.dtype == torch.bfloat16:
         value = value.to(torch.float32)
-    array: np.ndarray = value.contiguous().numpy()
+    try:
+        array: np.ndarray = value.contiguous().numpy()
+    except TypeError:  # a dtype numpy lacks (float8_*, complex32, ...): torch's message names no feature
+        raise TypeError(f"feature {key!r}: cannot encode a tensor of dtype {value.dtype} (TFRecord features hold "
+                        "int64, float32 or bytes: expected a bool, integer or floating-point tensor)") from None
     return array
+
+
+def _utf8(key: str, text: str) -> bytes:
+    """`text` encoded as UTF-8; a str that has no UTF-8 form (a lone surrogate) is a ValueError naming the key."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise ValueError(f"feature {key!r}: string {text!r} cannot be encoded as UTF-8 ({error.reason} at position "
+                         f"{error.start}); pass bytes to store other byte strings") from None
+
+
+def _scalar(item: Any, key: str) -> Any:
+    """A 0-d numpy array or torch tensor as the scalar it holds (any other item unchanged), so that a list of
+    them encodes like a list of numbers."""
+    if _torch_like(item) and item.dim() == 0:
+        item = _torch_to_numpy(item, key)
+    if isinstance(item, np.ndarray) and item.ndim == 0:
+        return item[()]
+    return item
+
+
+def _fits_float(item: Any) -> bool:
+    try:
+        float(item)
+    except OverflowError:
+        return False
+    return True
+
+
+def _tf_feature(value: Any) -> bool:
+    """True for a tf.train.Feature made by TensorFlow (or any protobuf runtime): the same message, another class."""
+    descriptor = getattr(type(value), "DESCRIPTOR", None)
+    return getattr(descriptor, "full_name", None) == "tensorflow.Feature" and hasattr(value, "SerializeToString")
 
 
 def _array_feature(key: str, array: np.ndarray, feature: feature_pb2.Feature) -> None:
@@ -71,7 +116,8 @@ def _array_feature(key: str, array: np.ndarray, feature: feature_pb2.Feature) ->
         feature.int64_list.SetInParent()  # an empty list is still a present feature
         feature.int64_list.value.extend(array.astype(np.int64, copy=False).ravel().tolist())
     elif kind == "f" or array.dtype.name == "bfloat16":
-        with np.errstate(over="ignore"):  # float64 beyond float32's range becomes inf, as in TensorFlow
+        # float64 beyond float32's range becomes inf, as in TensorFlow; a signalling NaN is no error either
+        with np.errstate(over="ignore", invalid="ignore"):
             payload = array.astype("<f4").tobytes()
         # parse the packed list from its bytes: keeps every bit (NaN payloads too), unlike a trip through Python floats
         feature.MergeFromString(length_delimited(0x12, length_delimited(0x0A, payload) if payload else b""))
@@ -80,7 +126,7 @@ def _array_feature(key: str, array: np.ndarray, feature: feature_pb2.Feature) ->
         feature.bytes_list.value.extend(array.ravel().tolist())
     elif kind == "U":
         feature.bytes_list.SetInParent()
-        feature.bytes_list.value.extend(s.encode("utf-8") for s in array.ravel().tolist())
+        feature.bytes_list.value.extend(_utf8(key, s) for s in array.ravel().tolist())
     elif kind == "O":
         items = array.ravel().tolist()
         _list_feature(key, items, feature, nested_ok=False)
@@ -96,6 +142,8 @@ def _list_feature(key: str, items: list[Any], feature: feature_pb2.Feature, nest
     if not items:
         raise TypeError(f"feature {key!r}: an empty list has no type; pass a typed empty array such as "
                         "np.array([], dtype=np.int64), np.array([], dtype=np.float32) or np.array([], dtype=bytes)")
+    if not all(type(item) in _PLAIN for item in items):  # (the common case costs one pass of type checks)
+        items = [_scalar(item, key) for item in items]
     kinds = set()
     for item in items:
         if isinstance(item, (bytes, bytearray, memoryview, str)):
@@ -111,7 +159,7 @@ def _list_feature(key: str, items: list[Any], feature: feature_pb2.Feature, nest
                             "(expected int, float, bytes or str)")
     if kinds == {"bytes"}:
         feature.bytes_list.value.extend(
-            item.encode("utf-8") if isinstance(item, str) else bytes(item) for item in items)
+            _utf8(key, item) if isinstance(item, str) else bytes(item) for item in items)
     elif kinds == {"int"}:
         values = [int(item) for item in items]
         if min(values) < _INT64_MIN or max(values) > _INT64_MAX:
@@ -119,7 +167,13 @@ def _list_feature(key: str, items: list[Any], feature: feature_pb2.Feature, nest
             raise ValueError(f"feature {key!r}: integer {bad} does not fit in int64_list")
         feature.int64_list.value.extend(values)
     elif kinds <= {"int", "float"}:
-        feature.float_list.value.extend(float(item) for item in items)
+        try:
+            floats = [float(item) for item in items]
+        except OverflowError:
+            bad = next(item for item in items if not _fits_float(item))
+            raise ValueError(f"feature {key!r}: an integer of {bad.bit_length()} bits is too large for a float_list "
+                             "(a list that holds floats stores every value as float32)") from None
+        feature.float_list.value.extend(floats)
     elif kinds == {"nested"}:
         # flatten row-major through an object array, so numpy cannot quietly turn mixed ints and strings into text
         try:
@@ -127,6 +181,7 @@ def _list_feature(key: str, items: list[Any], feature: feature_pb2.Feature, nest
         except ValueError:
             array = None
         leaves = array.ravel().tolist() if array is not None else []
+        leaves = [_scalar(leaf, key) for leaf in leaves]
         if array is None or any(isinstance(leaf, (list, tuple, np.ndarray)) or _torch_like(leaf) for leaf in leaves):
             raise TypeError(f"feature {key!r}: nested lists must be rectangular (ragged nested lists cannot be "
                             "flattened into one feature)")
@@ -143,7 +198,7 @@ def to_feature(key: str, value: Any, feature: feature_pb2.Feature | None = None)
     if isinstance(value, (bytes, bytearray, memoryview)):
         feature.bytes_list.value.append(bytes(value))
     elif isinstance(value, str):
-        feature.bytes_list.value.append(value.encode("utf-8"))
+        feature.bytes_list.value.append(_utf8(key, value))
     elif isinstance(value, (bool, int, float)):
         _list_feature(key, [value], feature)
     elif isinstance(value, (np.ndarray, np.generic)):
@@ -154,6 +209,9 @@ def to_feature(key: str, value: Any, feature: feature_pb2.Feature | None = None)
         feature.CopyFrom(value)
     elif _torch_like(value):
         _array_feature(key, _torch_to_numpy(value, key), feature)
+    elif _tf_feature(value):  # tf.train.Feature from TensorFlow's own classes: copied through its bytes
+        feature.Clear()
+        feature.MergeFromString(value.SerializeToString())
     else:
         raise TypeError(f"feature {key!r}: cannot encode a value of type {type(value).__name__} (expected int, "
                         "float, bytes, str, a list of them, a numpy array or a torch tensor)")
@@ -167,6 +225,7 @@ def _fill_features(features_msg: feature_pb2.Features, features: Mapping[str, An
     for key, value in features.items():
         if not isinstance(key, str):
             raise TypeError(f"feature names must be str, got {type(key).__name__}: {key!r}")
+        _utf8(key, key)  # a protobuf map key must be UTF-8: say which name is not, before protobuf refuses it
         to_feature(key, value, target[key])
 
 

@@ -182,8 +182,12 @@ def _from_content(content: bytes, code: int, shape: tuple[int, ...], nbytes: int
         raise DecodeError(f"{what} of dtype {name} and shape {list(shape)} needs {nbytes} bytes of "
                           f"tensor_content, found {len(content)}")
     array = np.frombuffer(content, dtype=storage.newbyteorder("<")).astype(storage.newbyteorder("="))
-    if code == DataType.BOOL:  # any non-zero byte is true; stored as 0/1, so torch's kernels see real bools
-        array = array.view(np.uint8) != 0
+    if code == DataType.BOOL:  # a byte other than 0 and 1 is no bool (TensorFlow refuses it too)
+        raw = array.view(np.uint8)
+        bad = np.flatnonzero(raw > 1)
+        if bad.size:
+            raise DecodeError(f"{what} of dtype bool holds byte {int(raw[bad[0]])} at element {int(bad[0])} of "
+                              f"tensor_content ({bad.size} such): expected 0 or 1")
     return TensorData(code, shape, array.reshape(shape))
 
 
