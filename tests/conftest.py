@@ -6,6 +6,7 @@ from typing import NamedTuple
 
 import gc
 import os
+import signal
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -76,6 +77,19 @@ def _garbage_collector_left_as_found():
         gc.enable() if _GC_AT_START[0] else gc.disable()
         gc.set_threshold(*_GC_AT_START[1])
         pytest.fail(f"this test left the garbage collector as (enabled, thresholds) {now}, found as {_GC_AT_START}")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _sigterm_left_as_found():
+    """Fail the module that leaves another SIGTERM handler behind (ray.init sets one that raises SystemExit, which
+    ray.shutdown leaves): a process forked later that gets SIGTERM as it starts (a multiprocessing pool's worker,
+    told to end at once by the pool's terminate) loses the signal and never ends, and the test forking it hangs."""
+    before = signal.getsignal(signal.SIGTERM)
+    yield
+    now = signal.getsignal(signal.SIGTERM)
+    if now != before:
+        signal.signal(signal.SIGTERM, before)
+        pytest.fail(f"this module left SIGTERM's handler as {now!r}, found as {before!r}")
 
 
 def pytest_generate_tests(metafunc):

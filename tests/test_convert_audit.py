@@ -16,6 +16,7 @@ import contextlib
 import io
 import os
 import pickle
+import signal
 
 import numpy as np
 import pytest
@@ -326,6 +327,51 @@ def test_a_relative_folder_is_read_where_it_was_listed_by_engine_workers(tricky,
     reference = convert_image_folder(root, str(tmp_path / "ref"), "t", records_per_shard=4)
     assert result.records == reference.records and result.skipped == []
     assert [open(p, "rb").read() for p in result.paths] == [open(p, "rb").read() for p in reference.paths]
+
+
+class _StandInRay:
+    """What tfr_torch.ray.convert.connect uses of `ray`, doing to SIGTERM what ray.init and ray.shutdown do (Ray
+    2.x: init sets a handler that raises SystemExit; shutdown leaves it)."""
+
+    def __init__(self) -> None:
+        self.up = False
+
+    def is_initialized(self) -> bool:
+        return self.up
+
+    def init(self, **kwargs) -> None:
+        self.up = True
+        signal.signal(signal.SIGTERM, self.handler)
+
+    def shutdown(self) -> None:
+        self.up = False
+
+    @staticmethod
+    def handler(signum, frame):
+        raise SystemExit(signum)
+
+
+def test_a_ray_started_for_a_conversion_leaves_sigterm_as_it_was(monkeypatch):
+    """Fixed: the Ray engine started a local Ray when none was running and shut it down when done, which left Ray's
+    SIGTERM handler in the caller's process: SIGTERM then raised SystemExit instead of ending the process, and a
+    process forked later (a multiprocessing pool's worker, e.g. Hugging Face datasets' num_proc) that got SIGTERM
+    as it started lost the signal and never ended (the pool's terminate waited for it for ever)."""
+    pytest.importorskip("ray")
+    import tfr_torch.ray.convert as ray_convert
+
+    stand_in = _StandInRay()
+    monkeypatch.setattr(ray_convert, "ray", stand_in)
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        disconnect = ray_convert.connect()
+        assert disconnect is not None and stand_in.up
+        assert signal.getsignal(signal.SIGTERM) == _StandInRay.handler  # what ray.init does
+        disconnect()
+        assert not stand_in.up and signal.getsignal(signal.SIGTERM) == before
+        stand_in.up = True  # a Ray the caller runs: left to the caller, running
+        assert ray_convert.connect() is None and stand_in.up
+    finally:
+        signal.signal(signal.SIGTERM, before)
 
 
 @pytest.mark.parametrize("workers", [2, 3])

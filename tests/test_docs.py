@@ -19,6 +19,7 @@ import importlib
 import inspect
 import os
 import re
+import signal
 import textwrap
 from pathlib import Path
 
@@ -86,6 +87,7 @@ def test_every_python_block_of_a_page_runs(page, tmp_path, monkeypatch):
     (tmp_path / "tests").symlink_to(ROOT / "tests")
     monkeypatch.chdir(tmp_path)
     scope: dict = {"__name__": "docs"}
+    sigterm = signal.getsignal(signal.SIGTERM)  # ray.init (the Ray page) sets its own, which ray.shutdown leaves
     try:
         for lang, source, line, skip in code_blocks(page):
             if lang != "python" or skip:
@@ -101,6 +103,7 @@ def test_every_python_block_of_a_page_runs(page, tmp_path, monkeypatch):
 
             if ray.is_initialized():
                 ray.shutdown()
+        signal.signal(signal.SIGTERM, sigterm)
 
 
 def _public_names() -> list[tuple[str, str, object]]:

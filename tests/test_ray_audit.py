@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
 import subprocess
 import textwrap
 
@@ -49,6 +50,7 @@ def local_ray():
     """One local Ray for the module: 2 CPUs, no dashboard; rows come back in the files' order."""
     if ray.is_initialized():
         ray.shutdown()
+    sigterm = signal.getsignal(signal.SIGTERM)  # ray.init sets its own, which ray.shutdown leaves (see ray/convert.py)
     ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING", log_to_driver=False)
     context = ray.data.DataContext.get_current()
     before = context.enable_progress_bars, context.execution_options.preserve_order
@@ -57,6 +59,7 @@ def local_ray():
     yield
     context.enable_progress_bars, context.execution_options.preserve_order = before
     ray.shutdown()
+    signal.signal(signal.SIGTERM, sigterm)
 
 
 def table_of(ds) -> pa.Table:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import struct
 import subprocess
 import tempfile
@@ -502,6 +503,7 @@ def ray_results(files, tmp_path_factory):
 
     if ray.is_initialized():
         ray.shutdown()
+    sigterm = signal.getsignal(signal.SIGTERM)  # ray.init sets its own, which ray.shutdown leaves (see ray/convert.py)
     ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING", log_to_driver=False)
     context = ray.data.DataContext.get_current()
     before = context.enable_progress_bars, context.execution_options.preserve_order
@@ -528,6 +530,7 @@ def ray_results(files, tmp_path_factory):
     finally:
         context.enable_progress_bars, context.execution_options.preserve_order = before
         ray.shutdown()
+        signal.signal(signal.SIGTERM, sigterm)
 
 
 @needs_tf

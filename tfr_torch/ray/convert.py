@@ -12,6 +12,8 @@ from __future__ import annotations
 import collections
 import itertools
 import logging
+import signal
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -27,14 +29,24 @@ def _encode_chunk(job: Callable[[int], tuple[Any, ...]], indices: range) -> list
     return [job(i) for i in indices]
 
 
-def connect(address: str | None = None) -> bool:
+def connect(address: str | None = None) -> Callable[[], None] | None:
     """Make sure this process is connected to Ray: the running session if there is one, else `address` (a
-    cluster's "host:port" or "auto"), else a new local Ray (or the cluster named by RAY_ADDRESS). Returns whether
-    this call connected (and so should disconnect when done)."""
+    cluster's "host:port" or "auto"), else a new local Ray (or the cluster named by RAY_ADDRESS). Returns how to
+    disconnect where this call connected (None where Ray was already running): `ray.shutdown()`, and the SIGTERM
+    handler the process had put back. `ray.init` sets its own (SIGTERM raises SystemExit) and `ray.shutdown` leaves
+    it: in the caller's process SIGTERM would then no longer end it at once, and a process forked later (a
+    multiprocessing pool's worker) that gets SIGTERM as it starts loses it and never ends."""
     if ray.is_initialized():
-        return False
+        return None
+    before = signal.getsignal(signal.SIGTERM) if threading.current_thread() is threading.main_thread() else None
     ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
-    return True
+
+    def disconnect() -> None:
+        ray.shutdown()
+        if before is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, before)
+
+    return disconnect
 
 
 def ordered_map(job: Callable[[int], tuple[Any, ...]], indices: range, *, address: str | None = None,
@@ -42,7 +54,7 @@ def ordered_map(job: Callable[[int], tuple[Any, ...]], indices: range, *, addres
     """job(i) for every index, in order, computed by Ray tasks, with a bounded number of chunks in flight (about
     four per CPU of the cluster) so memory stays bounded however many items there are. A task that fails raises
     here, after the chunks before it were yielded; closing the iterator cancels what is still running."""
-    started = connect(address)
+    disconnect = connect(address)
     pending: collections.deque[Any] = collections.deque()  # Ray object refs
     try:
         job_ref = ray.put(job)
@@ -59,6 +71,6 @@ def ordered_map(job: Callable[[int], tuple[Any, ...]], indices: range, *, addres
     finally:
         for ref in pending:
             ray.cancel(ref, force=True)
-        if started:
-            ray.shutdown()
+        if disconnect is not None:
+            disconnect()
 
