@@ -167,8 +167,10 @@ class EpochRecords:
         streams = reader_streams(seq, s_records, counts, layout, self.rank, worker)
         source = self._source(silent)
         share = sum(len(p) for p in streams)
-        mine = s_records[np.concatenate(streams)] if streams else np.zeros(0, np.int64)
-        once = self.pad and len(np.unique(mine)) < len(mine)  # both copies of a padded record (see _reported_once)
+        once = False  # both copies of a padded record in this reader's share (see _reported_once)
+        if self.pad and streams:  # (only pad=True repeats records)
+            mine = s_records[np.concatenate(streams)]
+            once = len(np.unique(mine)) < len(mine)
         if layout["split"] == "global":
             ids = s_records[streams[0]] if streams else np.zeros(0, np.int64)
             tracked = self._tracked(source, ids, silent)

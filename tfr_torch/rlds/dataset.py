@@ -135,8 +135,8 @@ class FrameDataset(IterableDataset[Any]):
                           "yields the frames of its own episodes, whose lengths differ, so ranks run different "
                           "numbers of steps (under DDP, a collective past the shortest rank's end waits forever); "
                           "pass samples_per_epoch for the same number of frames on every rank", stacklevel=2)
-        for i in range(len(self.sources)):  # each folder and split checked now; not kept (each TFRecordDataset
-            self._episodes(i)  # holds shared-memory descriptors: a mixture of many datasets ran out of them)
+        for i in range(len(self.sources)):  # each folder and split checked now; the datasets are made again
+            self._episodes(i)  # where they are read (a mixture of many sources kept none alive for nothing)
         self._totals = [self._total(i) for i in range(len(self.sources))]
         self._epoch = shared_int64(1)[0]  # seen by persistent workers
         self._resume: dict[str, Any] | None = None
