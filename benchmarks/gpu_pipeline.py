@@ -106,7 +106,7 @@ def tfrecord_rows(paths: list[str], args: argparse.Namespace) -> float | None:
 
 
 def cpu_rows(paths: list[str], args: argparse.Namespace) -> dict[str, float | None]:
-    rows: dict[str, float | None] = {}
+    rows: dict[str, float | None] = Rows()
     for shuffle in (True, False):
         dataset = tfr_torch.TFRecordDataset(paths, SPEC, index="auto", batch_size=args.batch, shuffle=shuffle,
                                             transform=DecodeImages(EVAL))
