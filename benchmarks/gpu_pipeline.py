@@ -1,7 +1,7 @@
 """Image pipelines feeding a GPU (issue 23): the rows of ../shared/reference/gpu.md's table, in under 3 minutes.
 
     python benchmarks/gpu_pipeline.py [--images 4096] [--workers N] [--batch 256] [--seconds 10] [--cpu-only]
-                                      [--json out.json]
+                                      [--only KEY,KEY...] [--prefetch 2] [--switch-interval S] [--json out.json]
 
 Synthetic ImageNet-like JPEGs (500x375, quality 90) in indexed shards; every pipeline decodes, resizes to 256 and
 centre-crops 224 into uint8 batches (the ImageTransform(224, train=False, dtype=uint8) of tfr_torch.images):
@@ -11,8 +11,11 @@ centre-crops 224 into uint8 batches (the ImageTransform(224, train=False, dtype=
   DeviceLoader alone (training transforms, float32 channels_last), the ResNet-50 step alone (bf16 autocast,
   channels_last; torchvision.models.resnet50 when it imports, else a labelled stand-in conv net), and the step fed
   by DeviceLoader and by CPU decoding in workers.
-Each row runs for about --seconds after three warm-up batches, epoch after epoch of one loader whose workers
-persist (steady state, not one epoch's start and end); images/s are printed and written to --json.
+--only measures the rows of those keys alone (KEYS below; the step alone is measured whenever a fed row is, for its
+share). --prefetch is DeviceLoader's depth; --switch-interval sets sys.setswitchinterval (how long a Python thread
+holds the GIL before another may take it; 0.005 by default) for a look at the GIL shared by a loader thread and the
+training loop. Each row runs for about --seconds after three warm-up batches, epoch after epoch of one loader whose
+workers persist (steady state, not one epoch's start and end); images/s are printed and written to --json.
 """
 
 from __future__ import annotations
@@ -108,15 +111,28 @@ def tfrecord_rows(paths: list[str], args: argparse.Namespace) -> float | None:
 def cpu_rows(paths: list[str], args: argparse.Namespace) -> dict[str, float | None]:
     rows: dict[str, float | None] = Rows()
     for shuffle in (True, False):
+        if not wanted(args, "cpu-shuffled" if shuffle else "cpu-in-order"):
+            continue
         dataset = tfr_torch.TFRecordDataset(paths, SPEC, index="auto", batch_size=args.batch, shuffle=shuffle,
                                             transform=DecodeImages(EVAL))
         loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=args.workers,
                                              persistent_workers=args.workers > 0)
         rows[f"tfr_torch, DecodeImages in {args.workers} workers, {'shuffled' if shuffle else 'in order'}"] = timed(
             forever(loader), lambda b: len(b["image/class/label"]), args.seconds, lambda: None)
-    rows[f"tfrecord package, same decode_image + transform per record, {args.workers} workers"] = tfrecord_rows(
-        paths, args)
+    if wanted(args, "tfrecord"):
+        rows[f"tfrecord package, same decode_image + transform per record, {args.workers} workers"] = tfrecord_rows(
+            paths, args)
     return rows
+
+
+KEYS = ("cpu-shuffled", "cpu-in-order", "tfrecord", "decode-nvimgcodec", "decode-torchvision", "wrapped-alone",
+        "loader-alone", "loader-alone-regions", "step", "fed-loader", "fed-loader-caller", "fed-loader-engines-off",
+        "fed-cpu", "fed-cpu-nice")
+
+
+def wanted(args: argparse.Namespace, key: str) -> bool:
+    """Whether the row(s) of `key` (one of KEYS) are measured in this run (--only)."""
+    return args.only is None or key in args.only
 
 
 def resnet50() -> tuple[torch.nn.Module, str]:
@@ -180,12 +196,12 @@ def gpu_rows(paths: list[str], args: argparse.Namespace) -> dict[str, float | No
         except (ValueError, RuntimeError, tfr_torch.DecodeError) as exc:
             rows[f"{name}: {type(exc).__name__}: {str(exc)[:120]}"] = None
 
-    if installed.get("nvimgcodec"):
+    if installed.get("nvimgcodec") and wanted(args, "decode-nvimgcodec"):
         with Hardware(True):
             decode_row("decode_image(list, device='cuda'): nvImageCodec, hardware JPEG engines", "nvimgcodec")
         with Hardware(False):
             decode_row("decode_image(list, device='cuda'): nvImageCodec, CUDA decoder (engines off)", "nvimgcodec")
-    if installed.get("torchvision"):
+    if installed.get("torchvision") and wanted(args, "decode-torchvision"):
         decode_row("decode_image(list, device='cuda', backend='torchvision')", "torchvision")
         import torchvision.io as tvio
 
@@ -198,22 +214,30 @@ def gpu_rows(paths: list[str], args: argparse.Namespace) -> dict[str, float | No
         dataset = tfr_torch.TFRecordDataset(paths, SPEC, index="auto", batch_size=args.batch, shuffle=True)
         inner = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=4, pin_memory=True,
                                             persistent_workers=True)
-        return DeviceLoader(inner, device, transform=train, thread=thread, regions=regions)
+        return DeviceLoader(inner, device, transform=train, thread=thread, regions=regions, prefetch=args.prefetch)
 
-    raw_loader = torch.utils.data.DataLoader(  # what the loader below is fed: its ceiling
-        tfr_torch.TFRecordDataset(paths, SPEC, index="auto", batch_size=args.batch, shuffle=True), batch_size=None,
-        num_workers=4, pin_memory=True, persistent_workers=True)
-    rows["the wrapped DataLoader alone: 4 workers hand over encoded JPEGs (no decoding)"] = timed(
-        forever(raw_loader), lambda b: len(b["image/class/label"]), args.seconds, lambda: None)
-    del raw_loader
-    variants = [("thread", True, True), ("training loop's thread", False, True), ("thread, engines off", True, False)]
-    for label, thread, hardware in variants:
+    if wanted(args, "wrapped-alone"):
+        raw_loader = torch.utils.data.DataLoader(  # what the loader below is fed: its ceiling
+            tfr_torch.TFRecordDataset(paths, SPEC, index="auto", batch_size=args.batch, shuffle=True),
+            batch_size=None, num_workers=4, pin_memory=True, persistent_workers=True)
+        rows["the wrapped DataLoader alone: 4 workers hand over encoded JPEGs (no decoding)"] = timed(
+            forever(raw_loader), lambda b: len(b["image/class/label"]), args.seconds, lambda: None)
+        del raw_loader
+    variants = [("thread", True, True, "fed-loader"), ("training loop's thread", False, True, "fed-loader-caller"),
+                ("thread, engines off", True, False, "fed-loader-engines-off")]
+    for label, thread, hardware, _ in variants:
+        if not wanted(args, "loader-alone"):
+            break
         with Hardware(hardware):
             rows[f"DeviceLoader alone, 4 workers ({label}; training transforms, bf16 channels_last)"] = timed(
                 forever(device_loader(thread)), lambda b: len(b["image/class/label"]), args.seconds, sync)
-    if tfr_torch.image_backends().get("nvimgcodec"):
+    if tfr_torch.image_backends().get("nvimgcodec") and wanted(args, "loader-alone-regions"):
         rows["DeviceLoader alone, 4 workers (thread, crop regions decoded: regions=True)"] = timed(
             forever(device_loader(True, regions=True)), lambda b: len(b["image/class/label"]), args.seconds, sync)
+    fed = [key for key in ("fed-loader", "fed-loader-caller", "fed-loader-engines-off", "fed-cpu", "fed-cpu-nice")
+           if wanted(args, key)]
+    if not fed and not wanted(args, "step"):
+        return rows
     model, label = resnet50()
     model = model.to(device).to(memory_format=torch.channels_last)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
@@ -230,15 +254,15 @@ def gpu_rows(paths: list[str], args: argparse.Namespace) -> dict[str, float | No
     labels = torch.randint(0, 1000, (args.batch,), device=device)
     alone = timed((step(fixed, labels) for _ in range(10**6)), lambda n: n, args.seconds, sync)
     rows[f"{label} step alone (bf16 autocast, channels_last)"] = alone
-    for name, thread, hardware in variants:
+    for name, thread, hardware, key in variants:
+        if key not in fed:
+            continue
         with Hardware(hardware):
             rate = timed((step(b["image/encoded"], b["image/class/label"]) for b in forever(device_loader(thread))),
                          lambda n: n, args.seconds, sync)
         rows[f"{label} fed by DeviceLoader, 4 workers ({name}): {share(rate, alone)} of the step alone"] = rate
     cpu = tfr_torch.TFRecordDataset(paths, SPEC, index="auto", batch_size=args.batch, shuffle=True,
                                     transform=DecodeImages(EVAL))
-    cpu_loader = torch.utils.data.DataLoader(cpu, batch_size=None, num_workers=args.workers, pin_memory=True,
-                                             persistent_workers=True)
     mean = torch.tensor([0.485, 0.456, 0.406], device=device).view(1, 3, 1, 1) * 255
     std = torch.tensor([0.229, 0.224, 0.225], device=device).view(1, 3, 1, 1) * 255
 
@@ -246,14 +270,18 @@ def gpu_rows(paths: list[str], args: argparse.Namespace) -> dict[str, float | No
         images = batch["image/encoded"].to(device, non_blocking=True).to(memory_format=torch.channels_last)
         return step((images.float() - mean) / std, batch["image/class/label"].to(device, non_blocking=True))
 
-    rate = timed((cpu_fed(b) for b in forever(cpu_loader)), lambda n: n, args.seconds, sync)
-    rows[f"{label} fed by CPU decoding in {args.workers} workers: {share(rate, alone)} of the step alone"] = rate
-    del cpu_loader
-    cpu_loader = torch.utils.data.DataLoader(cpu, batch_size=None, num_workers=args.workers, pin_memory=True,
-                                             persistent_workers=True, worker_init_fn=lower_priority)
-    rate = timed((cpu_fed(b) for b in forever(cpu_loader)), lambda n: n, args.seconds, sync)
-    rows[f"{label} fed by CPU decoding in {args.workers} workers at nice 10: {share(rate, alone)} of the step "
-         f"alone"] = rate
+    if "fed-cpu" in fed:
+        cpu_loader = torch.utils.data.DataLoader(cpu, batch_size=None, num_workers=args.workers, pin_memory=True,
+                                                 persistent_workers=True)
+        rate = timed((cpu_fed(b) for b in forever(cpu_loader)), lambda n: n, args.seconds, sync)
+        rows[f"{label} fed by CPU decoding in {args.workers} workers: {share(rate, alone)} of the step alone"] = rate
+        del cpu_loader
+    if "fed-cpu-nice" in fed:
+        cpu_loader = torch.utils.data.DataLoader(cpu, batch_size=None, num_workers=args.workers, pin_memory=True,
+                                                 persistent_workers=True, worker_init_fn=lower_priority)
+        rate = timed((cpu_fed(b) for b in forever(cpu_loader)), lambda n: n, args.seconds, sync)
+        rows[f"{label} fed by CPU decoding in {args.workers} workers at nice 10: {share(rate, alone)} of the step "
+             f"alone"] = rate
     return rows
 
 
@@ -277,10 +305,20 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 1))
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--cpu-only", action="store_true", help="the CPU rows only (also without CUDA)")
+    parser.add_argument("--only", type=lambda text: set(text.split(",")), default=None,
+                        help=f"comma-separated row keys: {', '.join(KEYS)}")
+    parser.add_argument("--prefetch", type=int, default=2, help="DeviceLoader's prefetch depth")
+    parser.add_argument("--switch-interval", type=float, default=None, help="sys.setswitchinterval for the run")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
+    unknown = (args.only or set()) - set(KEYS)
+    if unknown:
+        parser.error(f"unknown --only keys {sorted(unknown)}; the keys: {', '.join(KEYS)}")
+    if args.switch_interval is not None:
+        sys.setswitchinterval(args.switch_interval)
     torch.set_num_threads(1)
     gpu = torch.cuda.is_available() and not args.cpu_only
+    args.only = sorted(args.only) if args.only is not None else None  # JSON-friendly; `in` works on lists too
     report: dict[str, Any] = {"machine": platform.node(), "cpus": os.cpu_count(), "torch": torch.__version__,
                               "decoders": tfr_torch.image_backends(), "args": vars(args),
                               "gpu": torch.cuda.get_device_name() if gpu else None}

@@ -31,3 +31,18 @@ def test_the_device_script_parses():
     proc = subprocess.run(["bash", "-n", os.path.join(ROOT, "benchmarks", "gpu_check.sh")], capture_output=True,
                           text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_only_measures_the_rows_named_and_refuses_unknown_keys(tmp_path):
+    """About 9 s: two runs of the script (a row forks its DataLoader worker and runs at least 0.3 s)."""
+    out = tmp_path / "rows.json"
+    script = os.path.join(ROOT, "benchmarks", "gpu_pipeline.py")
+    small = ["--images", "24", "--shards", "2", "--batch", "4", "--workers", "1", "--seconds", "0.3", "--width", "64",
+             "--height", "48", "--cpu-only"]
+    proc = subprocess.run([sys.executable, script, *small, "--only", "cpu-in-order", "--json", str(out)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert list(json.loads(out.read_text())["rows"]) == ["tfr_torch, DecodeImages in 1 workers, in order"]
+    proc = subprocess.run([sys.executable, script, *small, "--only", "cpu-in-order,fed-gpu"], capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 2 and "unknown --only keys ['fed-gpu']" in proc.stderr

@@ -305,6 +305,49 @@ def test_headers_that_claim_huge_images_are_decode_errors():
             decode_image(data, name=name)
 
 
+def huge_images() -> dict[str, bytes]:
+    base = noise_jpeg(16, 16)
+    sof = first(base, 0xC0)
+    png = io.BytesIO()
+    Image.new("RGB", (4, 4)).save(png, "PNG")
+    raw = png.getvalue()
+    import zlib
+
+    ihdr = (100000).to_bytes(4, "big") + (100000).to_bytes(4, "big") + raw[24:29]
+    return {"huge.jpg": put(base, sof + 5, (65500).to_bytes(2, "big") + (65500).to_bytes(2, "big")),
+            "huge.png": raw[:16] + ihdr + zlib.crc32(b"IHDR" + ihdr).to_bytes(4, "big") + raw[33:]}
+
+
+def test_images_over_pillows_limit_go_to_pillow_whatever_decodes_the_rest(monkeypatch):
+    """torchvision, TorchCodec and the GPU decoders have no decompression-bomb check: with torchvision installed,
+    the huge JPEG above was decoded into the 12.9 GB its header claims (seen on a GPU machine). Images over
+    MAX_IMAGE_PIXELS go to Pillow from every backend and device, so its check holds."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("an image over Pillow's limit reached another decoder")
+
+    monkeypatch.setattr(_accel, "torchvision_io", lambda: object())
+    monkeypatch.setattr(_accel, "torchcodec_decoders", lambda: object())
+    monkeypatch.setattr(_accel, "decode_cpu", refuse)
+    monkeypatch.setattr(_accel, "decode_jpegs_gpu", refuse)
+    images = huge_images()
+    assert sniff(images["huge.jpg"]).area == 65500 * 65500 and sniff(images["huge.png"]).area == 100000 * 100000
+    for name, data in images.items():
+        for backend in ("auto", "torchvision", "torchcodec"):
+            for device in ("cpu", "cuda"):
+                assert tfr_torch.images.choose_backend(data, backend, device) == "pillow", (name, backend, device)
+            with pytest.raises(DecodeError, match=rf"^cannot decode image {name} .*exceeds limit"):
+                decode_image(data, name=name, backend=backend)
+    pretend_cuda(monkeypatch)
+    with pytest.raises(DecodeError, match=r"^cannot decode image huge.jpg .*exceeds limit"):
+        decode_image([images["huge.jpg"]], "RGB", device="cuda", backend="torchvision", name=["huge.jpg"])
+    small = noise_jpeg(16, 16)  # under the limit, the installed decoder is chosen as before
+    assert tfr_torch.images.choose_backend(small, "auto") == "torchvision"
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 100)
+    assert tfr_torch.images.choose_backend(small, "auto") == "pillow"  # the limit is read at each call
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", None)  # Pillow's check turned off: so is ours
+    assert tfr_torch.images.choose_backend(images["huge.jpg"], "auto") == "torchvision"
+
+
 def gray_palette_gif(frames: int = 1, **options) -> bytes:
     """A GIF whose palette is the 256 grays in order: Pillow opens it as mode L, not P."""
     rows = np.tile(np.arange(256, dtype=np.uint8), (4, 1))

@@ -36,6 +36,7 @@ class Header:
     width: int = 0
     frame: int = 0  # a JPEG's start-of-frame marker (0xC0 baseline, 0xC2 progressive, ...; 0 when none was found)
     rgb: bool = False  # a 3-component JPEG stored as RGB, not YCbCr (libjpeg's rule: an Adobe marker, or R G B ids)
+    area: int = 0  # width x height as the file's header claims it (a JPEG's frame, a PNG's IHDR; 0 when not read)
 
     @property
     def progressive(self) -> bool:
@@ -72,7 +73,7 @@ def sniff_many(items: Sequence[bytes]) -> list[Header]:
         return [sniff(data) for data in items]
     return [sniff(data) if found is None else Header("jpeg", components=found[0], precision=found[1],
                                                       orientation=found[2], height=found[3], width=found[4],
-                                                      frame=found[5], rgb=found[6])
+                                                      frame=found[5], rgb=found[6], area=found[3] * found[4])
             for data, found in zip(items, read(items))]
 
 
@@ -80,6 +81,7 @@ def _png(data: bytes) -> Header:
     if len(data) < 33 or data[12:16] != b"IHDR":
         return Header("png")
     bit_depth, color_type = data[24], data[25]
+    width, height = struct.unpack(">II", data[16:24])
     animated = False
     pos = 8
     while pos + 8 <= len(data):  # chunk walk up to the first IDAT: an acTL chunk before it makes an APNG
@@ -90,7 +92,7 @@ def _png(data: bytes) -> Header:
         if kind in (b"IDAT", b"IEND"):
             break
         pos += 12 + length
-    return Header("png", color_type=color_type, bit_depth=bit_depth, animated=animated)
+    return Header("png", color_type=color_type, bit_depth=bit_depth, animated=animated, area=width * height)
 
 
 def _jpeg(data: bytes) -> Header:
@@ -126,7 +128,7 @@ def _jpeg(data: bytes) -> Header:
         pos += 2 + length
     rgb = components == 3 and not jfif and (adobe == 0 if adobe >= 0 else ids == b"RGB")
     return Header("jpeg", components=components, precision=precision, orientation=orientation, height=height,
-                  width=width, frame=frame, rgb=rgb)
+                  width=width, frame=frame, rgb=rgb, area=width * height)
 
 
 def _exif_orientation(tiff: bytes) -> int:

@@ -121,8 +121,20 @@ def choose_backend(data: Data, backend: Optional[str] = None, device: Union[str,
     return _choose(sniff(_as_bytes(data)), _resolve(backend), torch.device(device), all_frames)
 
 
+def _over_pillow_limit(header: Header) -> bool:
+    """An image whose header claims more pixels than Pillow's MAX_IMAGE_PIXELS. Every backend sends it to Pillow, so
+    Pillow's decompression-bomb check holds whatever decodes the rest (a DecompressionBombWarning above the limit, a
+    DecodeError above twice it): torchvision, TorchCodec and the GPU decoders would allocate what the header claims."""
+    from PIL import Image
+
+    limit = Image.MAX_IMAGE_PIXELS
+    return limit is not None and header.area > limit
+
+
 def _gpu_decoder(header: Header, backend: str) -> Optional[str]:
     """The decoder of this image in a GPU batch, or None: it is decoded on the CPU, then moved."""
+    if _over_pillow_limit(header):
+        return None
     # "auto" sends the GPU what its decoders were measured on: sequential Huffman-coded YCbCr or gray JPEGs;
     # progressive (up to 3 levels off), arithmetic-coded and RGB-stored ones are decoded on the CPU
     if not _plain_jpeg(header) or (backend == "auto" and (header.frame not in (0xC0, 0xC1) or header.rgb)):
@@ -138,6 +150,8 @@ def _choose(header: Header, backend: str, device: torch.device, all_frames: bool
         gpu = _gpu_decoder(header, backend)
         if gpu is not None:
             return gpu
+    if _over_pillow_limit(header):
+        return "pillow"
     order: tuple[str, ...] = _CPU_ORDER.get(header.format, ()) if backend == "auto" else (backend,)
     for name in order:
         if name not in ("pillow", "nvimgcodec") and _available(name) and _can(name, header, all_frames):
