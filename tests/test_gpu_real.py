@@ -259,3 +259,25 @@ def test_a_bad_jpeg_through_the_device_loader_names_its_record(tmp_path):
     data = tfr_torch.TFRecordDataset(path, spec, batch_size=4)
     with pytest.raises(DecodeError, match=r"^cannot decode image img9.jpg \("):
         list(DeviceLoader(DataLoader(data, batch_size=None), "cuda", transform=RAW, names="name"))
+
+
+def test_the_batched_gather_on_the_gpu_does_not_synchronize():
+    """The training transforms of a batch queue their work on the stream and return: no blocking copy, no wait for
+    the stream to drain (torch's sync debug mode turns each into an error), and the same pixels as the CPU's gather."""
+    device = torch.device("cuda")
+    g = torch.Generator().manual_seed(0)
+    sizes = [(375, 500), (333, 251), (64, 80)] * 4
+    cpu = [torch.randint(0, 256, (h, w, 3), dtype=torch.uint8, generator=g).permute(2, 0, 1) for h, w in sizes]
+    gpu = [image.permute(1, 2, 0).to(device).permute(2, 0, 1) for image in cpu]
+    transform = ImageTransform(224, train=True, dtype=torch.bfloat16)
+    boxes, flips = transform.plan(sizes, 0, 0, range(len(sizes)))
+    transform.apply(gpu, boxes, flips)  # the normalization's constants are made once per device, blocking
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        out = transform.apply(gpu, boxes, flips)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    want = transform.apply(cpu, boxes, flips, method="gather")
+    assert out.shape == want.shape and out.dtype == want.dtype == torch.bfloat16
+    assert (out.cpu().float() - want.float()).abs().max() <= 0.016  # one bfloat16 step near 2 at most

@@ -94,6 +94,47 @@ def test_the_batched_gather_is_a_bilinear_resize_of_each_crop():
     assert normalized.dtype == torch.bfloat16 and abs(float(normalized.float().mean())) < 2.5
 
 
+def test_the_gather_sends_its_geometry_in_one_non_blocking_copy(monkeypatch):
+    """torch.tensor(..., device="cuda") is a blocking copy: torch waits for the stream to drain after it. The gather
+    made four of them a batch (sizes, boxes, flips) and the normalization two more, which held the loader's thread
+    until the GPU had done the work queued before them. Now: one non-blocking copy of one host table, and the
+    normalization's constants made once per device. Stand-in: Tensor.to records what a CUDA move was asked."""
+    from tfr_torch.images import transforms
+
+    moves = []
+    real_to = torch.Tensor.to
+
+    def to(self, *args, **kwargs):
+        target = args[0] if args else kwargs.get("device")
+        if isinstance(target, (str, torch.device)) and torch.device(target).type == "cuda":
+            moves.append((tuple(self.shape), kwargs.get("non_blocking", False), self.is_pinned()))
+            return self
+        return real_to(self, *args, **kwargs)
+
+    g = torch.Generator().manual_seed(1)
+    sizes = [(40, 50), (33, 21), (64, 64), (375, 500)]
+    images = [torch.randint(0, 256, (h, w, 3), dtype=torch.uint8, generator=g).permute(2, 0, 1) for h, w in sizes]
+    boxes, flips = TRAIN.plan(sizes, 0, 0, range(4))
+    monkeypatch.setattr(torch.Tensor, "to", to)
+    heights, widths, starts, box, flipped = transforms._geometry(images, boxes, flips, torch.device("cuda"))
+    assert moves == [((4, 8), True, False)]  # one copy, non-blocking
+    assert heights.tolist() == [h for h, _ in sizes] and widths.tolist() == [w for _, w in sizes]
+    areas = [h * w for h, w in sizes]
+    assert starts.tolist() == [sum(areas[:k]) for k in range(4)]
+    assert box.dtype == torch.float32 and torch.equal(box, torch.as_tensor(boxes, dtype=torch.float32))
+    assert flipped.dtype == torch.bool and flipped.tolist() == list(flips)
+    moves.clear()
+    transforms._normalizer.cache_clear()
+    first = transforms._normalizer((0.485, 0.456, 0.406), (0.229, 0.224, 0.225), torch.device("cuda", 0))
+    again = transforms._normalizer((0.485, 0.456, 0.406), (0.229, 0.224, 0.225), torch.device("cuda", 0))
+    assert len(moves) == 2 and again is first  # made once per device, then reused
+    transforms._normalizer.cache_clear()
+    monkeypatch.setattr(torch.Tensor, "to", real_to)
+    mean = torch.tensor((0.485, 0.456, 0.406)) * 255.0  # the values the batch arithmetic used before
+    inv = 1.0 / (torch.tensor((0.229, 0.224, 0.225)) * 255.0)
+    assert torch.equal(first[0], mean) and torch.equal(first[1], inv)
+
+
 class Recorder(loader_module.Streams):
     """The CUDA streams and events of a DeviceLoader, recorded: which batch was prepared, recorded, waited for."""
 

@@ -182,12 +182,24 @@ class ImageTransform:
             return pixels
         pixels = pixels.to(torch.float32) if pixels.dtype != torch.float32 else pixels
         if self.mean is not None and self.std is not None:
-            mean = torch.tensor(self.mean, device=pixels.device) * 255.0
-            inv = 1.0 / (torch.tensor(self.std, device=pixels.device) * 255.0)
+            mean, inv = _normalizer(tuple(self.mean), tuple(self.std), pixels.device)
             pixels = (pixels - mean) * inv
         else:
             pixels = pixels * (1.0 / 255.0)
         return pixels.to(self.dtype)
+
+
+@functools.lru_cache(maxsize=64)
+def _normalizer(mean: tuple[float, ...], std: tuple[float, ...], device: torch.device
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(mean * 255, 1 / (std * 255)) as float32 tensors on `device`, made once per device: made afresh for each
+    batch, torch.tensor(..., device="cuda") was a blocking copy, which waits for the stream to drain (float32
+    arithmetic on the CPU, bit for bit what the GPU's IEEE multiply and divide give)."""
+    mean_t = torch.tensor(mean, dtype=torch.float32) * 255.0
+    inv_t = 1.0 / (torch.tensor(std, dtype=torch.float32) * 255.0)
+    if device.type == "cpu":
+        return mean_t, inv_t
+    return mean_t.to(device), inv_t.to(device)  # blocking, once: the constants are ready on every stream after it
 
 
 @functools.lru_cache(maxsize=64)
@@ -373,21 +385,37 @@ def _batch_buffer(shape: tuple[int, int, int, int], dtype: torch.dtype, device: 
     return memory.permute(0, 3, 1, 2) if channels_last else memory
 
 
+def _geometry(images: Sequence[torch.Tensor], boxes: np.ndarray, flips: np.ndarray, device: torch.device
+              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(heights, widths, starts: int64; boxes: float32 [N, 4]; flips: bool) on `device`, made on the host and sent in
+    one non-blocking copy. torch.tensor(..., device="cuda") is a blocking copy: torch waits for the stream to drain
+    after it (cudaStreamSynchronize), so four of them a batch held the loader's thread until the GPU work queued
+    before them was done; a non-blocking copy from pageable memory is staged by the driver at once, no wait."""
+    sizes = np.array([(im.shape[1], im.shape[2]) for im in images], dtype=np.int64).reshape(-1, 2)
+    areas = sizes[:, 0] * sizes[:, 1]
+    table = np.empty((len(images), 8), dtype=np.float64)  # exact: every value is an integer below 2**53 or a float32
+    table[:, 0:2] = sizes
+    table[:, 2] = np.cumsum(areas) - areas
+    table[:, 3] = np.asarray(flips, dtype=bool)
+    table[:, 4:8] = np.asarray(boxes, dtype=np.float32)
+    host = torch.from_numpy(table)
+    moved = host if device.type == "cpu" else host.to(device, non_blocking=True)
+    whole = moved[:, 0:3].long()
+    return whole[:, 0], whole[:, 1], whole[:, 2], moved[:, 4:8].float(), moved[:, 3] != 0
+
+
 def _gather(images: Sequence[torch.Tensor], boxes: np.ndarray, flips: np.ndarray, size: int) -> torch.Tensor:
     """Bilinear crop + resize of every image at once: [N, size, size, C] float32 (align_corners=False sampling,
     clamped to each box, as resizing the crop would sample it)."""
     device = images[0].device
     channels = images[0].shape[0]
     flat = torch.cat([im.permute(1, 2, 0).reshape(-1, channels) for im in images])  # pixels end to end
-    heights = torch.tensor([im.shape[1] for im in images], device=device)
-    widths = torch.tensor([im.shape[2] for im in images], device=device)
-    starts = torch.cumsum(heights * widths, 0) - heights * widths
-    box = torch.as_tensor(boxes, dtype=torch.float32, device=device)
+    heights, widths, starts, box, flipped = _geometry(images, boxes, flips, device)
     top, left, h, w = box[:, 0:1], box[:, 1:2], box[:, 2:3], box[:, 3:4]
     grid = torch.arange(size, device=device, dtype=torch.float32)[None, :] + 0.5
     ys = (top + grid * h / size - 0.5).clamp_(min=top.clamp(min=0), max=(top + h - 1).clamp(max=heights[:, None] - 1))
     cols = grid.expand(len(images), size)
-    cols = torch.where(torch.as_tensor(flips, device=device)[:, None], size - cols, cols)
+    cols = torch.where(flipped[:, None], size - cols, cols)
     xs = (left + cols * w / size - 0.5).clamp_(min=left.clamp(min=0),
                                               max=(left + w - 1).clamp(max=widths[:, None] - 1))
     y0 = ys.floor()
