@@ -314,8 +314,26 @@ def huge_images() -> dict[str, bytes]:
     import zlib
 
     ihdr = (100000).to_bytes(4, "big") + (100000).to_bytes(4, "big") + raw[24:29]
+    lossy = bytearray(read_src("webp_lossy.webp"))  # a VP8 key frame: 14-bit width and height at 26-29
+    assert lossy[12:16] == b"VP8 " and lossy[23:26] == b"\x9d\x01\x2a"
+    lossy[26:30] = (16383).to_bytes(2, "little") * 2
+    lossless = bytearray(read_src("webp_lossless_rgb.webp"))  # VP8L: width-1 and height-1, 14 bits each, at 21
+    assert lossless[12:16] == b"VP8L" and lossless[20] == 0x2F
+    bits = int.from_bytes(lossless[21:25], "little") & ~((1 << 28) - 1) | 16382 | 16382 << 14
+    lossless[21:25] = bits.to_bytes(4, "little")
+    canvas = bytearray(b"RIFF\x00\x00\x00\x00WEBPVP8X\x0a\x00\x00\x00" + bytes(4)
+                       + (16383).to_bytes(3, "little") * 2)  # an extended WebP's canvas, width-1 and height-1
+    canvas[4:8] = (len(canvas) - 8).to_bytes(4, "little")
     return {"huge.jpg": put(base, sof + 5, (65500).to_bytes(2, "big") + (65500).to_bytes(2, "big")),
-            "huge.png": raw[:16] + ihdr + zlib.crc32(b"IHDR" + ihdr).to_bytes(4, "big") + raw[33:]}
+            "huge.png": raw[:16] + ihdr + zlib.crc32(b"IHDR" + ihdr).to_bytes(4, "big") + raw[33:],
+            "huge-lossy.webp": bytes(lossy), "huge-lossless.webp": bytes(lossless), "huge-canvas.webp": bytes(canvas)}
+
+
+def read_src(name: str) -> bytes:
+    import os
+
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "images", "src", name), "rb") as f:
+        return f.read()
 
 
 def test_images_over_pillows_limit_go_to_pillow_whatever_decodes_the_rest(monkeypatch):
@@ -331,6 +349,8 @@ def test_images_over_pillows_limit_go_to_pillow_whatever_decodes_the_rest(monkey
     monkeypatch.setattr(_accel, "decode_jpegs_gpu", refuse)
     images = huge_images()
     assert sniff(images["huge.jpg"]).area == 65500 * 65500 and sniff(images["huge.png"]).area == 100000 * 100000
+    assert sniff(images["huge-lossy.webp"]).area == 16383 * 16383 == sniff(images["huge-lossless.webp"]).area
+    assert sniff(images["huge-canvas.webp"]).area == 16384 * 16384
     for name, data in images.items():
         for backend in ("auto", "torchvision", "torchcodec"):
             for device in ("cpu", "cuda"):

@@ -36,7 +36,8 @@ class Header:
     width: int = 0
     frame: int = 0  # a JPEG's start-of-frame marker (0xC0 baseline, 0xC2 progressive, ...; 0 when none was found)
     rgb: bool = False  # a 3-component JPEG stored as RGB, not YCbCr (libjpeg's rule: an Adobe marker, or R G B ids)
-    area: int = 0  # width x height as the file's header claims it (a JPEG's frame, a PNG's IHDR; 0 when not read)
+    area: int = 0  # width x height as the file's header claims it (a JPEG's frame, a PNG's IHDR, a WebP's first
+    # chunk; 0 when not read)
 
     @property
     def progressive(self) -> bool:
@@ -53,7 +54,8 @@ def sniff(data: bytes) -> Header:
     if data[:6] in (b"GIF87a", b"GIF89a"):
         return Header("gif", animated=data.count(b"\x00\x2c") > 1)  # a rough hint only; Pillow counts frames
     if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
-        return Header("webp", animated=data[12:16] == b"VP8X" and len(data) > 20 and bool(data[20] & 0x02))
+        return Header("webp", animated=data[12:16] == b"VP8X" and len(data) > 20 and bool(data[20] & 0x02),
+                      area=_webp_area(data))
     if data[:2] == b"BM":
         return Header("bmp")
     if data[:4] in (b"II*\x00", b"MM\x00*"):
@@ -75,6 +77,20 @@ def sniff_many(items: Sequence[bytes]) -> list[Header]:
                                                       orientation=found[2], height=found[3], width=found[4],
                                                       frame=found[5], rgb=found[6], area=found[3] * found[4])
             for data, found in zip(items, read(items))]
+
+
+def _webp_area(data: bytes) -> int:
+    """Width x height as a WebP's first chunk claims it (the VP8X canvas, a VP8 key frame's or a VP8L image's
+    size); 0 when the chunk is cut short or not one of those."""
+    kind = data[12:16]
+    if kind == b"VP8X" and len(data) >= 30:
+        return (1 + int.from_bytes(data[24:27], "little")) * (1 + int.from_bytes(data[27:30], "little"))
+    if kind == b"VP8 " and len(data) >= 30 and data[23:26] == b"\x9d\x01\x2a":
+        return (int.from_bytes(data[26:28], "little") & 0x3FFF) * (int.from_bytes(data[28:30], "little") & 0x3FFF)
+    if kind == b"VP8L" and len(data) >= 25 and data[20] == 0x2F:
+        bits = int.from_bytes(data[21:25], "little")
+        return ((bits & 0x3FFF) + 1) * (((bits >> 14) & 0x3FFF) + 1)
+    return 0
 
 
 def _png(data: bytes) -> Header:
