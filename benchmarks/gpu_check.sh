@@ -8,7 +8,7 @@
 #       --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d .whl \
 #       nvidia-nvimgcodec-cu13 nvidia-nvjpeg crc32c simplejpeg && pip wheel --no-deps tfrecord==1.14.6 -w .whl
 #   (and an older nvImageCodec, e.g. nvidia-nvimgcodec-cu13==0.6.0.32, into .whl-old/ for the version checks)
-#   There:                 bash benchmarks/gpu_check.sh   (about 7 minutes; SECONDS_PER_ROW=5 by default)
+#   There:                 bash benchmarks/gpu_check.sh   (about 5 minutes on an H100 machine; SECONDS_PER_ROW=5 by default)
 set -u
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"

@@ -35,7 +35,7 @@ import torch
 
 from tfr_torch.errors import DecodeError
 from tfr_torch.format.location import ExampleName, location_of
-from tfr_torch.images import _accel, _pixels
+from tfr_torch.images import _accel, _nvimgcodec, _pixels
 from tfr_torch.images._formats import Header, looks_like_tensor_proto, sniff, sniff_many
 from tfr_torch.images._jpeg import jpeg_problems
 from tfr_torch.images._pillow import PillowError, UnsupportedPixels, decode_pillow, exif_orientation, padded_base
@@ -75,8 +75,6 @@ _FINDERS = {"torchcodec": "torchcodec_decoders", "torchvision": "torchvision_io"
 
 def _available(name: str) -> bool:
     if name == "nvimgcodec":
-        from tfr_torch.images import _nvimgcodec
-
         return _nvimgcodec.api() is not None
     return name == "pillow" or (name in _FINDERS and getattr(_accel, _FINDERS[name])() is not None)
 
@@ -103,8 +101,6 @@ def _resolve(backend: Optional[str]) -> str:
     if name not in BACKENDS:
         raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {name!r}")
     if name == "nvimgcodec" and _accel.nvimgcodec() is not None and not _available(name):
-        from tfr_torch.images import _nvimgcodec
-
         try:
             _nvimgcodec.detect(_accel.nvimgcodec())
         except _nvimgcodec.NvUnusable as exc:
@@ -125,10 +121,22 @@ def _over_pillow_limit(header: Header) -> bool:
     """An image whose header claims more pixels than Pillow's MAX_IMAGE_PIXELS. Every backend sends it to Pillow, so
     Pillow's decompression-bomb check holds whatever decodes the rest (a DecompressionBombWarning above the limit, a
     DecodeError above twice it): torchvision, TorchCodec and the GPU decoders would allocate what the header claims."""
+    if header.area <= 0:
+        return False
+    image = _pillow_image or _import_pillow_image()  # not an import statement per image: a GPU batch has 256
+    limit = image.MAX_IMAGE_PIXELS
+    return limit is not None and header.area > limit
+
+
+_pillow_image: Any = None
+
+
+def _import_pillow_image() -> Any:
+    global _pillow_image
     from PIL import Image
 
-    limit = Image.MAX_IMAGE_PIXELS
-    return limit is not None and header.area > limit
+    _pillow_image = Image
+    return Image
 
 
 def _gpu_decoder(header: Header, backend: str) -> Optional[str]:
@@ -288,8 +296,14 @@ def decode_views(items: Sequence[bytes], names: Sequence[Optional[ExampleName]],
     out: list[Optional[tuple[torch.Tensor, tuple[int, int]]]] = [None] * len(items)
     groups: dict[tuple[str, bool], list[int]] = {}
     wanted: list[tuple[int, str]] = []  # (item, its GPU decoder)
-    for k, header in enumerate(headers):
-        chosen = _gpu_decoder(header, backend) if device.type == "cuda" else None
+    chosen_for: dict[tuple[Any, ...], Optional[str]] = {}  # the choice by the header fields it depends on
+    for k, header in enumerate(headers if device.type == "cuda" else ()):
+        if _over_pillow_limit(header):
+            continue
+        kind = (header.format, header.components, header.precision, header.frame, header.rgb, header.orientation == 1)
+        if kind not in chosen_for:
+            chosen_for[kind] = _gpu_decoder(header, backend)
+        chosen = chosen_for[kind]
         if chosen is not None:
             wanted.append((k, chosen))
     problems = jpeg_problems([items[k] for k, _ in wanted]) if wanted else []  # the whole batch at once
