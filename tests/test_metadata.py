@@ -149,6 +149,38 @@ def test_file_grown_after_build_raises(shards):
 
 # ----- counting once --------------------------------------------------------------------------------------------
 
+def test_a_count_once_published_stays_known_while_a_late_worker_counts_the_file_again():
+    """Two DataLoader workers may both count a file neither had claimed when they looked. The claim was written into
+    the count's own slot, so the late counter hid the count the other had just published: a worker that read the
+    table then saw no counts and read the whole file while the other read its range of it (two records twice, seen
+    in a shuffled run of test_composition_audit). The claim has its own slot now; the count is written once."""
+    from tfr_torch.data.counting import FAILED, SharedCounts
+
+    shared = SharedCounts([None, 7])
+    seen_while_counting = []
+
+    def again(f):
+        seen_while_counting.append(shared.known())
+        return 5
+
+    shared._count_one(0, lambda f: 5)  # the first worker publishes
+    assert shared.known() == [5, 7]
+    shared._count_one(0, again)  # the late one counts it too
+    assert seen_while_counting == [[5, 7]] and shared.known() == [5, 7]
+
+    def fails(f):
+        raise OSError("gone")
+
+    with pytest.raises(OSError):
+        shared._count_one(0, fails)  # a late counter that fails leaves the count standing
+    assert shared.known() == [5, 7] and int(shared.claims[0]) != FAILED
+    fresh = SharedCounts([None])
+    with pytest.raises(OSError):
+        fresh._count_one(0, fails)  # nobody's count: marked failed, for a waiting worker to count it itself
+    assert fresh.known() is None and int(fresh.claims[0]) == FAILED
+    assert fresh.count_shared(lambda f: 3, worker=1, workers=2) == [3]  # the waiting worker takes it over
+
+
 def run_script(tmp_path, body):
     """Run `body` as a user's script in a fresh interpreter (DataLoader workers' warnings reach its stderr, as
     for a user; under pytest they would be recorded inside the workers and lost); return (script, stderr)."""

@@ -4,13 +4,16 @@ A dataset splits files by record ranges when there are fewer files than readers 
 which needs each file's record count. With several ranks the counts are taken when the dataset is built. With
 one rank the number of DataLoader workers is known only inside the workers, so the workers count at their first
 epoch, in parallel (each counts its share of the files, then takes over any file nobody has started), and publish
-the counts in shared memory: the main process (`len()`), later epochs and persistent workers then use them, and
-nothing is counted twice.
+the counts in shared memory: the main process (`len()`), later epochs and persistent workers then use them.
 
-A table slot holds a count (>= 0), UNKNOWN, FAILED, or `CLAIMED - pid` while the worker of process id `pid` counts
-that file. A worker never waits on a file nobody counts: a failed or unclaimed file, or one whose counter's process
-is gone (a worker of an earlier pass, shut down mid-count when its iterator was dropped), is counted by the waiting
-worker itself, so a worker that fails raises its error and the others raise the same one.
+A table slot holds a count (>= 0) or UNKNOWN, and is written once with the count: a count once known stays known.
+Beside it, a claim slot holds the process id of the worker counting the file (0: nobody, FAILED: its counter
+failed). Two workers may both count a file that neither had claimed when they looked (each writes the same count);
+a claim in the count's own slot let a late counter hide a count another worker had just published, and a worker
+that read the table then saw no counts and read the whole file while the other read its range: records twice. A
+worker never waits on a file nobody counts: a failed or unclaimed file, or one whose counter's process is gone (a
+worker of an earlier pass, shut down mid-count when its iterator was dropped), is counted by the waiting worker
+itself, so a worker that fails raises its error and the others raise the same one.
 
 Warnings that a dataset gives from a worker are attributed to the line of user code that built the dataset (the
 only user line there is), and given once per dataset whatever the number of workers and epochs.
@@ -32,7 +35,7 @@ from tfr_torch.data.shared_cells import shared_int64
 
 __all__ = ["SharedCounts", "UserSite", "user_site"]
 
-UNKNOWN, FAILED, CLAIMED = -1, -2, -16
+UNKNOWN, FAILED = -1, -2
 _POLL = 0.005  # seconds between looks at the table while another worker counts
 
 
@@ -66,8 +69,9 @@ class SharedCounts:
     """Per-file record counts in shared memory (UNKNOWN until counted), and once-only warning flags."""
 
     def __init__(self, counts: Sequence[int | None]) -> None:
-        cells = shared_int64(len(counts) + 8)  # one block of shared memory for many datasets' values
-        self.table, self.flags = cells[: len(counts)], cells[len(counts) :]
+        n = len(counts)
+        cells = shared_int64(2 * n + 8)  # one block of shared memory for many datasets' values
+        self.table, self.claims, self.flags = cells[:n], cells[n : 2 * n], cells[2 * n :]
         self.table.copy_(torch.tensor([UNKNOWN if c is None else int(c) for c in counts], dtype=torch.int64))
         self._initial = self.unknown()  # the files to count as built, the same list in every worker
 
@@ -95,30 +99,32 @@ class SharedCounts:
     def count_shared(self, count: Callable[[int], int], worker: int, workers: int) -> list[int]:
         """In DataLoader worker `worker` of `workers`: count this worker's share of the unknown files, then any
         file nobody has claimed, then wait for the files other workers are counting."""
-        table = self.table
+        table, claims = self.table, self.claims
         mine = self._initial[worker::workers]
         for f in mine:
-            if int(table[f]) == UNKNOWN:
+            if int(table[f]) < 0 and int(claims[f]) == 0:
                 self._count_one(f, count)
         while True:
             values = table.tolist()
             pending = [f for f, v in enumerate(values) if v < 0]
             if not pending:
                 return values
-            orphans = [f for f in pending if values[f] in (UNKNOWN, FAILED) or not _alive(CLAIMED - values[f])]
+            owners = claims.tolist()
+            orphans = [f for f in pending if owners[f] <= 0 or not _alive(owners[f])]
             for f in orphans:  # nobody counts it (its counter failed, or is gone): count it here, raising its error
                 self._count_one(f, count)
             if not orphans:
                 time.sleep(_POLL)
 
     def _count_one(self, f: int, count: Callable[[int], int]) -> None:
-        self.table[f] = CLAIMED - os.getpid()
+        self.claims[f] = os.getpid()
         try:
             n = int(count(f))
         except BaseException:
-            self.table[f] = FAILED
+            if int(self.table[f]) < 0:  # another worker's count stands
+                self.claims[f] = FAILED
             raise
-        self.table[f] = n
+        self.table[f] = n  # the slot's only write: every counter of the file gives the same count
 
 
 def _alive(pid: int) -> bool:
