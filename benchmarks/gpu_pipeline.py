@@ -1,12 +1,16 @@
 """Image pipelines feeding a GPU (issue 23): the rows of ../shared/reference/gpu.md's table, in under 3 minutes.
 
-    python benchmarks/gpu_pipeline.py [--images 4096] [--workers N] [--batch 256] [--seconds 10] [--cpu-only]
-                                      [--only KEY,KEY...] [--prefetch 2] [--switch-interval S] [--json out.json]
+    python benchmarks/gpu_pipeline.py [--images 8192] [--epoch-images 131072] [--workers N] [--batch 256]
+                                      [--seconds 10] [--rounds 3] [--cpu-only] [--only KEY,KEY...] [--prefetch 2]
+                                      [--switch-interval S] [--json out.json]
 
 Synthetic ImageNet-like JPEGs (500x375, quality 90) in indexed shards; every pipeline decodes, resizes to 256 and
 centre-crops 224 into uint8 batches (the ImageTransform(224, train=False, dtype=uint8) of tfr_torch.images):
 - cpu rows (always): tfr_torch with DecodeImages in DataLoader workers, shuffled via the index and not; the
-  `tfrecord` package (when installed) with the same decode_image and the same transform per record, same workers;
+  `tfrecord` package (when installed) with the same decode_image and the same transform per record, same workers,
+  reading its shards over and over (infinite=True: no epoch ends at all). The three are measured in --rounds
+  interleaved rounds of --seconds / --rounds each (a machine's slow minute falls on all of them, not on one); each
+  row is the median of its rounds, printed with all of them, and the ratios are of those medians;
 - gpu rows (with CUDA, skipped otherwise): decode_image(list, device="cuda") with each GPU decoder installed,
   DeviceLoader alone (training transforms, float32 channels_last), the ResNet-50 step alone (bf16 autocast,
   channels_last; torchvision.models.resnet50 when it imports, else a labelled stand-in conv net), and the step fed
@@ -14,8 +18,15 @@ centre-crops 224 into uint8 batches (the ImageTransform(224, train=False, dtype=
 --only measures the rows of those keys alone (KEYS below; the step alone is measured whenever a fed row is, for its
 share). --prefetch is DeviceLoader's depth; --switch-interval sets sys.setswitchinterval (how long a Python thread
 holds the GIL before another may take it; 0.005 by default) for a look at the GIL shared by a loader thread and the
-training loop. Each row runs for about --seconds after three warm-up batches, epoch after epoch of one loader whose
-workers persist (steady state, not one epoch's start and end); images/s are printed and written to --json.
+training loop. Each row runs for about --seconds after its warm-up (the batches its workers hand over at once when
+they start or resume), epoch after epoch of one loader whose workers persist; images/s are printed and written to
+--json.
+
+Steady state, as in training: the --images records are written once and the shards are listed again under other
+names (symbolic links) until an epoch holds --epoch-images records, so a row times the middle of an epoch rather than
+its ends. A short epoch is dominated by them: its batches go to the workers in turn, so 32 batches on 15 workers take
+three batch-times of the first two workers while the other 13 wait for two of them (71% of the CPUs busy), and a
+DeviceLoader drains its prefetch at each end. An ImageNet epoch is 5,005 batches: its ends are 0.3% of it.
 """
 
 from __future__ import annotations
@@ -67,10 +78,30 @@ def make_shards(folder: str, count: int, shards: int, width: int, height: int) -
     return paths
 
 
+def listed(paths: list[str], records: int, epoch: int) -> list[str]:
+    """`paths` (`records` records in all, each with its index beside it) listed again under other names, symbolic
+    links to the same files, until the list holds at least `epoch` records: a long epoch without its bytes on disk
+    twice (the page cache holds them once). At most MAX_LISTED files."""
+    repeats = max(1, min(-(-epoch // max(records, 1)), MAX_LISTED // max(len(paths), 1)))
+    listing = list(paths)
+    for r in range(1, repeats):
+        for path in paths:
+            twin = f"{path[: -len('.tfrecord')]}-r{r:03d}.tfrecord"
+            os.symlink(path, twin)
+            os.symlink(path + ".idx", twin + ".idx")
+            listing.append(twin)
+    print(f"# an epoch: {records * repeats:,} records, the {len(paths)} shards listed {repeats} time(s)", flush=True)
+    return listing
+
+
+MAX_LISTED = 256  # files in the long epoch's listing: a shuffle keeps them open (its budget: half of `ulimit -n`)
+
+
 def timed(batches: Iterable[Any], count: Callable[[Any], int], seconds: float, sync: Callable[[], None],
           warmup: int = 3) -> float | None:
-    """images/s over about `seconds`, after `warmup` batches (start-up: forks, allocations, kernel choices); None
-    (not measured) when the batches end before the warm-up does (--images too few for --batch)."""
+    """images/s over about `seconds`, after `warmup` batches (start-up: forks, allocations, kernel choices; for a
+    DataLoader with workers, the batches they hand over at once as they start or resume); None (not measured) when
+    the batches end before the warm-up does (--images too few for --batch)."""
     it = iter(batches)
     for _ in range(warmup):
         if next(it, _END) is _END:
@@ -88,7 +119,9 @@ def timed(batches: Iterable[Any], count: Callable[[Any], int], seconds: float, s
     return images / (time.perf_counter() - start)
 
 
-def tfrecord_rows(paths: list[str], args: argparse.Namespace) -> float | None:
+def tfrecord_loader(paths: list[str], args: argparse.Namespace) -> Iterable[Any] | None:
+    """The `tfrecord` package's pipeline over the distinct shards `paths`, read over and over (its steady state),
+    or None where it is not installed."""
     try:
         from tfrecord.torch.dataset import MultiTFRecordDataset
     except ImportError:
@@ -102,27 +135,47 @@ def tfrecord_rows(paths: list[str], args: argparse.Namespace) -> float | None:
     pattern = os.path.join(os.path.dirname(paths[0]), "{}.tfrecord")
     splits = {os.path.basename(p)[: -len(".tfrecord")]: 1.0 / len(paths) for p in paths}
     dataset = MultiTFRecordDataset(pattern, pattern + ".idx", splits, {"image/encoded": "byte"},
-                                   transform=one, infinite=False)
-    loader = torch.utils.data.DataLoader(dataset, batch_size=args.batch, num_workers=args.workers,
-                                         persistent_workers=args.workers > 0)
-    return timed(forever(loader), len, args.seconds, lambda: None)
+                                   transform=one, infinite=True)
+    return iter(torch.utils.data.DataLoader(dataset, batch_size=args.batch, num_workers=args.workers,
+                                            persistent_workers=args.workers > 0))
 
 
-def cpu_rows(paths: list[str], args: argparse.Namespace) -> dict[str, float | None]:
-    rows: dict[str, float | None] = Rows()
+def cpu_rows(paths: list[str], listing: list[str], args: argparse.Namespace) -> dict[str, float | None]:
+    """The CPU rows, measured in interleaved rounds: `paths` the distinct shards, `listing` the long epoch's."""
+    pipelines: dict[str, tuple[Iterable[Any], Callable[[Any], int]]] = {}
     for shuffle in (True, False):
         if not wanted(args, "cpu-shuffled" if shuffle else "cpu-in-order"):
             continue
-        dataset = tfr_torch.TFRecordDataset(paths, SPEC, index="auto", batch_size=args.batch, shuffle=shuffle,
+        dataset = tfr_torch.TFRecordDataset(listing, SPEC, index="auto", batch_size=args.batch, shuffle=shuffle,
                                             transform=DecodeImages(EVAL))
         loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=args.workers,
                                              persistent_workers=args.workers > 0)
-        rows[f"tfr_torch, DecodeImages in {args.workers} workers, {'shuffled' if shuffle else 'in order'}"] = timed(
-            forever(loader), lambda b: len(b["image/class/label"]), args.seconds, lambda: None)
+        name = f"tfr_torch, DecodeImages in {args.workers} workers, {'shuffled' if shuffle else 'in order'}"
+        pipelines[name] = (iter(forever(loader)), lambda b: len(b["image/class/label"]))
     if wanted(args, "tfrecord"):
-        rows[f"tfrecord package, same decode_image + transform per record, {args.workers} workers"] = tfrecord_rows(
-            paths, args)
+        name = f"tfrecord package, same decode_image + transform per record, {args.workers} workers"
+        theirs = tfrecord_loader(paths, args)
+        if theirs is not None:
+            pipelines[name] = (theirs, len)
+    rounds: dict[str, list[float]] = {name: [] for name in pipelines}
+    if wanted(args, "tfrecord") and theirs is None:
+        rounds[f"{name} (not installed)"] = []
+    warmup = 3 + 2 * args.workers  # what the workers prefetched while another row ran, and their start together
+    for r in range(args.rounds):
+        for name, (batches, count) in pipelines.items():
+            rate = timed(batches, count, args.seconds / args.rounds, lambda: None, warmup)
+            if rate is not None:
+                rounds[name].append(rate)
+            print(f"# round {r + 1}/{args.rounds}: {name}\t{'-' if rate is None else f'{rate:,.0f}'} images/s",
+                  flush=True)
+    rows: dict[str, float | None] = Rows()
+    for name, rates in rounds.items():
+        rows[name] = float(np.median(rates)) if rates else None
+    ROUNDS.update({name: rates for name, rates in rounds.items()})
     return rows
+
+
+ROUNDS: dict[str, list[float]] = {}  # each CPU row's rounds, for --json
 
 
 KEYS = ("cpu-shuffled", "cpu-in-order", "tfrecord", "decode-nvimgcodec", "decode-torchvision", "wrapped-alone",
@@ -178,6 +231,9 @@ def forever(loader: Any) -> Iterable[Any]:
         yield from loader
 
 
+LOADER_WARMUP = 3 + 2 * 4  # the DeviceLoader rows' 4 workers: their first batches, handed over at once
+
+
 def gpu_rows(paths: list[str], args: argparse.Namespace) -> dict[str, float | None]:
     from tfr_torch.images import _nvimgcodec
 
@@ -221,7 +277,7 @@ def gpu_rows(paths: list[str], args: argparse.Namespace) -> dict[str, float | No
             tfr_torch.TFRecordDataset(paths, SPEC, index="auto", batch_size=args.batch, shuffle=True),
             batch_size=None, num_workers=4, pin_memory=True, persistent_workers=True)
         rows["the wrapped DataLoader alone: 4 workers hand over encoded JPEGs (no decoding)"] = timed(
-            forever(raw_loader), lambda b: len(b["image/class/label"]), args.seconds, lambda: None)
+            forever(raw_loader), lambda b: len(b["image/class/label"]), args.seconds, lambda: None, LOADER_WARMUP)
         del raw_loader
     variants = [("thread", True, True, "fed-loader"), ("training loop's thread", False, True, "fed-loader-caller"),
                 ("thread, engines off", True, False, "fed-loader-engines-off")]
@@ -230,10 +286,12 @@ def gpu_rows(paths: list[str], args: argparse.Namespace) -> dict[str, float | No
             break
         with Hardware(hardware):
             rows[f"DeviceLoader alone, 4 workers ({label}; training transforms, bf16 channels_last)"] = timed(
-                forever(device_loader(thread)), lambda b: len(b["image/class/label"]), args.seconds, sync)
+                forever(device_loader(thread)), lambda b: len(b["image/class/label"]), args.seconds, sync,
+                LOADER_WARMUP)
     if tfr_torch.image_backends().get("nvimgcodec") and wanted(args, "loader-alone-regions"):
         rows["DeviceLoader alone, 4 workers (thread, crop regions decoded: regions=True)"] = timed(
-            forever(device_loader(True, regions=True)), lambda b: len(b["image/class/label"]), args.seconds, sync)
+            forever(device_loader(True, regions=True)), lambda b: len(b["image/class/label"]), args.seconds, sync,
+            LOADER_WARMUP)
     fed = [key for key in ("fed-loader", "fed-loader-caller", "fed-loader-engines-off", "fed-cpu", "fed-cpu-nice")
            if wanted(args, key)]
     if not fed and not wanted(args, "step"):
@@ -259,7 +317,7 @@ def gpu_rows(paths: list[str], args: argparse.Namespace) -> dict[str, float | No
             continue
         with Hardware(hardware):
             rate = timed((step(b["image/encoded"], b["image/class/label"]) for b in forever(device_loader(thread))),
-                         lambda n: n, args.seconds, sync)
+                         lambda n: n, args.seconds, sync, LOADER_WARMUP)
         rows[f"{label} fed by DeviceLoader, 4 workers ({name}): {share(rate, alone)} of the step alone"] = rate
     cpu = tfr_torch.TFRecordDataset(paths, SPEC, index="auto", batch_size=args.batch, shuffle=True,
                                     transform=DecodeImages(EVAL))
@@ -273,16 +331,36 @@ def gpu_rows(paths: list[str], args: argparse.Namespace) -> dict[str, float | No
     if "fed-cpu" in fed:
         cpu_loader = torch.utils.data.DataLoader(cpu, batch_size=None, num_workers=args.workers, pin_memory=True,
                                                  persistent_workers=True)
-        rate = timed((cpu_fed(b) for b in forever(cpu_loader)), lambda n: n, args.seconds, sync)
+        rate = timed((cpu_fed(b) for b in forever(cpu_loader)), lambda n: n, args.seconds, sync,
+                     3 + 2 * args.workers)
         rows[f"{label} fed by CPU decoding in {args.workers} workers: {share(rate, alone)} of the step alone"] = rate
         del cpu_loader
     if "fed-cpu-nice" in fed:
         cpu_loader = torch.utils.data.DataLoader(cpu, batch_size=None, num_workers=args.workers, pin_memory=True,
                                                  persistent_workers=True, worker_init_fn=lower_priority)
-        rate = timed((cpu_fed(b) for b in forever(cpu_loader)), lambda n: n, args.seconds, sync)
+        rate = timed((cpu_fed(b) for b in forever(cpu_loader)), lambda n: n, args.seconds, sync,
+                     3 + 2 * args.workers)
         rows[f"{label} fed by CPU decoding in {args.workers} workers at nice 10: {share(rate, alone)} of the step "
              f"alone"] = rate
     return rows
+
+
+def ratio_lines(rows: dict[str, float | None]) -> dict[str, float]:
+    """The CPU rows' ratios (of their medians): tfr_torch over the `tfrecord` package, shuffled over in order."""
+    def rate(prefix: str) -> float | None:
+        return next((v for k, v in rows.items() if k.startswith(prefix) and v), None)
+
+    shuffled = next((v for k, v in rows.items() if k.startswith("tfr_torch") and k.endswith("shuffled") and v), None)
+    in_order = next((v for k, v in rows.items() if k.startswith("tfr_torch") and k.endswith("in order") and v), None)
+    theirs = rate("tfrecord package")
+    out: dict[str, float] = {}
+    if shuffled and theirs:
+        out["tfr_torch shuffled / tfrecord package"] = shuffled / theirs
+    if in_order and theirs:
+        out["tfr_torch in order / tfrecord package"] = in_order / theirs
+    if shuffled and in_order:
+        out["tfr_torch shuffled / in order"] = shuffled / in_order
+    return out
 
 
 def share(rate: float | None, alone: float | None) -> str:
@@ -297,13 +375,16 @@ def lower_priority(worker: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--images", type=int, default=4096)
+    parser.add_argument("--images", type=int, default=8192, help="distinct records written")
+    parser.add_argument("--epoch-images", type=int, default=131072,
+                        help="records in an epoch: the shards listed again (symbolic links) until there are as many")
     parser.add_argument("--shards", type=int, default=16)
     parser.add_argument("--width", type=int, default=500)
     parser.add_argument("--height", type=int, default=375)
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 1))
     parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the CPU rows")
     parser.add_argument("--cpu-only", action="store_true", help="the CPU rows only (also without CUDA)")
     parser.add_argument("--only", type=lambda text: set(text.split(",")), default=None,
                         help=f"comma-separated row keys: {', '.join(KEYS)}")
@@ -325,14 +406,20 @@ def main() -> None:
     print(f"# {report}")
     with tempfile.TemporaryDirectory() as folder:
         paths = make_shards(folder, args.images, args.shards, args.width, args.height)
-        rows = cpu_rows(paths, args)
+        listing = listed(paths, args.images, args.epoch_images)
+        rows = cpu_rows(paths, listing, args)
         if gpu:
-            rows.update(gpu_rows(paths, args))
+            rows.update(gpu_rows(listing, args))
         else:
             print("# no CUDA device (or --cpu-only): the GPU rows are not run")
     report["rows"] = rows
+    report["rounds"] = ROUNDS
+    ratios = ratio_lines(rows)
+    report["ratios"] = ratios
     for name, rate in rows.items():
         print(f"{name}\t{'-' if rate is None else f'{rate:,.0f}'} images/s")
+    for name, ratio in ratios.items():
+        print(f"{name}\t{ratio:.2f}x")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(report, f, indent=1)

@@ -16,7 +16,7 @@ def test_cpu_rows_run_without_a_gpu(tmp_path):
     out = tmp_path / "rows.json"
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "gpu_pipeline.py"), "--images", "24",
                            "--shards", "2", "--batch", "4", "--workers", "1", "--seconds", "0.5", "--width", "64",
-                           "--height", "48", "--cpu-only", "--json", str(out)],
+                           "--height", "48", "--epoch-images", "100", "--cpu-only", "--json", str(out)],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(out.read_text())
@@ -25,6 +25,33 @@ def test_cpu_rows_run_without_a_gpu(tmp_path):
                                                                            "in order"]
     assert all(report["rows"][n] > 0 for n in names[:2])
     assert report["gpu"] is None and "the GPU rows are not run" in proc.stdout
+    # measured in 3 interleaved rounds, each row the median of its own
+    for name in names[:2]:
+        rounds = report["rounds"][name]
+        assert len(rounds) == 3 and report["rows"][name] == sorted(rounds)[1]
+    assert report["ratios"]["tfr_torch shuffled / in order"] == report["rows"][names[0]] / report["rows"][names[1]]
+    assert "# an epoch: 120 records, the 2 shards listed 5 time(s)" in proc.stdout
+
+
+def test_the_shards_are_listed_again_until_an_epoch_is_long(tmp_path):
+    """An epoch of --epoch-images records without writing them: the shards and their indexes listed again as
+    symbolic links, read as one dataset of that many records, in at most MAX_LISTED files."""
+    sys.path.insert(0, ROOT)
+    from benchmarks import gpu_pipeline
+
+    import tfr_torch
+
+    paths = gpu_pipeline.make_shards(str(tmp_path), 10, 2, 16, 12)
+    listing = gpu_pipeline.listed(paths, 10, 35)
+    assert len(listing) == 8 and listing[:2] == paths and len(set(listing)) == 8
+    assert all(os.path.realpath(p) == paths[k % 2] for k, p in enumerate(listing))
+    assert all(os.path.realpath(p + ".idx") == paths[k % 2] + ".idx" for k, p in enumerate(listing))
+    dataset = tfr_torch.TFRecordDataset(listing, gpu_pipeline.SPEC, index="auto")
+    labels = sorted(int(r["image/class/label"]) for r in dataset)
+    assert len(dataset) == 40 and labels == sorted(list(range(10)) * 4)
+    (tmp_path / "many").mkdir()
+    many = gpu_pipeline.listed(gpu_pipeline.make_shards(str(tmp_path / "many"), 2, 2, 16, 12), 2, 10**6)
+    assert len(many) == gpu_pipeline.MAX_LISTED
 
 
 def test_the_device_script_parses():
@@ -38,7 +65,7 @@ def test_only_measures_the_rows_named_and_refuses_unknown_keys(tmp_path):
     out = tmp_path / "rows.json"
     script = os.path.join(ROOT, "benchmarks", "gpu_pipeline.py")
     small = ["--images", "24", "--shards", "2", "--batch", "4", "--workers", "1", "--seconds", "0.3", "--width", "64",
-             "--height", "48", "--cpu-only"]
+             "--height", "48", "--epoch-images", "48", "--cpu-only"]
     proc = subprocess.run([sys.executable, script, *small, "--only", "cpu-in-order", "--json", str(out)],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
