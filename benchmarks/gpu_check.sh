@@ -8,7 +8,7 @@
 #       --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d .whl \
 #       nvidia-nvimgcodec-cu13 nvidia-nvjpeg crc32c simplejpeg && pip wheel --no-deps tfrecord==1.14.6 -w .whl
 #   (and an older nvImageCodec, e.g. nvidia-nvimgcodec-cu13==0.6.0.32, into .whl-old/ for the version checks)
-#   There:                 bash benchmarks/gpu_check.sh   (about 5 minutes on an H100 machine; SECONDS_PER_ROW=5 by default)
+#   There:                 bash benchmarks/gpu_check.sh   (5-6 minutes on an H100 machine; SECONDS_PER_ROW=5 by default)
 set -u
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
@@ -48,5 +48,5 @@ step tests 90 python3 -m pytest -q -n 12 -p no:cacheprovider tests/test_images.p
   tests/test_image_loader.py tests/test_gpu_bench.py tests/test_dataset.py tests/test_gpu_review_audit.py \
   tests/test_device_loader_audit.py tests/test_images_audit.py --junitxml="$OUT/tests.xml"
 step profile 45 python3 benchmarks/gpu_profile.py
-step bench 240 python3 benchmarks/gpu_pipeline.py --images 8192 --seconds "${SECONDS_PER_ROW:-5}" --json "$OUT/gpu_pipeline.json"
+step bench 280 python3 benchmarks/gpu_pipeline.py --images 8192 --seconds "${SECONDS_PER_ROW:-5}" --json "$OUT/gpu_pipeline.json"
 exit $status
