@@ -381,6 +381,52 @@ def test_decode_images_equals_decoding_then_resizing_each_crop(dtype, channels_l
     assert torch.equal(out, transform.apply(images, boxes, flips))
 
 
+class WarningTorchvision:
+    """A stand-in torchvision.io whose decode_jpeg warns at every call, as torchvision 0.29 does (its decoding moves
+    to TorchCodec), plus a warning of another kind; it decodes with Pillow."""
+
+    class ImageReadMode:
+        UNCHANGED, GRAY, RGB = "UNCHANGED", "GRAY", "RGB"
+
+    @staticmethod
+    def decode_jpeg(data: torch.Tensor, mode: str = "UNCHANGED") -> torch.Tensor:
+        import warnings
+
+        warnings.warn("The image decoding and encoding capabilities of TorchVision are deprecated (stand-in)",
+                      DeprecationWarning, stacklevel=2)
+        warnings.warn("another notice", UserWarning, stacklevel=2)
+        return tfr_torch.decode_image(bytes(data.numpy()), mode, backend="pillow")
+
+
+def test_decode_images_filters_torchvisions_notice_once_a_batch(monkeypatch):
+    """torchvision warns at every decode; DecodeImages installs one filter for its whole batch (not one an image:
+    entering and leaving warnings.catch_warnings costs ~25 us), the notice never reaches the user, other warnings
+    do, and the filters are as they were afterwards."""
+    import warnings
+
+    from tfr_torch.images import _accel
+
+    monkeypatch.setattr(_accel, "torchvision_io", lambda: WarningTorchvision)
+    installed = []
+    real = _accel._quiet_torchvision
+    monkeypatch.setattr(_accel, "_quiet_torchvision", lambda: installed.append(1) or real())
+    items = [jpeg(k) for k in range(5)]
+    transform = ImageTransform(16, train=False, dtype=torch.uint8)
+    before = list(warnings.filters)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        got = DecodeImages(transform, backend="torchvision")({"image/encoded": items})["image/encoded"]
+    assert warnings.filters == before
+    assert [str(w.message) for w in seen] == ["another notice"] * 5
+    assert installed == [1]  # one filter for the five decodes
+    assert torch.equal(got, DecodeImages(transform, backend="pillow")({"image/encoded": items})["image/encoded"])
+    installed.clear()
+    with warnings.catch_warnings(record=True) as seen:  # one image outside a batch: its own filter
+        warnings.simplefilter("always")
+        tfr_torch.decode_image(items[0], "RGB", backend="torchvision")
+    assert [str(w.message) for w in seen] == ["another notice"] and installed == [1]
+
+
 def test_resizing_on_the_cpu_leaves_torch_threads_as_they_were():
     images = [tfr_torch.decode_image(jpeg(k), "RGB") for k in range(3)]
     transform = ImageTransform(16, train=False)

@@ -7,9 +7,11 @@ PillowError-like AccelError messages that the caller turns into DecodeError nami
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import threading
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, Optional
 
 import torch
@@ -43,6 +45,25 @@ def _quiet_torchvision() -> warnings.catch_warnings:
     warnings.filterwarnings("ignore", message="The image decoding and encoding capabilities of TorchVision",
                             category=DeprecationWarning)
     return quiet
+
+
+_QUIETED = threading.local()  # .on: this thread decodes inside quiet_torchvision()
+
+
+@contextlib.contextmanager
+def quiet_torchvision() -> Iterator[None]:
+    """A batch's decodes under one filter of torchvision's notice instead of one filter each (entering and leaving
+    warnings.catch_warnings costs ~25 us, a few percent of a 500 x 375 JPEG's decoding)."""
+    if getattr(_QUIETED, "on", False):
+        yield
+        return
+    quiet = _quiet_torchvision()
+    _QUIETED.on = True
+    try:
+        yield
+    finally:
+        _QUIETED.on = False
+        quiet.__exit__(None, None, None)
 
 
 @functools.lru_cache(maxsize=1)
@@ -112,11 +133,8 @@ def decode_cpu(backend: str, fmt: str, data: bytes, gray: bool) -> tuple[torch.T
             decode = {"jpeg": tcd.decode_jpeg, "png": tcd.decode_png, "webp": tcd.decode_webp}[fmt]
             return _widen(decode(_tensor(data), mode=mode, output_dtype="auto" if fmt == "png" else torch.uint8))
         tvio = torchvision_io()
-        quiet = _quiet_torchvision()
-        try:
+        with quiet_torchvision():
             return tvio.decode_jpeg(_tensor(data), mode=getattr(tvio.ImageReadMode, mode)), 8
-        finally:
-            quiet.__exit__(None, None, None)
     except (RuntimeError, ValueError) as exc:
         raise AccelError(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__) from None
 

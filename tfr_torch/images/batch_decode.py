@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -14,6 +14,7 @@ from tfr_torch.data.items import applying
 from tfr_torch.errors import DecodeError
 from tfr_torch.format.location import location_of
 from tfr_torch.images import _pixels
+from tfr_torch.images._accel import quiet_torchvision
 from tfr_torch.images._formats import sniff_many
 from tfr_torch.images.decode import _decode_one, _resolve
 from tfr_torch.images.transforms import ImageTransform, _resize_each
@@ -91,6 +92,12 @@ class DecodeImages:
         # crops are planned from the JPEG headers' frame sizes, so each image is decoded, resized and dropped before
         # the next one is decoded; only an image whose header has no size is decoded first
         headers = sniff_many(items)
+        with quiet_torchvision():  # one warnings filter for the batch (torchvision warns at every decode)
+            return self._decoded(batch, items, headers, decode, epoch, rank, indices, info is not None)
+
+    def _decoded(self, batch: Mapping[str, Any], items: list[bytes], headers: list[Any],
+                 decode: Callable[[int], torch.Tensor], epoch: int, rank: int, indices: list[int],
+                 shared: bool) -> dict[str, Any]:
         early = {k: decode(k) for k, h in enumerate(headers) if not (h.height and h.width)}
         sizes = [(h.height, h.width) if k not in early else (int(early[k].shape[-2]), int(early[k].shape[-1]))
                  for k, h in enumerate(headers)]
@@ -110,5 +117,5 @@ class DecodeImages:
         if not items:
             raise ValueError(f"DecodeImages got a batch with no {self.images!r} images")
         # in a worker the batch is made in shared memory: handing it over copies nothing
-        out[self.images] = _resize_each(crops(), len(items), self.transform, shared=info is not None)
+        out[self.images] = _resize_each(crops(), len(items), self.transform, shared=shared)
         return out
