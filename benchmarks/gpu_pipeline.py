@@ -9,10 +9,11 @@ centre-crops 224 into uint8 batches (the ImageTransform(224, train=False, dtype=
 - cpu rows (always): tfr_torch with DecodeImages in DataLoader workers, shuffled via the index and not; the
   `tfrecord` package (when installed) with the same decode_image and the same transform per record, same workers,
   reading its shards over and over (infinite=True: no epoch ends at all). The three are measured in --rounds
-  interleaved rounds of --seconds / --rounds each (a machine's slow minute falls on all of them, not on one); each
-  row is the median of its rounds, printed with all of them, and the ratios are of those medians;
+  interleaved rounds of --seconds / --rounds each, each round starting with the next row (a machine's slow minute
+  falls on all of them, not on one, and no row always follows the same one); each row is the median of its rounds,
+  each round printed as measured, and the ratios are of those medians;
 - gpu rows (with CUDA, skipped otherwise): decode_image(list, device="cuda") with each GPU decoder installed,
-  DeviceLoader alone (training transforms, float32 channels_last), the ResNet-50 step alone (bf16 autocast,
+  DeviceLoader alone (training transforms, bfloat16 channels_last), the ResNet-50 step alone (bf16 autocast,
   channels_last; torchvision.models.resnet50 when it imports, else a labelled stand-in conv net), and the step fed
   by DeviceLoader and by CPU decoding in workers.
 --only measures the rows of those keys alone (KEYS below; the step alone is measured whenever a fed row is, for its
@@ -25,8 +26,8 @@ they start or resume), epoch after epoch of one loader whose workers persist; im
 Steady state, as in training: the --images records are written once and the shards are listed again under other
 names (symbolic links) until an epoch holds --epoch-images records, so a row times the middle of an epoch rather than
 its ends. A short epoch is dominated by them: its batches go to the workers in turn, so 32 batches on 15 workers take
-three batch-times of the first two workers while the other 13 wait for two of them (71% of the CPUs busy), and a
-DeviceLoader drains its prefetch at each end. An ImageNet epoch is 5,005 batches: its ends are 0.3% of it.
+three batch-times, the first two workers making a third batch while the other 13 wait (71% of the CPUs busy over the
+epoch), and a DeviceLoader drains its prefetch at each end. An ImageNet epoch is 5,005 batches: its ends are 0.3% of it.
 """
 
 from __future__ import annotations
@@ -161,8 +162,12 @@ def cpu_rows(paths: list[str], listing: list[str], args: argparse.Namespace) -> 
     if wanted(args, "tfrecord") and theirs is None:
         rounds[f"{name} (not installed)"] = []
     warmup = 3 + 2 * args.workers  # what the workers prefetched while another row ran, and their start together
+    names = list(pipelines)
     for r in range(args.rounds):
-        for name, (batches, count) in pipelines.items():
+        # each round starts with the next row: a row that follows another meets that one's workers finishing the
+        # batches they had begun (up to 2 a worker), so no row is always the one after the slowest
+        for name in names[r % len(names):] + names[: r % len(names)]:
+            batches, count = pipelines[name]
             rate = timed(batches, count, args.seconds / args.rounds, lambda: None, warmup)
             if rate is not None:
                 rounds[name].append(rate)
