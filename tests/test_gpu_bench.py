@@ -31,6 +31,15 @@ def test_cpu_rows_run_without_a_gpu(tmp_path):
         assert len(rounds) == 3 and report["rows"][name] == sorted(rounds)[1]
     assert report["ratios"]["tfr_torch shuffled / in order"] == report["rows"][names[0]] / report["rows"][names[1]]
     assert "# an epoch: 120 records, the 2 shards listed 5 time(s)" in proc.stdout
+    # each round starts with the next row, so that no row always follows the same one
+    firsts = {}
+    for line in proc.stdout.splitlines():
+        if line.startswith("# round "):
+            number, name = line[len("# round "):].split(": ", 1)
+            firsts.setdefault(number, name.split("\t")[0])
+    assert list(firsts) == ["1/3", "2/3", "3/3"]
+    rows = list(report["rounds"])
+    assert list(firsts.values()) == [rows[k % len(rows)] for k in range(3)]
 
 
 def test_the_shards_are_listed_again_until_an_epoch_is_long(tmp_path):
