@@ -243,3 +243,21 @@ def test_normalized_into_takes_only_what_it_computes_as_values_does() -> None:
     assert not _normalized_into(target, pixels, False, gray)
     assert not _normalized_into(torch.zeros(3, 5, 6, dtype=torch.bfloat16), pixels, False, transform)  # dtypes
     assert not _normalized_into(torch.zeros(3, 6, 5).transpose(1, 2), pixels, False, transform)  # neither layout
+
+
+@needs_core
+def test_the_kernel_benchmark_runs_and_checks_its_rows_against_torch() -> None:
+    """benchmarks/pixel_kernels.py with tiny sizes: every layout, dtype and flip, each checked equal to torch's bytes
+    before it is timed (no timing asserted)."""
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = subprocess.run([sys.executable, os.path.join(root, "benchmarks", "pixel_kernels.py"), "--size", "37",
+                           "--repeat", "2", "--rounds", "1"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [line.split("\t") for line in proc.stdout.splitlines()[2:]]
+    assert [(r[0], r[1]) for r in rows] == [(layout, flip) for layout in (
+        "uint8 planes", "float32 planes", "float32 channels_last", "bfloat16 planes", "bfloat16 channels_last")
+        for flip in ("no", "yes")]
