@@ -48,5 +48,6 @@ step tests 90 python3 -m pytest -q -n 12 -p no:cacheprovider tests/test_images.p
   tests/test_image_loader.py tests/test_gpu_bench.py tests/test_dataset.py tests/test_gpu_review_audit.py \
   tests/test_device_loader_audit.py tests/test_images_audit.py --junitxml="$OUT/tests.xml"
 step profile 45 python3 benchmarks/gpu_profile.py
+step kernels 30 python3 benchmarks/pixel_kernels.py --repeat 100 --rounds 3
 step bench 280 python3 benchmarks/gpu_pipeline.py --images 8192 --seconds "${SECONDS_PER_ROW:-5}" --json "$OUT/gpu_pipeline.json"
 exit $status
