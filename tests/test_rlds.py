@@ -269,6 +269,15 @@ def test_mixture_reproducible_per_epoch_and_resumable(folders):
     assert head + [(key(f), int(f["goal_timestep"])) for f in fresh] == first
     with pytest.raises(ValueError, match=r"cannot resume: the saved state has seed=11, this dataset has 12"):
         FrameDataset(sources, samples_per_epoch=300, seed=12).load_state_dict(state)
+    # a state of an earlier epoch than the one set (StatefulDataLoader loads it after the loop's set_epoch of the
+    # epoch after a checkpoint taken at an epoch's end) is not resumed and does not set the epoch back
+    later = FrameDataset(sources, Window(history=2, future=2, goal="uniform", max_length=4), samples_per_epoch=300,
+                         seed=11, shuffle_buffer=20)
+    later.set_epoch(1)
+    later.load_state_dict(state)
+    ds.set_epoch(1)
+    assert later.epoch == 1 and later.state_dict()["yielded"] == 0
+    assert [(key(f), int(f["goal_timestep"])) for f in later] == [(key(f), int(f["goal_timestep"])) for f in ds]
 
 
 def test_several_ranks_without_samples_per_epoch_are_warned_of_unequal_counts(folders):

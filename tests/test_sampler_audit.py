@@ -282,7 +282,8 @@ def test_stateful_dataloader_resumes_mid_epoch_over_uneven_files(uneven, workers
     "and the fresh iter(sampler) is a new pass over the same epoch: the whole epoch again. With 0 workers the "
     "restored iterator never draws, so the fresh one takes the remainder (nothing). A fix needs the sampler to "
     "tell torchdata's replacement iterator from a user's new pass over the epoch (DistributedSampler's only "
-    "signal is set_epoch)")))])
+    "signal is set_epoch). With set_epoch(1) before the pass, as a training loop does, epoch 1 is read whole: "
+    "tests/test_epoch_end_resume.py")))])
 def test_stateful_dataloader_state_saved_at_the_end_of_an_epoch(uneven, workers):
     """Slow-ish with 2 workers. A state saved after the last batch of epoch 0, loaded into a new loader: the
     remainder of epoch 0 is empty, as the uninterrupted run would have it (the guide's train loop then calls

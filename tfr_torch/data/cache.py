@@ -39,6 +39,7 @@ from tfr_torch.data.cache_folder import (
 )
 from tfr_torch.data.distributed import detect_rank_world
 from tfr_torch.data.pipe import for_the_pipe
+from tfr_torch.data.resumable import later_epoch_set
 from tfr_torch.data.shared_cells import shared_int64
 from tfr_torch.data.transport import Batch, RecordBatch, shared_memory_available, wrap_for_transport
 from tfr_torch.format.paths import is_url
@@ -225,6 +226,8 @@ class CachedDataset(IterableDataset[Any]):
         again and keeps it."""
         epoch = int(self._epoch)
         self._resume = None
+        if hasattr(self.dataset, "set_epoch"):  # the source's state is of the epoch it was read as (see
+            self.dataset.set_epoch(int(resume["source"]["epoch"]))  # _read_through), which it is set to first
         self.dataset.load_state_dict(resume["source"])  # type: ignore[attr-defined]  # load_state_dict checked it
         live = self._live = {"epoch": epoch, "phase": "read", "yielded": int(resume["yielded"]),
                              "kept_epoch": int(resume["kept_epoch"])}
@@ -291,7 +294,8 @@ class CachedDataset(IterableDataset[Any]):
         """Resume from `state_dict()`: the next iteration of that epoch (set_epoch to it, or it is set here) goes on
         where the state stood. A replayed epoch replays the rest of its order (a part no longer kept, as in a new
         process without a folder, is read from the source again first); a first epoch goes on through the
-        source's own state, and is not kept (the next epoch reads and keeps it)."""
+        source's own state, and is not kept (the next epoch reads and keeps it). A state of an earlier epoch than
+        the one the cache is set to is not resumed (see `later_epoch_set`)."""
         if not isinstance(state, Mapping) or state.get("kind") != "tfr_torch.CachedDataset":
             raise ValueError("not a CachedDataset state (from CachedDataset.state_dict)")
         if state.get("version") != CACHE_STATE_VERSION:
@@ -321,6 +325,9 @@ class CachedDataset(IterableDataset[Any]):
             check = getattr(self.dataset, "_checked_state", None)  # TFRecordDataset's, MixedDataset's: changes
             if check is not None:  # nothing; refused now, not where the epoch resumes (a DataLoader worker)
                 check(state["source"])
+        if later_epoch_set(state, self.epoch):  # not resumed, the epoch not set back (see later_epoch_set)
+            self._resume = None
+            return
         self._resume = dict(state)
         self.set_epoch(int(state["epoch"]))
 

@@ -11,7 +11,7 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from tfr_torch.data.elastic import MIXTURE_KIND
-from tfr_torch.data.resumable import _worker_pass
+from tfr_torch.data.resumable import _worker_pass, later_epoch_set
 
 __all__ = ["MixtureState", "MIXED_STATE_VERSION"]
 
@@ -63,7 +63,8 @@ class MixtureState:
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Resume from `state_dict()`: the next iteration of that epoch (set_epoch to it, or it is set here) draws
-        on from where the state was taken, and each dataset resumes from its own state."""
+        on from where the state was taken, and each dataset resumes from its own state. A state of an earlier
+        epoch than the one the mixture is set to is not resumed (see `later_epoch_set`)."""
         if not isinstance(state, Mapping) or state.get("kind") != MIXTURE_KIND:
             raise ValueError("not a MixedDataset state (from MixedDataset.state_dict or tfr_torch.elastic_state)")
         if state.get("version") != MIXED_STATE_VERSION:
@@ -92,6 +93,9 @@ class MixtureState:
                 raise ValueError(f"MixedDataset state: {key} must list dataset positions, got {value!r}")
         self._probe_merged(state)  # each dataset's part checked now: one refused as the pass begins would come
         # after the datasets before it had loaded theirs, and the next pass would resume them without the mixture
+        if later_epoch_set(state, self.epoch):  # not resumed, the epoch not set back (see later_epoch_set)
+            self._resume = None
+            return
         self._resume = dict(state)
         self._epoch.fill_(int(state["epoch"]))
         for dataset in self.datasets:
@@ -112,6 +116,9 @@ class MixtureState:
         if not state["over"]:
             self._probe_merged(state)  # every part checked before any dataset (or this mixture) changes
         self._resume = None
+        if later_epoch_set(state, self.epoch):  # not resumed, the epoch not set back (see later_epoch_set)
+            self._elastic = None
+            return
         self._epoch.fill_(epoch)
         for name, dataset in zip(self.names, self.datasets):
             if hasattr(dataset, "set_epoch"):

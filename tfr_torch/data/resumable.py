@@ -89,8 +89,13 @@ class ResumableState:
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Resume: the next iteration of `state["epoch"]` yields what the state says is left. `state` is this
         reader's own part (what StatefulDataLoader gives each worker back: the same layout), or the merged state of
-        every reader (`tfr_torch.elastic_state`), which resumes under any world size and number of workers."""
+        every reader (`tfr_torch.elastic_state`), which resumes under any world size and number of workers.
+        Sets the dataset's epoch to the state's, except that a state of an earlier epoch than the one the dataset
+        is set to is not resumed (see `later_epoch_set`)."""
         state = self._checked_state(state)
+        if later_epoch_set(state, self.epoch):
+            self._resume = None
+            return
         self._resume = dict(state)
         self._resume_taken.fill_(0)
         self._epoch.fill_(int(state["epoch"]))
@@ -213,6 +218,17 @@ class ResumableState:
             went = last["consumed"][self.rank][worker] if "consumed" in last else None
             return segments[:-1], here, yielded, _consumed(state, went, yielded)
         return segments, self._layout_for(workers, resumed=True), 0, 0
+
+
+def later_epoch_set(state: Mapping[str, Any], epoch: int) -> bool:
+    """Whether a (checked) state is of an earlier epoch than `epoch`, the one its dataset or sampler is set to;
+    such a state is not resumed and the epoch is not set back. torchdata's StatefulDataLoader loads a saved state
+    as its next pass begins, after the training loop's `set_epoch`: a state saved after an epoch's loop ended
+    (which makes that pass start afresh) is loaded after `set_epoch(saved + 1)`, and setting the epoch back would
+    read the saved epoch again (in DataLoader workers, whose epoch is shared with the main process) or resume its
+    empty remainder as the new epoch (in the main process). A loaded state resumes its epoch when the dataset is
+    set to that epoch or an earlier one (a new dataset is at epoch 0)."""
+    return int(state["epoch"]) < epoch
 
 
 def _loaded_skipped(state: Mapping[str, Any], history: list[dict[str, Any]], rank: int, worker: int

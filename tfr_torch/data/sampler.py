@@ -13,6 +13,7 @@ import torch
 from torch.utils.data import Sampler
 
 from tfr_torch.data.distributed import rank_world
+from tfr_torch.data.resumable import later_epoch_set
 from tfr_torch.data.sampler_state import (
     SAMPLER_KIND,
     SAMPLER_VERSION,
@@ -147,7 +148,9 @@ class ElasticDistributedSampler(Sampler[int]):
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Resume: the next iteration of `state["epoch"]` takes what the state says is left. `state` is this rank's
         own part (what StatefulDataLoader restores: the same world size), or the merged state of every rank
-        (`tfr_torch.elastic_state`), which resumes under any world size. Sets the epoch to the state's."""
+        (`tfr_torch.elastic_state`), which resumes under any world size. Sets the epoch to the state's, except
+        that a state of an earlier epoch than the one the sampler is set to is not resumed (torchdata's
+        StatefulDataLoader loads it after the loop's set_epoch: see `tfr_torch.data.resumable.later_epoch_set`)."""
         check_sampler_state(state, self._order_info())
         if "rank" in state and state["world_size"] == 1:
             state = merge_sampler_parts([state])  # one rank's part is the whole epoch's state
@@ -158,5 +161,8 @@ class ElasticDistributedSampler(Sampler[int]):
                              f"it is one rank's part (rank {state['rank']} of {state['world_size']}); to resume "
                              "under another world size, merge every rank's part with tfr_torch.elastic_state(...) "
                              "and load that")
+        if later_epoch_set(state, self.epoch):
+            self._resume = None
+            return
         self._resume = {**state, "segments": [dict(s, yielded=list(s["yielded"])) for s in state["segments"]]}
         self.epoch = int(state["epoch"])

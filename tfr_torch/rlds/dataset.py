@@ -15,6 +15,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from tfr_torch.data.dataset import TFRecordDataset
 from tfr_torch.data.distributed import check_rank_world, rank_world
+from tfr_torch.data.resumable import later_epoch_set
 from tfr_torch.data.sharding import rank_quota, split_sizes
 from tfr_torch.data.shared_cells import shared_int64
 from tfr_torch.data.transport import shared_memory_available, wrap_for_transport
@@ -206,7 +207,8 @@ class FrameDataset(IterableDataset[Any]):
                 "samples_per_epoch": self.samples_per_epoch, "shuffle": self.shuffle}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Resume: the next iteration of `state["epoch"]` replays the epoch's draws and skips what was yielded."""
+        """Resume: the next iteration of `state["epoch"]` replays the epoch's draws and skips what was yielded. A
+        state of an earlier epoch than the one the dataset is set to is not resumed (see `later_epoch_set`)."""
         if state.get("version") != _STATE_VERSION:
             raise ValueError(f"unknown FrameDataset state version {state.get('version')!r}")
         expected = {"seed": self.seed, "rank": self.rank, "world_size": self.world_size, "sources": self.names}
@@ -216,6 +218,9 @@ class FrameDataset(IterableDataset[Any]):
             if state.get(key) != value:
                 raise ValueError(f"cannot resume: the saved state has {key}={state.get(key)!r}, this dataset has "
                                  f"{value!r}")
+        if later_epoch_set(state, self.epoch):  # not resumed, the epoch not set back (see later_epoch_set)
+            self._resume = None
+            return
         self._resume = dict(state)
         self._epoch.fill_(int(state["epoch"]))
 
