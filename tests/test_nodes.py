@@ -117,6 +117,24 @@ def test_state_saved_at_the_end_of_an_epoch_starts_the_next(files):
     assert _ids(resumed) == _ids(again)
 
 
+def test_a_loader_that_ran_on_resumes_an_older_state(files):
+    """A Loader that ran on past the epoch a state was saved in, given that state: the rest of that epoch, then the
+    epochs after it (the dataset under the node resumes no state of an earlier epoch than its own, so the node
+    sets the dataset's epoch to the state's first; it did not, and the later epoch was read in its place)."""
+    options = dict(index="auto", shuffle=True, seed=9)
+    reference = _loader(files, **options)
+    epochs = [_ids(reference) for _ in range(3)]
+    loader = _loader(files, **options)
+    it = iter(loader)
+    head = _ids([next(it) for _ in range(2)])
+    state = loader.state_dict()
+    for _ in range(2):
+        list(loader)  # on to epoch 2
+    loader.load_state_dict(state)
+    assert head + _ids(loader) == epochs[0]
+    assert _ids(loader) == epochs[1]
+
+
 def test_a_state_from_another_rank_is_refused(files):
     loader = _loader(files, index="auto", rank=0, world_size=2)
     it = iter(loader)

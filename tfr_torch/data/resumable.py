@@ -227,7 +227,8 @@ def later_epoch_set(state: Mapping[str, Any], epoch: int) -> bool:
     (which makes that pass start afresh) is loaded after `set_epoch(saved + 1)`, and setting the epoch back would
     read the saved epoch again (in DataLoader workers, whose epoch is shared with the main process) or resume its
     empty remainder as the new epoch (in the main process). A loaded state resumes its epoch when the dataset is
-    set to that epoch or an earlier one (a new dataset is at epoch 0)."""
+    set to that epoch or an earlier one (a new dataset is at epoch 0): to go back to an earlier epoch's state with
+    an object that has run on, set_epoch to that epoch first (TFRecordNode and DeviceLoader do)."""
     return int(state["epoch"]) < epoch
 
 
