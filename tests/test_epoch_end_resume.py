@@ -14,7 +14,6 @@ epoch, which they share with the main process, back to the saved one).
 
 from __future__ import annotations
 
-import os
 import warnings
 
 import pytest
@@ -161,14 +160,15 @@ def test_persistent_workers_resume_with_the_next_epoch_whole(paths, tmp_path, ki
     assert merged([first, rest]) == merged([full])
 
 
-def test_a_state_of_an_earlier_epoch_is_not_resumed_and_does_not_set_the_epoch_back(paths):
-    """Loaded directly: a state of epoch 0 into a dataset set to epoch 2 changes nothing (state_dict says epoch
-    2 from its start; a pass reads epoch 2 whole); into one at epoch 0 (or a new one) it resumes and sets the
-    epoch; a state of a later epoch sets the epoch forward. A state that does not fit is refused all the same."""
+def test_a_state_given_directly_resumes_its_epoch_also_back_from_a_later_one(paths):
+    """Only StatefulDataLoader's own (deferred) load keeps a later epoch. A state given to load_state_dict
+    directly resumes its epoch and sets it, forward or back (an in-process recovery with a dataset that ran
+    on); a state that does not fit is refused all the same."""
     def dataset(**kw):
         return TFRecordDataset(paths, SPEC, index="auto", shuffle=True, seed=3, **kw)
 
     reference = dataset()
+    epoch0 = [int(x["id"]) for x in reference]
     reference.set_epoch(2)
     epoch2 = [int(x["id"]) for x in reference]
     source = dataset()
@@ -176,16 +176,12 @@ def test_a_state_of_an_earlier_epoch_is_not_resumed_and_does_not_set_the_epoch_b
     head = [int(next(it)["id"]) for _ in range(5)]
     state = source.state_dict()
     assert state["epoch"] == 0 and state["yielded"] == 5
-    later = dataset()
-    later.set_epoch(2)
-    later.load_state_dict(state)
-    assert later.epoch == 2
-    assert later.state_dict()["epoch"] == 2 and later.state_dict()["yielded"] == 0
-    assert [int(x["id"]) for x in later] == epoch2
-    fresh = dataset()
-    fresh.load_state_dict(state)
-    assert fresh.epoch == 0
-    assert head + [int(x["id"]) for x in fresh] == [int(x["id"]) for x in dataset()]
+    back = dataset()
+    back.set_epoch(2)
+    list(back)
+    back.load_state_dict(state)
+    assert back.epoch == 0 and back.state_dict() == state
+    assert head + [int(x["id"]) for x in back] == epoch0
     reference.set_epoch(2)
     it = iter(reference)
     for _ in range(3):
@@ -194,58 +190,78 @@ def test_a_state_of_an_earlier_epoch_is_not_resumed_and_does_not_set_the_epoch_b
     forward.set_epoch(1)
     forward.load_state_dict(reference.state_dict())
     assert forward.epoch == 2 and [int(x["id"]) for x in forward] == epoch2[3:]
+    other = TFRecordDataset(paths, SPEC, index="auto", shuffle=True, seed=4)
+    other.set_epoch(2)
     with pytest.raises(ValueError, match="seed=3, this dataset has 4"):
-        other = TFRecordDataset(paths, SPEC, index="auto", shuffle=True, seed=4)
-        other.set_epoch(2)
         other.load_state_dict(state)
+    assert other.epoch == 2
 
 
-def test_the_sampler_keeps_a_later_epoch_and_refuses_what_does_not_fit(paths):
+@pytest.mark.parametrize("workers", [0, 2])
+def test_an_in_process_recovery_through_the_merged_state(paths, workers):
+    """The guide's resume_loader with the dataset of a run that went on past its checkpoint (inside epoch 1) and
+    failed: the merged state loaded into that dataset, a fresh loader, set_epoch(1): the rest of epoch 1."""
+    dataset = TFRecordDataset(paths, SPEC, index="auto", shuffle=True, seed=1)
+    loader = StatefulDataLoader(dataset, batch_size=None, num_workers=workers)
+    dataset.set_epoch(1)
+    epoch1 = [int(x["id"]) for x in loader]
+    it = iter(loader)
+    head = [int(next(it)["id"]) for _ in range(4)]
+    saved = tfr_torch.elastic_state([loader.state_dict()])
+    del it
+    for epoch in (1, 2):
+        dataset.set_epoch(epoch)
+        list(loader)
+    dataset.load_state_dict(saved)
+    loader = StatefulDataLoader(dataset, batch_size=None, num_workers=workers)
+    dataset.set_epoch(1)
+    rest = [int(x["id"]) for x in loader]
+    assert sorted(head + rest) == list(range(36))
+    if workers == 0:
+        assert head + rest == epoch1
+
+
+def test_the_sampler_given_a_state_directly_resumes_its_epoch(paths):
     dataset = IndexedTFRecordDataset(paths, SPEC)
     sampler = ElasticDistributedSampler(dataset, num_replicas=1, rank=0, seed=3)
     it = iter(sampler)
     head = [next(it) for _ in range(4)]
     state = sampler.state_dict()
-    later = ElasticDistributedSampler(dataset, num_replicas=1, rank=0, seed=3)
-    later.set_epoch(1)
-    later.load_state_dict(state)
-    assert later.epoch == 1 and later.state_dict()["yielded"] == 0
-    reference = ElasticDistributedSampler(dataset, num_replicas=1, rank=0, seed=3)
-    reference.set_epoch(1)
-    assert list(later) == list(reference)
-    fresh = ElasticDistributedSampler(dataset, num_replicas=1, rank=0, seed=3)
-    fresh.load_state_dict(state)
-    assert fresh.epoch == 0 and head + list(fresh) == list(ElasticDistributedSampler(dataset, 1, 0, seed=3))
+    epoch0 = list(ElasticDistributedSampler(dataset, num_replicas=1, rank=0, seed=3))
+    back = ElasticDistributedSampler(dataset, num_replicas=1, rank=0, seed=3)
+    back.set_epoch(1)
+    list(back)
+    back.load_state_dict(state)
+    assert back.epoch == 0 and head + list(back) == epoch0
+    other = ElasticDistributedSampler(dataset, num_replicas=1, rank=0, seed=4)
+    other.set_epoch(1)
     with pytest.raises(ValueError, match="seed=3, this sampler has 4"):
-        other = ElasticDistributedSampler(dataset, num_replicas=1, rank=0, seed=4)
-        other.set_epoch(1)
         other.load_state_dict(state)
+    assert other.epoch == 1
 
 
-def test_mixture_and_cache_keep_a_later_epoch(paths, tmp_path):
+def test_mixture_and_cache_given_a_state_directly_resume_its_epoch(paths, tmp_path):
     def mixture():
         return MixedDataset({"a": TFRecordDataset(paths[:2], SPEC, shuffle=True, seed=1, shuffle_buffer=4),
                              "b": TFRecordDataset(paths[2:], SPEC, index="auto", shuffle=True, seed=2)}, seed=5)
 
-    def cache(folder):
-        return CachedDataset(TFRecordDataset(paths, SPEC, index="auto", shuffle=True, seed=3), folder, seed=7,
-                             shuffle=True)
+    folders = iter(range(3))
 
-    folders = iter(str(tmp_path / f"c{i}") for i in range(3))  # each cache its own: nothing kept read again
-    for build in (mixture, lambda: cache(next(folders))):
-        source = build()
-        it = iter(source)
-        for _ in range(3):
-            next(it)
-        state = source.state_dict()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            reference = build()
-            reference.set_epoch(1)
-            epoch1 = [int(x["id"]) for x in reference]
-            later = build()
-            later.set_epoch(1)
-            later.load_state_dict(state)
-            assert later.epoch == 1 and later.state_dict()["epoch"] == 1
-            assert [int(x["id"]) for x in later] == epoch1
-    assert os.path.isdir(tmp_path / "c2")  # the cache resumed nothing: it read epoch 1 whole and kept it
+    def cache():  # each its own folder (a kept part would be replayed in the cache's order)
+        return CachedDataset(TFRecordDataset(paths, SPEC, index="auto", shuffle=True, seed=3),
+                             str(tmp_path / f"c{next(folders)}"), seed=7, shuffle=True)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for build in (mixture, cache):
+            epoch0 = [int(x["id"]) for x in build()]
+            source = build()
+            it = iter(source)
+            head = [int(next(it)["id"]) for _ in range(3)]
+            state = source.state_dict()
+            back = build()
+            back.set_epoch(1)
+            list(back)
+            back.load_state_dict(state)
+            assert back.epoch == 0
+            assert head + [int(x["id"]) for x in back] == epoch0

@@ -269,15 +269,39 @@ def test_mixture_reproducible_per_epoch_and_resumable(folders):
     assert head + [(key(f), int(f["goal_timestep"])) for f in fresh] == first
     with pytest.raises(ValueError, match=r"cannot resume: the saved state has seed=11, this dataset has 12"):
         FrameDataset(sources, samples_per_epoch=300, seed=12).load_state_dict(state)
-    # a state of an earlier epoch than the one set (StatefulDataLoader loads it after the loop's set_epoch of the
-    # epoch after a checkpoint taken at an epoch's end) is not resumed and does not set the epoch back
-    later = FrameDataset(sources, Window(history=2, future=2, goal="uniform", max_length=4), samples_per_epoch=300,
-                         seed=11, shuffle_buffer=20)
-    later.set_epoch(1)
-    later.load_state_dict(state)
-    ds.set_epoch(1)
-    assert later.epoch == 1 and later.state_dict()["yielded"] == 0
-    assert [(key(f), int(f["goal_timestep"])) for f in later] == [(key(f), int(f["goal_timestep"])) for f in ds]
+    back = FrameDataset(sources, Window(history=2, future=2, goal="uniform", max_length=4), samples_per_epoch=300,
+                        seed=11, shuffle_buffer=20)
+    back.set_epoch(1)
+    back.load_state_dict(state)  # given directly: its epoch, also back from a later one
+    assert back.epoch == 0 and head + [(key(f), int(f["goal_timestep"])) for f in back] == first
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_checkpoint_after_an_epoch_through_stateful_dataloader_resumes_with_the_next(folders, workers):
+    """StatefulDataLoader loads its state as the next pass begins, after the loop's set_epoch(saved + 1): a state
+    saved after epoch 0's loop then resumes nothing and epoch 1 is read whole (it read nothing, or epoch 0 again)."""
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    small, other = folders
+    sources = {"small": Source(str(small), weight=2.0, standardize=with_ids),
+               "other": Source(str(other), standardize=with_ids)}
+
+    def loader():
+        ds = FrameDataset(sources, Window(history=2, future=2), samples_per_epoch=60, seed=11, shuffle_buffer=20)
+        return StatefulDataLoader(ds, batch_size=None, num_workers=workers)
+
+    def epoch(run, e):
+        run.dataset.set_epoch(e)
+        return [key(f) for f in run]
+
+    reference = loader()
+    expected = [epoch(reference, 0), epoch(reference, 1)]
+    assert expected[0] != expected[1]
+    first = loader()
+    assert epoch(first, 0) == expected[0]
+    resumed = loader()
+    resumed.load_state_dict(first.state_dict())
+    assert epoch(resumed, 1) == expected[1]
 
 
 def test_several_ranks_without_samples_per_epoch_are_warned_of_unequal_counts(folders):

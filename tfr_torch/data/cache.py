@@ -226,8 +226,6 @@ class CachedDataset(IterableDataset[Any]):
         again and keeps it."""
         epoch = int(self._epoch)
         self._resume = None
-        if hasattr(self.dataset, "set_epoch"):  # the source's state is of the epoch it was read as (see
-            self.dataset.set_epoch(int(resume["source"]["epoch"]))  # _read_through), which it is set to first
         self.dataset.load_state_dict(resume["source"])  # type: ignore[attr-defined]  # load_state_dict checked it
         live = self._live = {"epoch": epoch, "phase": "read", "yielded": int(resume["yielded"]),
                              "kept_epoch": int(resume["kept_epoch"])}
@@ -294,8 +292,8 @@ class CachedDataset(IterableDataset[Any]):
         """Resume from `state_dict()`: the next iteration of that epoch (set_epoch to it, or it is set here) goes on
         where the state stood. A replayed epoch replays the rest of its order (a part no longer kept, as in a new
         process without a folder, is read from the source again first); a first epoch goes on through the
-        source's own state, and is not kept (the next epoch reads and keeps it). A state of an earlier epoch than
-        the one the cache is set to is not resumed (see `later_epoch_set`)."""
+        source's own state, and is not kept (the next epoch reads and keeps it). StatefulDataLoader's own load
+        of a state of an earlier epoch than the one the cache is set to resumes nothing (see `later_epoch_set`)."""
         if not isinstance(state, Mapping) or state.get("kind") != "tfr_torch.CachedDataset":
             raise ValueError("not a CachedDataset state (from CachedDataset.state_dict)")
         if state.get("version") != CACHE_STATE_VERSION:

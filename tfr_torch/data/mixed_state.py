@@ -63,8 +63,9 @@ class MixtureState:
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Resume from `state_dict()`: the next iteration of that epoch (set_epoch to it, or it is set here) draws
-        on from where the state was taken, and each dataset resumes from its own state. A state of an earlier
-        epoch than the one the mixture is set to is not resumed (see `later_epoch_set`)."""
+        on from where the state was taken, and each dataset resumes from its own state. StatefulDataLoader's
+        own load of a state of an earlier epoch than the one the mixture is set to resumes nothing (see
+        `later_epoch_set`)."""
         if not isinstance(state, Mapping) or state.get("kind") != MIXTURE_KIND:
             raise ValueError("not a MixedDataset state (from MixedDataset.state_dict or tfr_torch.elastic_state)")
         if state.get("version") != MIXED_STATE_VERSION:

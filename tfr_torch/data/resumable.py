@@ -5,8 +5,10 @@ elastic.py's pure functions of the state, by another world size or number of Dat
 from __future__ import annotations
 
 import os
+import sys
 import zlib
 from collections.abc import Mapping
+from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -90,8 +92,8 @@ class ResumableState:
         """Resume: the next iteration of `state["epoch"]` yields what the state says is left. `state` is this
         reader's own part (what StatefulDataLoader gives each worker back: the same layout), or the merged state of
         every reader (`tfr_torch.elastic_state`), which resumes under any world size and number of workers.
-        Sets the dataset's epoch to the state's, except that a state of an earlier epoch than the one the dataset
-        is set to is not resumed (see `later_epoch_set`)."""
+        Sets the dataset's epoch to the state's; StatefulDataLoader's own load of a state of an earlier epoch than
+        the one the dataset is set to resumes nothing (see `later_epoch_set`)."""
         state = self._checked_state(state)
         if later_epoch_set(state, self.epoch):
             self._resume = None
@@ -221,15 +223,29 @@ class ResumableState:
 
 
 def later_epoch_set(state: Mapping[str, Any], epoch: int) -> bool:
-    """Whether a (checked) state is of an earlier epoch than `epoch`, the one its dataset or sampler is set to;
-    such a state is not resumed and the epoch is not set back. torchdata's StatefulDataLoader loads a saved state
-    as its next pass begins, after the training loop's `set_epoch`: a state saved after an epoch's loop ended
-    (which makes that pass start afresh) is loaded after `set_epoch(saved + 1)`, and setting the epoch back would
-    read the saved epoch again (in DataLoader workers, whose epoch is shared with the main process) or resume its
-    empty remainder as the new epoch (in the main process). A loaded state resumes its epoch when the dataset is
-    set to that epoch or an earlier one (a new dataset is at epoch 0): to go back to an earlier epoch's state with
-    an object that has run on, set_epoch to that epoch first (TFRecordNode and DeviceLoader do)."""
-    return int(state["epoch"]) < epoch
+    """Whether a (checked) state that torchdata's StatefulDataLoader is loading is of an earlier epoch than `epoch`,
+    the one its dataset or sampler is set to; such a state is not resumed and the epoch is not set back.
+    StatefulDataLoader's `load_state_dict` only keeps the state: it loads it into the dataset (in each DataLoader
+    worker) and the sampler as its next pass begins, after the training loop's `set_epoch`. A checkpoint taken
+    after an epoch's loop ended makes that pass start afresh, and the loop resuming from it calls
+    `set_epoch(saved + 1)` first: setting the epoch back would read the saved epoch again (in workers, whose epoch
+    is shared with the main process) or resume its empty remainder in place of the next epoch (in the main
+    process). A state given to `load_state_dict` by anything else (the user, a wrapper) always resumes its epoch
+    and sets it, also back to an earlier one."""
+    return int(state["epoch"]) < epoch and _loaded_by_stateful_dataloader()
+
+
+def _loaded_by_stateful_dataloader() -> bool:
+    """Whether the `load_state_dict` that asks is called from torchdata's StatefulDataLoader (its restore of a
+    saved state in the main process or a DataLoader worker, or its BatchSampler's): the frames above it, a few."""
+    frame: FrameType | None = sys._getframe(2)  # what called later_epoch_set (a load_state_dict), then its callers
+    for _ in range(4):  # (MixedDataset's merged load is one frame deeper than its load_state_dict)
+        if frame is None:
+            return False
+        if str(frame.f_globals.get("__name__", "")).startswith("torchdata.stateful_dataloader"):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _loaded_skipped(state: Mapping[str, Any], history: list[dict[str, Any]], rank: int, worker: int

@@ -148,9 +148,9 @@ class ElasticDistributedSampler(Sampler[int]):
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Resume: the next iteration of `state["epoch"]` takes what the state says is left. `state` is this rank's
         own part (what StatefulDataLoader restores: the same world size), or the merged state of every rank
-        (`tfr_torch.elastic_state`), which resumes under any world size. Sets the epoch to the state's, except
-        that a state of an earlier epoch than the one the sampler is set to is not resumed (torchdata's
-        StatefulDataLoader loads it after the loop's set_epoch: see `tfr_torch.data.resumable.later_epoch_set`)."""
+        (`tfr_torch.elastic_state`), which resumes under any world size. Sets the epoch to the state's;
+        StatefulDataLoader's own load (after the loop's set_epoch) of a state of an earlier epoch than the one the
+        sampler is set to resumes nothing (see `tfr_torch.data.resumable.later_epoch_set`)."""
         check_sampler_state(state, self._order_info())
         if "rank" in state and state["world_size"] == 1:
             state = merge_sampler_parts([state])  # one rank's part is the whole epoch's state

@@ -78,12 +78,8 @@ class TFRecordNode(BaseNode[Any]):  # type: ignore[misc]  # torchdata has no py.
             if dataset_state.get(_EPOCH, epoch) != epoch:  # the dataset resumes its epoch: the next would skip some
                 raise ValueError(f"not a TFRecordNode state: its epoch is {epoch!r} but its dataset state's epoch is "
                                  f"{dataset_state.get(_EPOCH)!r}")
-            self.dataset._checked_state(dataset_state)  # seed, rank, world size, files: refused before any change
             self.epoch = epoch
-            # the state is the epoch: set first, as the dataset resumes no state of an earlier epoch than its own
-            # (a Loader that ran on and is given an older state: see data/resumable.py later_epoch_set)
-            self.dataset.set_epoch(epoch)
-            self.dataset.load_state_dict(dataset_state)
+            self.dataset.load_state_dict(initial_state[_DATASET])  # checks seed, rank, world size and files
         else:
             if self._started:
                 self.epoch += 1

@@ -207,8 +207,9 @@ class FrameDataset(IterableDataset[Any]):
                 "samples_per_epoch": self.samples_per_epoch, "shuffle": self.shuffle}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Resume: the next iteration of `state["epoch"]` replays the epoch's draws and skips what was yielded. A
-        state of an earlier epoch than the one the dataset is set to is not resumed (see `later_epoch_set`)."""
+        """Resume: the next iteration of `state["epoch"]` replays the epoch's draws and skips what was yielded.
+        Sets the epoch; StatefulDataLoader's own load of a state of an earlier epoch than the one the dataset is
+        set to resumes nothing (see `later_epoch_set`)."""
         if state.get("version") != _STATE_VERSION:
             raise ValueError(f"unknown FrameDataset state version {state.get('version')!r}")
         expected = {"seed": self.seed, "rank": self.rank, "world_size": self.world_size, "sources": self.names}
