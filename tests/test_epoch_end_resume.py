@@ -45,6 +45,26 @@ def paths(tmp_path_factory):
     return out
 
 
+class Wrapped(torch.utils.data.IterableDataset):
+    """A user's dataset around a TFRecordDataset that passes epochs and states on to it."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def __iter__(self):
+        return iter(self.inner)
+
+    def set_epoch(self, epoch):
+        self.inner.set_epoch(epoch)
+
+    def state_dict(self):
+        return {"inner": self.inner.state_dict()}
+
+    def load_state_dict(self, state):
+        self.inner.load_state_dict(state["inner"])
+
+
 def make(kind, paths, folder, workers, persistent=False):
     """A fresh StatefulDataLoader of `kind` over `paths` (a CachedDataset keeps its parts in `folder`)."""
     options = dict(batch_size=None, num_workers=workers, persistent_workers=persistent and workers > 0)
@@ -59,6 +79,8 @@ def make(kind, paths, folder, workers, persistent=False):
         dataset = TFRecordDataset(paths, SPEC, shuffle=True, seed=3, shuffle_buffer=6, batch_size=4)
     elif kind == "global":
         dataset = TFRecordDataset(paths, SPEC, index="auto", shuffle=True, seed=3, batch_size=4)
+    elif kind == "wrapped":
+        dataset = Wrapped(TFRecordDataset(paths, SPEC, index="auto", shuffle=True, seed=3, batch_size=4))
     elif kind == "plain":
         dataset = TFRecordDataset(paths, SPEC, batch_size=4)
     elif kind == "mixed":
@@ -113,7 +135,7 @@ def merged(runs):
     return out
 
 
-KINDS = ["buffer", "global", "plain", "mixed", "cached", "sampler", "device"]
+KINDS = ["buffer", "global", "plain", "mixed", "cached", "sampler", "device", "wrapped"]
 
 
 @pytest.mark.parametrize("workers", [0, 2])

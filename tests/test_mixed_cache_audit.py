@@ -680,6 +680,36 @@ def test_a_rank_reading_as_in_the_epoch_the_other_ranks_kept_resumes_that_read(f
         assert resumed.epoch == 3 and resumed.dataset.epoch == 3
 
 
+def test_that_read_resumed_through_stateful_dataloader(files, tmp_path):
+    """The test above through torchdata's StatefulDataLoader (no workers), which drives the resumed pass: the
+    source's state (of the epoch it is read as, 0) is loaded inside that pass while the source is set to epoch 3,
+    and must resume all the same. (It did not after StatefulDataLoader's own loads of earlier states began to be
+    set aside, when that was told by any torchdata frame up the stack: items came twice.)"""
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    folder = tmp_path / "cache"
+
+    def make(rank):
+        ds = CachedDataset(TFRecordDataset(files["a"], SPEC, index="auto", shuffle=True, seed=4, rank=rank,
+                                           world_size=2), folder, shuffle=True, seed=1)
+        ds.set_epoch(3 if rank else 0)
+        return ds
+
+    list(make(0))  # epoch 0, kept
+    runner = make(1)
+    whole = flat(runner)  # read as in epoch 0 (and kept)
+    runner.clear()
+    list(make(0))
+    for cut in (1, 9):
+        loader = StatefulDataLoader(make(1), batch_size=None)
+        it = iter(loader)
+        head = take(it, cut)
+        state = loader.state_dict()
+        resumed = StatefulDataLoader(make(1), batch_size=None)
+        resumed.load_state_dict(state)
+        assert head + flat(resumed) == whole, cut
+
+
 @pytest.mark.parametrize("workers", [0, 2])
 def test_a_loaded_state_of_an_epoch_left_behind_does_not_bind_the_layout(files, workers):
     """A checkpoint of the last epoch loaded, then set_epoch to the next one under another number of DataLoader

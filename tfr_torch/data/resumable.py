@@ -236,16 +236,16 @@ def later_epoch_set(state: Mapping[str, Any], epoch: int) -> bool:
 
 
 def _loaded_by_stateful_dataloader() -> bool:
-    """Whether the `load_state_dict` that asks is called from torchdata's StatefulDataLoader (its restore of a
-    saved state in the main process or a DataLoader worker, or its BatchSampler's): the frames above it, a few."""
-    frame: FrameType | None = sys._getframe(2)  # what called later_epoch_set (a load_state_dict), then its callers
-    for _ in range(4):  # (MixedDataset's merged load is one frame deeper than its load_state_dict)
-        if frame is None:
-            return False
-        if str(frame.f_globals.get("__name__", "")).startswith("torchdata.stateful_dataloader"):
-            return True
-        frame = frame.f_back
-    return False
+    """Whether the `load_state_dict` that asks was called by torchdata's StatefulDataLoader (its restore of a saved
+    state in the main process or a DataLoader worker, or its BatchSampler's): the first caller that is neither
+    tfr_torch's nor a `load_state_dict` (a user's dataset that passes its state on to ours). Only that one:
+    tfr_torch's own loads inside a pass (a cache resuming its source, a mixture its datasets) run under the
+    DataLoader's fetcher, also where torchdata drives the pass, and are direct loads."""
+    frame: FrameType | None = sys._getframe(2)  # what called later_epoch_set: a load_state_dict
+    while frame is not None and (str(frame.f_globals.get("__name__", "")).startswith("tfr_torch.")
+                                 or frame.f_code.co_name == "load_state_dict"):
+        frame = frame.f_back  # (MixedDataset's merged load is one frame deeper than its load_state_dict)
+    return frame is not None and str(frame.f_globals.get("__name__", "")).startswith("torchdata.stateful_dataloader")
 
 
 def _loaded_skipped(state: Mapping[str, Any], history: list[dict[str, Any]], rank: int, worker: int
